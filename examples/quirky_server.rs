@@ -1,0 +1,135 @@
+//! A raw-JSON MCP test server that uses every corner of the protocol a relay could lose.
+//!
+//! It writes its messages as literal strings — key orders, number forms (`1.50`, `1e3`),
+//! escapes, unknown fields, `_meta`, an unknown content type, `x-` fields — so that a test can
+//! compare, byte for byte, what a client receives from it directly and through mcp-budget.
+//! No SDK: an SDK would normalize exactly the details under test.
+//!
+//! Tools: `report` (progress, logging, a sampling request, then a rich result), `slow` (answers
+//! only `notifications/cancelled`, by logging it), `crash` (exits 3 mid-call), `noise` (writes a
+//! non-JSON line first), `big` (a result of `arguments.bytes` bytes), `spawn` (starts a
+//! `sleep` grandchild and reports its pid), `list_changed` (emits
+//! `notifications/tools/list_changed`).
+
+use std::io::{BufRead, Write};
+
+use serde_json::Value;
+
+fn send(out: &mut impl Write, line: &str) {
+    // The test server may die with its client; a failed write just ends it.
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+}
+
+const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text.","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
+
+fn main() {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut lines = stdin.lock().lines();
+    // The `report` call waiting for the client's sampling answer: (call id, progress token).
+    let mut awaiting_sampling: Option<(String, String)> = None;
+    while let Some(Ok(line)) = lines.next() {
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            send(&mut out, r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"quirky: parse error"}}"#);
+            continue;
+        };
+        if let Value::Array(batch) = &message {
+            let replies: Vec<String> = batch
+                .iter()
+                .filter(|m| m.get("method").is_some_and(|m| m == "ping"))
+                .map(|m| format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, m["id"]))
+                .collect();
+            send(&mut out, &format!("[{}]", replies.join(",")));
+            continue;
+        }
+        let id = message.get("id").map(Value::to_string);
+        let method = message.get("method").and_then(Value::as_str);
+        let params = message.get("params").cloned().unwrap_or(Value::Null);
+        match (method, id) {
+            (Some("initialize"), Some(id)) => {
+                let version = params["protocolVersion"].as_str().unwrap_or("2025-06-18");
+                send(&mut out, &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}},"logging":{{}},"x-vendor":{{"flag":true}}}},"serverInfo":{{"name":"quirky","version":"1.0.0","x-build":"r\u00e9v 7"}},"_meta":{{"startup_ms":1.0e1}}}}}}"#
+                ));
+            }
+            (Some("tools/list"), Some(id)) => {
+                send(&mut out, r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"debug","logger":"quirky","data":{"listing":"tools","n":7}}}"#);
+                send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{TOOLS}}}"#));
+            }
+            (Some("ping"), Some(id)) => send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)),
+            (Some("x/echo"), Some(id)) => {
+                // Echo the params' exact text: unknown methods and fields must arrive intact.
+                let raw = line.find(r#""params":"#).map(|i| &line[i + 9..line.len() - 1]).unwrap_or("null");
+                send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"echo":{raw}}}}}"#));
+            }
+            (Some("tools/call"), Some(id)) => {
+                let token = params["_meta"]["progressToken"].to_string();
+                match params["name"].as_str().unwrap_or("") {
+                    "report" => {
+                        for (k, total) in [(1, "3"), (2, "3.0")] {
+                            send(&mut out, &format!(
+                                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":{k},"total":{total},"message":"step {k}"}}}}"#
+                            ));
+                        }
+                        send(&mut out, r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"asking the client to sample"}}"#);
+                        send(&mut out, r#"{"jsonrpc":"2.0","id":"srv-1","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Summarize Q3"}}],"maxTokens":100,"_meta":{"x-origin":"report"}}}"#);
+                        awaiting_sampling = Some((id, token));
+                    }
+                    "slow" => {} // answered only by cancellation, below
+                    "crash" => {
+                        eprintln!("quirky: about to fail");
+                        eprintln!("fatal: simulated crash in tool `crash`");
+                        std::process::exit(3);
+                    }
+                    "noise" => {
+                        send(&mut out, "this line is not JSON-RPC: debug output on stdout");
+                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"after noise"}}]}}}}"#));
+                    }
+                    "big" => {
+                        let n = params["arguments"]["bytes"].as_u64().unwrap_or(1000) as usize;
+                        let text = "x".repeat(n);
+                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#));
+                    }
+                    "spawn" => {
+                        let pid = std::process::Command::new("sleep").arg("600").spawn().map(|c| c.id()).unwrap_or(0);
+                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{pid}"}}]}}}}"#));
+                    }
+                    "list_changed" => {
+                        send(&mut out, r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#));
+                    }
+                    other => send(&mut out, &format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown tool {other}"}}}}"#
+                    )),
+                }
+            }
+            (Some("notifications/cancelled"), None) => {
+                let request = params["requestId"].to_string();
+                send(&mut out, &format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"cancelled {}"}}}}"#,
+                    request.replace('"', "'")
+                ));
+            }
+            (Some(_), None) => {} // other notifications
+            (Some(other), Some(id)) => send(&mut out, &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found: {other}"}}}}"#
+            )),
+            (None, Some(id)) if id == "\"srv-1\"" => {
+                // The client's answer to our sampling request: finish the `report` call.
+                if let Some((call, token)) = awaiting_sampling.take() {
+                    let summary = message["result"]["content"]["text"].as_str().unwrap_or("?").to_string();
+                    send(&mut out, &format!(
+                        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":3,"total":3}}}}"#
+                    ));
+                    send(&mut out, &format!(
+                        r#"{{"jsonrpc":"2.0","id":{call},"result":{{"content":[{{"type":"text","text":"Q3: {summary} caf\u00e9"}},{{"type":"hologram","data":"AAEC","x-depth":3,"annotations":{{"audience":["user"],"priority":0.50}}}},{{"type":"resource_link","uri":"file:///q3.csv","name":"q3.csv","_meta":{{"x":1}}}}],"structuredContent":{{"total":1e3,"rows":[{{"q":"Q3","v":12.50}}],"x-extra":null}},"isError":false,"_meta":{{"vendor/cost":0.001}}}}}}"#
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The command line: `mcp-budget [OPTIONS] -- <server command>...` and its subcommands.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Put a response budget in front of any MCP server.
+///
+/// mcp-budget speaks MCP on stdio to the client and runs the server as a child process, relaying
+/// every message unchanged except `tools/list` descriptors and `tools/call` results, which a
+/// policy can page, trim and cap.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcp-budget",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Example:\n  mcp-budget --policy policies/fleet.toml -- ./target/release/examples/fleet_server --streams 68"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Budget policy (TOML). Without it, messages pass through unchanged.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
+    /// Refuse messages larger than this many bytes with a clear error (default 64 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::framing::DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
+
+    /// How long the server may take to exit once its stdin is closed, before it is terminated.
+    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    pub shutdown_grace_ms: u64,
+
+    /// More logging on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, value_name = "SERVER COMMAND")]
+    pub server: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}

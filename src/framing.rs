@@ -1,0 +1,304 @@
+//! Newline-delimited framing: bytes from a peer → one message per line, under a size limit.
+//!
+//! A line longer than the limit is not buffered: it is streamed through a small scanner that
+//! keeps only the top-level `id` and `method`, so the relay can answer that one request with a
+//! clear error (a client waiting on an id must never hang) instead of running out of memory.
+
+use memchr::memchr;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+
+use crate::message::Id;
+
+/// The default message size limit (64 MiB): every message up to this size passes.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// One frame read from a peer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// A complete line, without its trailing newline.
+    Line(Vec<u8>),
+    /// A line over the limit, already discarded; what could be read of its envelope.
+    TooLarge {
+        bytes: usize,
+        id: Option<Id>,
+        method: Option<String>,
+    },
+}
+
+/// Reads frames from an async byte stream.
+pub struct FrameReader<R> {
+    inner: BufReader<R>,
+    max_bytes: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(inner: R, max_bytes: usize) -> Self {
+        FrameReader {
+            inner: BufReader::with_capacity(64 * 1024, inner),
+            max_bytes,
+        }
+    }
+
+    /// The next non-blank line, or `None` at end of stream. A final line without a newline
+    /// still counts as a line.
+    pub async fn next_frame(&mut self) -> std::io::Result<Option<Frame>> {
+        loop {
+            match self.read_line().await? {
+                None => return Ok(None),
+                Some(Frame::Line(line)) if line.iter().all(u8::is_ascii_whitespace) => continue,
+                Some(frame) => return Ok(Some(frame)),
+            }
+        }
+    }
+
+    async fn read_line(&mut self) -> std::io::Result<Option<Frame>> {
+        let mut line = Vec::new();
+        let mut oversized: Option<(usize, EnvelopeScanner)> = None;
+        let mut saw_bytes = false;
+        loop {
+            let chunk = self.inner.fill_buf().await?;
+            if chunk.is_empty() {
+                if !saw_bytes {
+                    return Ok(None);
+                }
+                break;
+            }
+            saw_bytes = true;
+            let (part, consumed, done) = match memchr(b'\n', chunk) {
+                Some(i) => (&chunk[..i], i + 1, true),
+                None => (chunk, chunk.len(), false),
+            };
+            match &mut oversized {
+                Some((bytes, scanner)) => {
+                    *bytes += part.len();
+                    scanner.feed(part);
+                }
+                None if line.len() + part.len() > self.max_bytes => {
+                    let mut scanner = EnvelopeScanner::default();
+                    scanner.feed(&line);
+                    scanner.feed(part);
+                    oversized = Some((line.len() + part.len(), scanner));
+                    line = Vec::new();
+                }
+                None => line.extend_from_slice(part),
+            }
+            self.inner.consume(consumed);
+            if done {
+                break;
+            }
+        }
+        Ok(Some(match oversized {
+            Some((bytes, scanner)) => {
+                let (id, method) = scanner.finish();
+                Frame::TooLarge { bytes, id, method }
+            }
+            None => Frame::Line(line),
+        }))
+    }
+}
+
+/// A streaming reader of a JSON object's top-level `id` and `method`, fed any number of chunks.
+///
+/// It tracks nesting and strings only; it does not validate JSON. Values it captures are capped
+/// in length, so feeding it a gigabyte costs no memory.
+#[derive(Default)]
+pub struct EnvelopeScanner {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    expecting_key: bool,
+    reading_key: bool,
+    key: Vec<u8>,
+    /// The top-level key whose value comes after the next `:`.
+    pending: Option<Field>,
+    /// The value being captured, with the field it belongs to.
+    capture: Option<(Field, Vec<u8>)>,
+    id: Option<Vec<u8>>,
+    method: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Copy)]
+enum Field {
+    Id,
+    Method,
+}
+
+const MAX_CAPTURE: usize = 512;
+
+impl EnvelopeScanner {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.step(b);
+        }
+    }
+
+    fn push(&mut self, b: u8) {
+        if self.reading_key {
+            if self.key.len() < 16 {
+                self.key.push(b);
+            }
+        } else if let Some((_, value)) = &mut self.capture {
+            if value.len() < MAX_CAPTURE {
+                value.push(b);
+            }
+        }
+    }
+
+    fn end_value(&mut self) {
+        if let Some((field, value)) = self.capture.take() {
+            let slot = match field {
+                Field::Id => &mut self.id,
+                Field::Method => &mut self.method,
+            };
+            slot.get_or_insert(value);
+        }
+    }
+
+    fn step(&mut self, b: u8) {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+                self.push(b);
+            } else if b == b'\\' {
+                self.escaped = true;
+                self.push(b);
+            } else if b == b'"' {
+                self.in_string = false;
+                if self.reading_key {
+                    self.reading_key = false;
+                    self.pending = match self.key.as_slice() {
+                        b"id" => Some(Field::Id),
+                        b"method" => Some(Field::Method),
+                        _ => None,
+                    };
+                } else {
+                    self.push(b);
+                }
+            } else {
+                self.push(b);
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && self.expecting_key {
+                    self.expecting_key = false;
+                    self.reading_key = true;
+                    self.key.clear();
+                } else {
+                    self.push(b);
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    self.expecting_key = b == b'{';
+                } else {
+                    self.push(b);
+                }
+            }
+            b'}' | b']' => {
+                if self.depth == 1 {
+                    self.end_value();
+                } else {
+                    self.push(b);
+                }
+                self.depth = self.depth.saturating_sub(1);
+            }
+            b',' if self.depth == 1 => {
+                self.end_value();
+                self.expecting_key = true;
+            }
+            b':' if self.depth == 1 => {
+                if let Some(field) = self.pending.take() {
+                    self.capture = Some((field, Vec::new()));
+                }
+            }
+            b' ' | b'\t' | b'\r' | b'\n' => {}
+            _ => self.push(b),
+        }
+    }
+
+    /// The `id` (if it was a string or number) and `method` (if it was a string) seen so far.
+    pub fn finish(mut self) -> (Option<Id>, Option<String>) {
+        self.end_value();
+        let id = self
+            .id
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .filter(|text| text.starts_with('"') || text.parse::<f64>().is_ok())
+            .map(|text| Id::from_json_text(&text));
+        let method = self
+            .method
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .and_then(|text| serde_json::from_str::<String>(&text).ok());
+        (id, method)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frames(input: &[u8], max: usize) -> Vec<Frame> {
+        let mut reader = FrameReader::new(input, max);
+        let mut out = Vec::new();
+        while let Some(frame) = reader.next_frame().await.unwrap() {
+            out.push(frame);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn splits_lines_skips_blanks_and_keeps_a_final_unterminated_line() {
+        let got = frames(b"{\"a\":1}\n\n  \r\n{\"b\":2}\r\n{\"c\":3}", 1024).await;
+        assert_eq!(
+            got,
+            vec![
+                Frame::Line(b"{\"a\":1}".to_vec()),
+                Frame::Line(b"{\"b\":2}\r".to_vec()),
+                Frame::Line(b"{\"c\":3}".to_vec()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_line_is_discarded_with_its_envelope() {
+        let big = "x".repeat(5000);
+        let input = format!(
+            "{{\"jsonrpc\":\"2.0\",\"params\":{{\"s\":\"{big}\",\"id\":99}},\"id\":\"req-1\",\"method\":\"tools/call\"}}\n{{\"ok\":1}}\n"
+        );
+        let got = frames(input.as_bytes(), 100).await;
+        assert_eq!(got.len(), 2);
+        match &got[0] {
+            Frame::TooLarge { bytes, id, method } => {
+                assert_eq!(*bytes, input.find('\n').unwrap());
+                assert_eq!(id.as_ref().map(Id::raw), Some("\"req-1\""));
+                assert_eq!(method.as_deref(), Some("tools/call"));
+            }
+            other => panic!("expected TooLarge, got {other:?}"),
+        }
+        assert_eq!(got[1], Frame::Line(b"{\"ok\":1}".to_vec()));
+    }
+
+    #[test]
+    fn scanner_reads_id_across_chunks_and_ignores_nested_ids() {
+        let text = br#"{"result":{"id":5,"list":[{"id":6}]},"id" : 12 ,"x":"\"id\""}"#;
+        let mut scanner = EnvelopeScanner::default();
+        for chunk in text.chunks(3) {
+            scanner.feed(chunk);
+        }
+        let (id, method) = scanner.finish();
+        assert_eq!(id.map(|i| i.raw().to_string()), Some("12".to_string()));
+        assert_eq!(method, None);
+    }
+
+    #[test]
+    fn scanner_rejects_non_scalar_ids() {
+        let mut scanner = EnvelopeScanner::default();
+        scanner.feed(br#"{"id":{"a":1},"method":"m\u0041"}"#);
+        let (id, method) = scanner.finish();
+        assert!(id.is_none());
+        assert_eq!(method.as_deref(), Some("mA"));
+    }
+}

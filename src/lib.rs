@@ -1,0 +1,38 @@
+//! mcp-budget: a proxy that puts a response budget in front of any MCP server.
+//!
+//! # Layout
+//!
+//! - [`framing`]: bytes ⇄ newline-delimited frames, with a size limit that never buffers an
+//!   oversized message (it reads just its `id` to answer it).
+//! - [`message`]: the JSON-RPC envelope (`id`, `method`, request/notification/response), read
+//!   without copying or re-serializing the message.
+//! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
+//!   flight, and answers them with errors when the server goes away.
+//! - [`intercept`]: the two interception points, `tools/list` responses and `tools/call` calls.
+//! - [`jsonrpc`]: the messages the proxy writes itself (error responses).
+//! - [`child`]: the upstream server as a child process in its own process group.
+//! - [`stdio`]: a client on stdin/stdout relayed to a child server; the tasks that move bytes.
+//! - [`cli`]: the command line.
+//!
+//! # One message through the proxy
+//!
+//! A client writes `{"jsonrpc":"2.0","id":4,"method":"tools/call",...}` and a newline.
+//! [`stdio`]'s client task reads it with a [`framing::FrameReader`] and hands the frame to
+//! [`relay::Relay::from_client`], which reads its envelope with [`message::parse`], gives a
+//! `tools/call` to [`intercept::Interceptor::tools_call_request`], records id 4 as in flight and
+//! returns the bytes to send upstream — the very bytes that arrived unless the hook rewrote them.
+//! The server's reply comes back through [`relay::Relay::from_server`], which matches id 4,
+//! passes the result to [`intercept::Interceptor::tools_call_response`], and returns the bytes
+//! for the client's writer task. Any message that is not intercepted (notifications, server
+//! requests such as sampling, unknown methods) is forwarded as the exact bytes it arrived as.
+
+#![forbid(unsafe_code)]
+
+pub mod child;
+pub mod cli;
+pub mod framing;
+pub mod intercept;
+pub mod jsonrpc;
+pub mod message;
+pub mod relay;
+pub mod stdio;

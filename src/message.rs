@@ -1,0 +1,247 @@
+//! The JSON-RPC envelope: the few fields the relay reads from a message, leaving the rest as bytes.
+//!
+//! Why not parse whole messages: the relay must forward what it does not intercept as the exact
+//! bytes it arrived as (key order, number forms, unknown fields, `_meta`). So it reads only the
+//! envelope — `id`, `method`, and whether a `result`/`error` is present — borrowing from the line
+//! it was handed, and never re-serializes a message it has no reason to touch.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+/// What a single JSON-RPC message is, judged from its envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// Has `method` and a non-null `id`.
+    Request { id: Id, method: String },
+    /// Has `method` and no `id`.
+    Notification { method: String },
+    /// Has `result` or `error` and no `method`.
+    Response { id: Option<Id> },
+    /// Valid JSON, but not a JSON-RPC message the relay can classify (it is forwarded as is).
+    Other,
+}
+
+/// A request id, as the peer wrote it and as a key that ignores number formatting.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Id {
+    /// The id's JSON text exactly as it arrived (`7`, `"abc"`), used to echo it back.
+    raw: Box<str>,
+    /// The comparison key: strings keep their JSON text, integers are normalized (`7.0` → `7`).
+    key: Box<str>,
+}
+
+impl Id {
+    /// Builds an id from its JSON text (a string or a number).
+    pub fn from_json_text(raw: &str) -> Id {
+        let raw = raw.trim();
+        let key: Box<str> = if raw.starts_with('"') {
+            raw.into()
+        } else {
+            match raw.parse::<f64>() {
+                Ok(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{}", f as i64).into(),
+                _ => raw.into(),
+            }
+        };
+        Id {
+            raw: raw.into(),
+            key,
+        }
+    }
+
+    /// The id's JSON text as the peer wrote it.
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// The key used to match a response to its request.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// One line from a peer, classified.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    Single(Kind),
+    /// A JSON-RPC batch (an array); one `Kind` per element.
+    Batch(Vec<Kind>),
+}
+
+/// The line is not JSON (or not a JSON object or array).
+#[derive(Debug, thiserror::Error)]
+#[error("not a JSON-RPC message: {0}")]
+pub struct NotJson(#[from] serde_json::Error);
+
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    result: Option<IgnoredAny>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+impl RawEnvelope<'_> {
+    fn kind(self, has_result_or_error: bool) -> Kind {
+        let id = self
+            .id
+            .map(RawValue::get)
+            .filter(|text| *text != "null")
+            .map(Id::from_json_text);
+        match (self.method, id) {
+            (Some(method), Some(id)) => Kind::Request {
+                id,
+                method: method.into_owned(),
+            },
+            (Some(method), None) => Kind::Notification {
+                method: method.into_owned(),
+            },
+            (None, id) if has_result_or_error => Kind::Response { id },
+            (None, _) => Kind::Other,
+        }
+    }
+}
+
+fn classify(envelope: RawEnvelope<'_>) -> Kind {
+    let has = envelope.result.is_some() || envelope.error.is_some();
+    envelope.kind(has)
+}
+
+/// Reads the envelope of one line. The line is not copied or modified.
+pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    if first == Some(b'[') {
+        let elements: Vec<&RawValue> = serde_json::from_slice(line)?;
+        let kinds = elements
+            .into_iter()
+            .map(|raw| match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
+                Ok(envelope) => classify(envelope),
+                Err(_) => Kind::Other,
+            })
+            .collect();
+        return Ok(Parsed::Batch(kinds));
+    }
+    if first == Some(b'{') {
+        let envelope: RawEnvelope<'_> = serde_json::from_slice(line)?;
+        return Ok(Parsed::Single(classify(envelope)));
+    }
+    // Scalars and garbage: let serde produce the precise error, or call a bare scalar "Other".
+    let _: IgnoredAny = serde_json::from_slice(line)?;
+    Ok(Parsed::Single(Kind::Other))
+}
+
+/// The `params.requestId` of a `notifications/cancelled`, if the line carries one.
+pub fn cancelled_request_id(line: &[u8]) -> Option<Id> {
+    #[derive(Deserialize)]
+    struct Cancelled<'a> {
+        #[serde(borrow)]
+        params: Option<CancelledParams<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct CancelledParams<'a> {
+        #[serde(borrow, rename = "requestId")]
+        request_id: Option<&'a RawValue>,
+    }
+    let parsed: Cancelled<'_> = serde_json::from_slice(line).ok()?;
+    parsed
+        .params?
+        .request_id
+        .map(|raw| Id::from_json_text(raw.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(line: &str) -> Kind {
+        match parse(line.as_bytes()) {
+            Ok(Parsed::Single(kind)) => kind,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn classifies_the_four_kinds() {
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#),
+            Kind::Request {
+                id: Id::from_json_text("7"),
+                method: "tools/list".into()
+            }
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            Kind::Notification {
+                method: "notifications/progress".into()
+            }
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+            Kind::Response {
+                id: Some(Id::from_json_text(r#""a""#))
+            }
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#),
+            Kind::Response { id: None }
+        );
+        assert_eq!(single(r#"{"hello":1}"#), Kind::Other);
+        assert_eq!(single("42"), Kind::Other);
+    }
+
+    #[test]
+    fn method_with_escapes_is_decoded() {
+        assert_eq!(
+            single(r#"{"id":1,"method":"tools\/call"}"#),
+            Kind::Request {
+                id: Id::from_json_text("1"),
+                method: "tools/call".into()
+            }
+        );
+    }
+
+    #[test]
+    fn id_keys_ignore_number_formatting_but_keep_raw_text() {
+        let a = Id::from_json_text("7.0");
+        let b = Id::from_json_text("7");
+        assert_eq!(a.key(), b.key());
+        assert_eq!(a.raw(), "7.0");
+        assert_ne!(Id::from_json_text(r#""7""#).key(), b.key());
+    }
+
+    #[test]
+    fn batches_are_classified_per_element() {
+        let parsed = parse(br#"[{"id":1,"method":"ping"},{"method":"n"},3]"#).unwrap();
+        assert_eq!(
+            parsed,
+            Parsed::Batch(vec![
+                Kind::Request {
+                    id: Id::from_json_text("1"),
+                    method: "ping".into()
+                },
+                Kind::Notification { method: "n".into() },
+                Kind::Other,
+            ])
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(parse(b"not json").is_err());
+        assert!(parse(br#"{"id":1,"#).is_err());
+    }
+
+    #[test]
+    fn cancelled_id_is_read() {
+        let id = cancelled_request_id(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r9"}}"#,
+        );
+        assert_eq!(id.map(|i| i.key().to_string()), Some(r#""r9""#.to_string()));
+    }
+}

@@ -1,0 +1,389 @@
+//! The relay core: routes one client session's messages, without doing any I/O.
+//!
+//! Transports (stdio, HTTP) read frames and hand them here; `Relay` says what goes to the
+//! server and what goes back to the client. It remembers the client's requests in flight so
+//! that responses can be matched to the `tools/list` and `tools/call` hooks, and so that every
+//! waiting request gets an error — never silence — when the server goes away.
+//!
+//! Ids are never rewritten: one relay serves one client and one upstream.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::value::RawValue;
+
+use crate::framing::Frame;
+use crate::intercept::{CallContext, CallDecision, Interceptor};
+use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
+use crate::message::{self, Id, Kind, Parsed};
+
+/// Where the messages from one client frame go.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Routed {
+    /// The bytes to send to the server, if any.
+    pub to_server: Option<Vec<u8>>,
+    /// Messages the proxy answers the client with directly (errors, intercepted calls).
+    pub to_client: Vec<Vec<u8>>,
+}
+
+enum Pending {
+    ToolsList,
+    ToolsCall(CallContext),
+    Other,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<Box<str>, (Id, Pending)>,
+    /// Set once the upstream is gone: new requests are answered with this reason.
+    closed: Option<String>,
+}
+
+/// One client session's routing state.
+pub struct Relay {
+    interceptor: Interceptor,
+    state: Mutex<State>,
+}
+
+impl Relay {
+    pub fn new(interceptor: Interceptor) -> Self {
+        Relay {
+            interceptor,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means another thread panicked mid-update of a plain map; the
+        // map itself is still usable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Number of client requests waiting for a response.
+    pub fn in_flight(&self) -> usize {
+        self.state().pending.len()
+    }
+
+    /// A frame from the client.
+    pub fn from_client(&self, frame: Frame) -> Routed {
+        match frame {
+            Frame::Line(line) => self.client_line(line),
+            Frame::TooLarge { bytes, id, method } => {
+                tracing::warn!(bytes, method = method.as_deref(), "client message over the size limit");
+                let message = format!(
+                    "{} message is {bytes} bytes, over the proxy's message size limit \
+                     (raise it with --max-message-bytes)",
+                    method.as_deref().unwrap_or("the")
+                );
+                Routed {
+                    to_server: None,
+                    to_client: vec![jsonrpc::error_response(
+                        id.as_ref(),
+                        INVALID_REQUEST,
+                        &message,
+                        None,
+                    )],
+                }
+            }
+        }
+    }
+
+    fn client_line(&self, line: Vec<u8>) -> Routed {
+        let parsed = match message::parse(&line) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "client sent a line that is not JSON");
+                let message = format!("Parse error: {err}");
+                return Routed {
+                    to_server: None,
+                    to_client: vec![jsonrpc::error_response(None, PARSE_ERROR, &message, None)],
+                };
+            }
+        };
+        match parsed {
+            Parsed::Single(kind) => {
+                let mut to_client = Vec::new();
+                let to_server = self.client_message(kind, &line, &mut to_client);
+                let to_server = to_server.map(|rewritten| rewritten.unwrap_or(line));
+                Routed {
+                    to_server,
+                    to_client,
+                }
+            }
+            Parsed::Batch(kinds) => self.client_batch(kinds, line),
+        }
+    }
+
+    /// Handles one client message. Returns `None` when nothing goes upstream, `Some(None)` to
+    /// forward the bytes unchanged, `Some(Some(bytes))` to forward rewritten bytes.
+    fn client_message(
+        &self,
+        kind: Kind,
+        bytes: &[u8],
+        to_client: &mut Vec<Vec<u8>>,
+    ) -> Option<Option<Vec<u8>>> {
+        match kind {
+            Kind::Request { id, method } => {
+                tracing::debug!(id = id.raw(), %method, "request");
+                let (pending, rewritten) = match method.as_str() {
+                    "tools/list" => (Pending::ToolsList, None),
+                    "tools/call" => match self.interceptor.tools_call_request(&id, bytes) {
+                        CallDecision::Answer(answer) => {
+                            to_client.push(answer);
+                            return None;
+                        }
+                        CallDecision::Forward { rewritten, context } => {
+                            (Pending::ToolsCall(context), rewritten)
+                        }
+                    },
+                    _ => (Pending::Other, None),
+                };
+                let mut state = self.state();
+                if let Some(reason) = &state.closed {
+                    to_client.push(jsonrpc::error_response(
+                        Some(&id),
+                        UPSTREAM_ERROR,
+                        reason,
+                        None,
+                    ));
+                    return None;
+                }
+                state.pending.insert(id.key().into(), (id, pending));
+                Some(rewritten)
+            }
+            Kind::Notification { method } => {
+                if method == "notifications/cancelled" {
+                    if let Some(id) = message::cancelled_request_id(bytes) {
+                        tracing::debug!(id = id.raw(), "client cancelled a request");
+                        self.state().pending.remove(id.key());
+                    }
+                }
+                Some(None)
+            }
+            Kind::Response { .. } | Kind::Other => Some(None),
+        }
+    }
+
+    fn client_batch(&self, kinds: Vec<Kind>, line: Vec<u8>) -> Routed {
+        let mut to_client = Vec::new();
+        let elements: Vec<&RawValue> = match serde_json::from_slice(&line) {
+            Ok(elements) => elements,
+            Err(_) => return Routed::default(), // unreachable: `parse` accepted it as an array
+        };
+        let mut kept = Vec::with_capacity(elements.len());
+        let mut changed = false;
+        for (kind, element) in kinds.into_iter().zip(&elements) {
+            match self.client_message(kind, element.get().as_bytes(), &mut to_client) {
+                None => changed = true,
+                Some(None) => kept.push(element.get().to_owned()),
+                Some(Some(rewritten)) => {
+                    changed = true;
+                    kept.push(String::from_utf8_lossy(&rewritten).into_owned());
+                }
+            }
+        }
+        let to_server = if !changed {
+            Some(line)
+        } else if kept.is_empty() {
+            None
+        } else {
+            Some(format!("[{}]", kept.join(",")).into_bytes())
+        };
+        Routed {
+            to_server,
+            to_client,
+        }
+    }
+
+    /// A frame from the server: the bytes to send to the client, if any.
+    pub fn from_server(&self, frame: Frame) -> Option<Vec<u8>> {
+        let line = match frame {
+            Frame::Line(line) => line,
+            Frame::TooLarge { bytes, id, method } => return self.server_too_large(bytes, id, method),
+        };
+        let parsed = match message::parse(&line) {
+            Ok(parsed) => parsed,
+            Err(err) => {
+                tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "server wrote a line that is not JSON; dropped");
+                return None;
+            }
+        };
+        match parsed {
+            Parsed::Single(Kind::Response { id: Some(id) }) => {
+                Some(self.server_response(&id, &line).unwrap_or(line))
+            }
+            Parsed::Single(_) => Some(line),
+            Parsed::Batch(kinds) => Some(self.server_batch(kinds, line)),
+        }
+    }
+
+    /// The rewritten bytes of a response, or `None` to forward it unchanged.
+    fn server_response(&self, id: &Id, bytes: &[u8]) -> Option<Vec<u8>> {
+        let pending = self.state().pending.remove(id.key());
+        match pending {
+            Some((_, Pending::ToolsList)) => self.interceptor.tools_list_response(bytes),
+            Some((_, Pending::ToolsCall(context))) => {
+                self.interceptor.tools_call_response(context, bytes)
+            }
+            Some((_, Pending::Other)) | None => None,
+        }
+    }
+
+    fn server_batch(&self, kinds: Vec<Kind>, line: Vec<u8>) -> Vec<u8> {
+        let elements: Vec<&RawValue> = match serde_json::from_slice(&line) {
+            Ok(elements) => elements,
+            Err(_) => return line,
+        };
+        let mut out = Vec::with_capacity(elements.len());
+        let mut changed = false;
+        for (kind, element) in kinds.into_iter().zip(&elements) {
+            let rewritten = match kind {
+                Kind::Response { id: Some(id) } => self.server_response(&id, element.get().as_bytes()),
+                _ => None,
+            };
+            match rewritten {
+                Some(bytes) => {
+                    changed = true;
+                    out.push(String::from_utf8_lossy(&bytes).into_owned());
+                }
+                None => out.push(element.get().to_owned()),
+            }
+        }
+        if changed {
+            format!("[{}]", out.join(",")).into_bytes()
+        } else {
+            line
+        }
+    }
+
+    fn server_too_large(&self, bytes: usize, id: Option<Id>, method: Option<String>) -> Option<Vec<u8>> {
+        tracing::warn!(bytes, method = method.as_deref(), "server message over the size limit; dropped");
+        let id = id?;
+        let (id, _) = self.state().pending.remove(id.key())?;
+        let message = format!(
+            "the server's response is {bytes} bytes, over the proxy's message size limit \
+             (raise it with --max-message-bytes, or narrow the request)"
+        );
+        Some(jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, &message, None))
+    }
+
+    /// The upstream is gone: every request in flight gets an error naming `reason`, and so will
+    /// every request that arrives from now on.
+    pub fn close(&self, reason: &str) -> Vec<Vec<u8>> {
+        let mut state = self.state();
+        state.closed = Some(reason.to_string());
+        state
+            .pending
+            .drain()
+            .map(|(_, (id, _))| jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, reason, None))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Frame {
+        Frame::Line(text.as_bytes().to_vec())
+    }
+
+    fn text(bytes: &[u8]) -> &str {
+        std::str::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn requests_pass_unchanged_and_are_tracked_until_answered() {
+        let relay = Relay::new(Interceptor::passthrough());
+        let req = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x-extra":1.50}}"#;
+        let routed = relay.from_client(line(req));
+        assert_eq!(routed.to_server.as_deref(), Some(req.as_bytes()));
+        assert!(routed.to_client.is_empty());
+        assert_eq!(relay.in_flight(), 1);
+        let resp = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+        assert_eq!(relay.from_server(line(resp)).as_deref(), Some(resp.as_bytes()));
+        assert_eq!(relay.in_flight(), 0);
+    }
+
+    #[test]
+    fn garbage_from_client_gets_a_parse_error() {
+        let relay = Relay::new(Interceptor::passthrough());
+        let routed = relay.from_client(line("hello"));
+        assert_eq!(routed.to_server, None);
+        assert_eq!(routed.to_client.len(), 1);
+        assert!(text(&routed.to_client[0]).starts_with(
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: "#
+        ));
+    }
+
+    #[test]
+    fn garbage_from_server_is_dropped() {
+        let relay = Relay::new(Interceptor::passthrough());
+        assert_eq!(relay.from_server(line("Starting server...")), None);
+    }
+
+    #[test]
+    fn close_answers_every_pending_request_and_later_ones() {
+        let relay = Relay::new(Interceptor::passthrough());
+        relay.from_client(line(r#"{"jsonrpc":"2.0","id":"a","method":"tools/call"}"#));
+        relay.from_client(line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#));
+        let mut errors: Vec<String> = relay
+            .close("server exited")
+            .iter()
+            .map(|b| text(b).to_string())
+            .collect();
+        errors.sort();
+        assert_eq!(
+            errors,
+            vec![
+                r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32000,"message":"server exited"}}"#,
+                r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"server exited"}}"#,
+            ]
+        );
+        let routed = relay.from_client(line(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#));
+        assert_eq!(routed.to_server, None);
+        assert_eq!(
+            text(&routed.to_client[0]),
+            r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"server exited"}}"#
+        );
+    }
+
+    #[test]
+    fn cancelled_requests_are_forgotten_and_the_notification_forwarded() {
+        let relay = Relay::new(Interceptor::passthrough());
+        relay.from_client(line(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#));
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        let routed = relay.from_client(line(cancel));
+        assert_eq!(routed.to_server.as_deref(), Some(cancel.as_bytes()));
+        assert_eq!(relay.in_flight(), 0);
+    }
+
+    #[test]
+    fn batches_are_tracked_per_element_and_forwarded_unchanged() {
+        let relay = Relay::new(Interceptor::passthrough());
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]"#;
+        let routed = relay.from_client(line(batch));
+        assert_eq!(routed.to_server.as_deref(), Some(batch.as_bytes()));
+        assert_eq!(relay.in_flight(), 1);
+        let reply = r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#;
+        assert_eq!(relay.from_server(line(reply)).as_deref(), Some(reply.as_bytes()));
+        assert_eq!(relay.in_flight(), 0);
+    }
+
+    #[test]
+    fn oversized_request_gets_an_error_with_its_id() {
+        let relay = Relay::new(Interceptor::passthrough());
+        let routed = relay.from_client(Frame::TooLarge {
+            bytes: 70_000_000,
+            id: Some(Id::from_json_text("9")),
+            method: Some("tools/call".into()),
+        });
+        assert_eq!(routed.to_server, None);
+        assert_eq!(
+            text(&routed.to_client[0]),
+            r#"{"jsonrpc":"2.0","id":9,"error":{"code":-32600,"message":"tools/call message is 70000000 bytes, over the proxy's message size limit (raise it with --max-message-bytes)"}}"#
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! Test support: paths to the built binaries and a raw line-speaking peer over a child's stdio.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+/// How long a test waits for a line before declaring the peer hung.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub fn proxy_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget"))
+}
+
+/// An example binary built by `cargo test` next to the test binaries.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target dir");
+    let path = dir.join("examples").join(name);
+    assert!(path.exists(), "{} is not built; run the tests with `cargo test`", path.display());
+    path
+}
+
+/// A process we talk to line by line on its stdin/stdout.
+pub struct Peer {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Lines<BufReader<ChildStdout>>,
+    stderr: Option<ChildStderr>,
+}
+
+impl Peer {
+    pub fn spawn(program: impl Into<PathBuf>, args: &[&str]) -> Peer {
+        let program = program.into();
+        let mut child = Command::new(&program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take();
+        Peer {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+            stderr,
+        }
+    }
+
+    /// The quirky test server, directly.
+    pub fn quirky() -> Peer {
+        Peer::spawn(example("quirky_server"), &[])
+    }
+
+    /// mcp-budget with `options`, in front of `server`.
+    pub fn proxy(options: &[&str], server: &[&str]) -> Peer {
+        let mut args: Vec<&str> = options.to_vec();
+        args.push("--");
+        args.extend_from_slice(server);
+        Peer::spawn(proxy_bin(), &args)
+    }
+
+    pub async fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        stdin.write_all(line.as_bytes()).await.expect("write");
+        stdin.write_all(b"\n").await.expect("write");
+        stdin.flush().await.expect("flush");
+    }
+
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        stdin.write_all(bytes).await.expect("write");
+        stdin.flush().await.expect("flush");
+    }
+
+    /// The next line; panics if none comes within `PATIENCE`.
+    pub async fn recv(&mut self) -> String {
+        match tokio::time::timeout(PATIENCE, self.lines.next_line()).await {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) => panic!("peer closed its output while a line was expected"),
+            Ok(Err(e)) => panic!("read error: {e}"),
+            Err(_) => panic!("no line within {PATIENCE:?}: the peer hung"),
+        }
+    }
+
+    pub async fn recv_json(&mut self) -> serde_json::Value {
+        let line = self.recv().await;
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Reads until end of output; returns the lines that were still to come.
+    pub async fn rest(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            match tokio::time::timeout(PATIENCE, self.lines.next_line()).await {
+                Ok(Ok(Some(line))) => out.push(line),
+                Ok(Ok(None)) | Ok(Err(_)) => return out,
+                Err(_) => panic!("output did not end within {PATIENCE:?}"),
+            }
+        }
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    pub async fn wait(&mut self) -> ExitStatus {
+        tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("process did not exit in time")
+            .expect("wait")
+    }
+
+    /// Everything the process wrote to stderr (call after it exited).
+    pub async fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = tokio::time::timeout(PATIENCE, stderr.read_to_string(&mut text)).await;
+        }
+        text
+    }
+}
+
+pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw-test","version":"0"}}}"#;
+pub const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// Sends initialize + initialized and returns the initialize response line.
+pub async fn handshake(peer: &mut Peer) -> String {
+    peer.send(INITIALIZE).await;
+    let response = peer.recv().await;
+    peer.send(INITIALIZED).await;
+    response
+}
+
+/// Whether a process is still alive (a zombie counts as gone).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits (bounded) until `pid` is gone; returns whether it went.
+pub async fn gone(pid: u32) -> bool {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while tokio::time::Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The pids of `pid`'s children (from every thread of it).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+/// Waits (bounded) for `pid` to have a child and returns its pid.
+pub async fn wait_for_child(pid: u32) -> u32 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(child) = children(pid).first() {
+            return *child;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("process {pid} started no child");
+}
