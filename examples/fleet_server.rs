@@ -155,8 +155,10 @@ impl FleetServer {
         if streams.is_empty() {
             return error(format!("no wave named {wave:?}"));
         }
-        CallToolResult::structured(json!({"wave": wave, "stream_count": streams.len(), "streams": streams}))
-            .into()
+        CallToolResult::structured(
+            json!({"wave": wave, "stream_count": streams.len(), "streams": streams}),
+        )
+        .into()
     }
 
     fn stream_detail(&self, id: Option<&str>) -> CallToolResponse {
@@ -184,7 +186,10 @@ impl FleetServer {
 impl ServerHandler for FleetServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("fleet-server", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new(
+                "fleet-server",
+                env!("CARGO_PKG_VERSION"),
+            ))
             .with_instructions("A fleet of work streams. fleet_show lists every stream.")
     }
 
@@ -205,7 +210,9 @@ impl ServerHandler for FleetServer {
             "fleet_show" => self.fleet_show(),
             "wave_show" => self.wave_show(argument(&request, "wave")),
             "stream_detail" => self.stream_detail(argument(&request, "stream_id")),
-            other => error(format!("unknown tool {other:?}; try fleet_show, wave_show or stream_detail")),
+            other => error(format!(
+                "unknown tool {other:?}; try fleet_show, wave_show or stream_detail"
+            )),
         })
     }
 }
@@ -215,19 +222,22 @@ fn parse_args() -> Result<(usize, u64), String> {
     let mut seed = 7;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--streams" => {
                 streams = value("--streams")?
                     .parse()
                     .map_err(|e| format!("--streams: {e}"))?
             }
-            "--seed" => seed = value("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--seed" => {
+                seed = value("--seed")?
+                    .parse()
+                    .map_err(|e| format!("--seed: {e}"))?
+            }
             "--help" | "-h" => {
-                return Err("usage: fleet_server [--streams N (default 68)] [--seed S (default 7)]".into());
+                return Err(
+                    "usage: fleet_server [--streams N (default 68)] [--seed S (default 7)]".into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }

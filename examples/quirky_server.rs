@@ -33,7 +33,10 @@ fn main() {
     let mut awaiting_sampling: Option<(String, String)> = None;
     while let Some(Ok(line)) = lines.next() {
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
-            send(&mut out, r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"quirky: parse error"}}"#);
+            send(
+                &mut out,
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"quirky: parse error"}}"#,
+            );
             continue;
         };
         if let Value::Array(batch) = &message {
@@ -51,31 +54,58 @@ fn main() {
         match (method, id) {
             (Some("initialize"), Some(id)) => {
                 let version = params["protocolVersion"].as_str().unwrap_or("2025-06-18");
-                send(&mut out, &format!(
-                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}},"logging":{{}},"x-vendor":{{"flag":true}}}},"serverInfo":{{"name":"quirky","version":"1.0.0","x-build":"r\u00e9v 7"}},"_meta":{{"startup_ms":1.0e1}}}}}}"#
-                ));
+                send(
+                    &mut out,
+                    &format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}},"logging":{{}},"x-vendor":{{"flag":true}}}},"serverInfo":{{"name":"quirky","version":"1.0.0","x-build":"r\u00e9v 7"}},"_meta":{{"startup_ms":1.0e1}}}}}}"#
+                    ),
+                );
             }
             (Some("tools/list"), Some(id)) => {
-                send(&mut out, r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"debug","logger":"quirky","data":{"listing":"tools","n":7}}}"#);
-                send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{TOOLS}}}"#));
+                send(
+                    &mut out,
+                    r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"debug","logger":"quirky","data":{"listing":"tools","n":7}}}"#,
+                );
+                send(
+                    &mut out,
+                    &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{TOOLS}}}"#),
+                );
             }
-            (Some("ping"), Some(id)) => send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)),
+            (Some("ping"), Some(id)) => send(
+                &mut out,
+                &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
+            ),
             (Some("x/echo"), Some(id)) => {
                 // Echo the params' exact text: unknown methods and fields must arrive intact.
-                let raw = line.find(r#""params":"#).map(|i| &line[i + 9..line.len() - 1]).unwrap_or("null");
-                send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"echo":{raw}}}}}"#));
+                let raw = line
+                    .find(r#""params":"#)
+                    .map(|i| &line[i + 9..line.len() - 1])
+                    .unwrap_or("null");
+                send(
+                    &mut out,
+                    &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"echo":{raw}}}}}"#),
+                );
             }
             (Some("tools/call"), Some(id)) => {
                 let token = params["_meta"]["progressToken"].to_string();
                 match params["name"].as_str().unwrap_or("") {
                     "report" => {
                         for (k, total) in [(1, "3"), (2, "3.0")] {
-                            send(&mut out, &format!(
-                                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":{k},"total":{total},"message":"step {k}"}}}}"#
-                            ));
+                            send(
+                                &mut out,
+                                &format!(
+                                    r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":{k},"total":{total},"message":"step {k}"}}}}"#
+                                ),
+                            );
                         }
-                        send(&mut out, r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"asking the client to sample"}}"#);
-                        send(&mut out, r#"{"jsonrpc":"2.0","id":"srv-1","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Summarize Q3"}}],"maxTokens":100,"_meta":{"x-origin":"report"}}}"#);
+                        send(
+                            &mut out,
+                            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"asking the client to sample"}}"#,
+                        );
+                        send(
+                            &mut out,
+                            r#"{"jsonrpc":"2.0","id":"srv-1","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Summarize Q3"}}],"maxTokens":100,"_meta":{"x-origin":"report"}}}"#,
+                        );
                         awaiting_sampling = Some((id, token));
                     }
                     "slow" => {} // answered only by cancellation, below
@@ -85,48 +115,94 @@ fn main() {
                         std::process::exit(3);
                     }
                     "noise" => {
-                        send(&mut out, "this line is not JSON-RPC: debug output on stdout");
-                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"after noise"}}]}}}}"#));
+                        send(
+                            &mut out,
+                            "this line is not JSON-RPC: debug output on stdout",
+                        );
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"after noise"}}]}}}}"#
+                            ),
+                        );
                     }
                     "big" => {
                         let n = params["arguments"]["bytes"].as_u64().unwrap_or(1000) as usize;
                         let text = "x".repeat(n);
-                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#));
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
+                            ),
+                        );
                     }
                     "spawn" => {
-                        let pid = std::process::Command::new("sleep").arg("600").spawn().map(|c| c.id()).unwrap_or(0);
-                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{pid}"}}]}}}}"#));
+                        let pid = std::process::Command::new("sleep")
+                            .arg("600")
+                            .spawn()
+                            .map(|c| c.id())
+                            .unwrap_or(0);
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{pid}"}}]}}}}"#
+                            ),
+                        );
                     }
                     "list_changed" => {
-                        send(&mut out, r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
-                        send(&mut out, &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#));
+                        send(
+                            &mut out,
+                            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+                        );
+                        send(
+                            &mut out,
+                            &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#),
+                        );
                     }
-                    other => send(&mut out, &format!(
-                        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown tool {other}"}}}}"#
-                    )),
+                    other => send(
+                        &mut out,
+                        &format!(
+                            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown tool {other}"}}}}"#
+                        ),
+                    ),
                 }
             }
             (Some("notifications/cancelled"), None) => {
                 let request = params["requestId"].to_string();
-                send(&mut out, &format!(
-                    r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"cancelled {}"}}}}"#,
-                    request.replace('"', "'")
-                ));
+                send(
+                    &mut out,
+                    &format!(
+                        r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"cancelled {}"}}}}"#,
+                        request.replace('"', "'")
+                    ),
+                );
             }
             (Some(_), None) => {} // other notifications
-            (Some(other), Some(id)) => send(&mut out, &format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found: {other}"}}}}"#
-            )),
+            (Some(other), Some(id)) => send(
+                &mut out,
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found: {other}"}}}}"#
+                ),
+            ),
             (None, Some(id)) if id == "\"srv-1\"" => {
                 // The client's answer to our sampling request: finish the `report` call.
                 if let Some((call, token)) = awaiting_sampling.take() {
-                    let summary = message["result"]["content"]["text"].as_str().unwrap_or("?").to_string();
-                    send(&mut out, &format!(
-                        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":3,"total":3}}}}"#
-                    ));
-                    send(&mut out, &format!(
-                        r#"{{"jsonrpc":"2.0","id":{call},"result":{{"content":[{{"type":"text","text":"Q3: {summary} caf\u00e9"}},{{"type":"hologram","data":"AAEC","x-depth":3,"annotations":{{"audience":["user"],"priority":0.50}}}},{{"type":"resource_link","uri":"file:///q3.csv","name":"q3.csv","_meta":{{"x":1}}}}],"structuredContent":{{"total":1e3,"rows":[{{"q":"Q3","v":12.50}}],"x-extra":null}},"isError":false,"_meta":{{"vendor/cost":0.001}}}}}}"#
-                    ));
+                    let summary = message["result"]["content"]["text"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .to_string();
+                    send(
+                        &mut out,
+                        &format!(
+                            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":3,"total":3}}}}"#
+                        ),
+                    );
+                    send(
+                        &mut out,
+                        &format!(
+                            r#"{{"jsonrpc":"2.0","id":{call},"result":{{"content":[{{"type":"text","text":"Q3: {summary} caf\u00e9"}},{{"type":"hologram","data":"AAEC","x-depth":3,"annotations":{{"audience":["user"],"priority":0.50}}}},{{"type":"resource_link","uri":"file:///q3.csv","name":"q3.csv","_meta":{{"x":1}}}}],"structuredContent":{{"total":1e3,"rows":[{{"q":"Q3","v":12.50}}],"x-extra":null}},"isError":false,"_meta":{{"vendor/cost":0.001}}}}}}"#
+                        ),
+                    );
                 }
             }
             _ => {}

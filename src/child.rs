@@ -23,9 +23,13 @@ const STDERR_LINE_MAX: usize = 300;
 /// The child could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
-    #[error("no server command given: put it after `--`, e.g. `mcp-budget -- npx -y @modelcontextprotocol/server-everything`")]
+    #[error(
+        "no server command given: put it after `--`, e.g. `mcp-budget -- npx -y @modelcontextprotocol/server-everything`"
+    )]
     NoCommand,
-    #[error("could not start the server `{program}`: {source} (check the command and that it is on PATH)")]
+    #[error(
+        "could not start the server `{program}`: {source} (check the command and that it is on PATH)"
+    )]
     Io {
         program: String,
         #[source]
@@ -115,7 +119,10 @@ impl ChildServer {
 
     /// The last lines the child wrote to stderr.
     pub fn stderr_tail(&self) -> Vec<String> {
-        let tail = self.tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tail = self
+            .tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         tail.iter().cloned().collect()
     }
 
@@ -127,7 +134,10 @@ impl ChildServer {
             self.signal_group(Signal::SIGTERM);
             return status;
         }
-        tracing::info!(grace_ms = grace.as_millis() as u64, "server still running after the grace period; sending SIGTERM");
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "server still running after the grace period; sending SIGTERM"
+        );
         self.signal_group(Signal::SIGTERM);
         if let Ok(status) = tokio::time::timeout(Duration::from_secs(2), self.wait()).await {
             return status;
@@ -145,7 +155,9 @@ impl ChildServer {
         if let Some(pgid) = self.pgid {
             match killpg(pgid, signal) {
                 Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-                Err(err) => tracing::warn!(%err, ?signal, "could not signal the server's process group"),
+                Err(err) => {
+                    tracing::warn!(%err, ?signal, "could not signal the server's process group")
+                }
             }
         }
     }
@@ -176,7 +188,9 @@ async fn pass_stderr(stderr: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
         if text.is_empty() {
             continue;
         }
-        let mut tail = tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut tail = tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();
         }

@@ -137,10 +137,10 @@ impl EnvelopeScanner {
             if self.key.len() < 16 {
                 self.key.push(b);
             }
-        } else if let Some((_, value)) = &mut self.capture {
-            if value.len() < MAX_CAPTURE {
-                value.push(b);
-            }
+        } else if let Some((_, value)) = &mut self.capture
+            && value.len() < MAX_CAPTURE
+        {
+            value.push(b);
         }
     }
 

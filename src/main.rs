@@ -76,7 +76,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(match outcome {
         Outcome::ClientClosed | Outcome::Shutdown => ExitCode::SUCCESS,
         Outcome::ServerExited(status) => {
-            tracing::error!(?status, "the upstream server exited while the client was connected");
+            tracing::error!(
+                ?status,
+                "the upstream server exited while the client was connected"
+            );
             ExitCode::from(1)
         }
     })
@@ -85,7 +88,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Completes on SIGINT or SIGTERM.
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
         tracing::warn!("cannot listen for signals; Ctrl-C will end the proxy abruptly");
         return std::future::pending().await;
     };

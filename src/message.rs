@@ -120,10 +120,12 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
         let elements: Vec<&RawValue> = serde_json::from_slice(line)?;
         let kinds = elements
             .into_iter()
-            .map(|raw| match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
-                Ok(envelope) => classify(envelope),
-                Err(_) => Kind::Other,
-            })
+            .map(
+                |raw| match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
+                    Ok(envelope) => classify(envelope),
+                    Err(_) => Kind::Other,
+                },
+            )
             .collect();
         return Ok(Parsed::Batch(kinds));
     }

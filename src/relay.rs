@@ -71,7 +71,11 @@ impl Relay {
         match frame {
             Frame::Line(line) => self.client_line(line),
             Frame::TooLarge { bytes, id, method } => {
-                tracing::warn!(bytes, method = method.as_deref(), "client message over the size limit");
+                tracing::warn!(
+                    bytes,
+                    method = method.as_deref(),
+                    "client message over the size limit"
+                );
                 let message = format!(
                     "{} message is {bytes} bytes, over the proxy's message size limit \
                      (raise it with --max-message-bytes)",
@@ -154,11 +158,11 @@ impl Relay {
                 Some(rewritten)
             }
             Kind::Notification { method } => {
-                if method == "notifications/cancelled" {
-                    if let Some(id) = message::cancelled_request_id(bytes) {
-                        tracing::debug!(id = id.raw(), "client cancelled a request");
-                        self.state().pending.remove(id.key());
-                    }
+                if method == "notifications/cancelled"
+                    && let Some(id) = message::cancelled_request_id(bytes)
+                {
+                    tracing::debug!(id = id.raw(), "client cancelled a request");
+                    self.state().pending.remove(id.key());
                 }
                 Some(None)
             }
@@ -201,7 +205,9 @@ impl Relay {
     pub fn from_server(&self, frame: Frame) -> Option<Vec<u8>> {
         let line = match frame {
             Frame::Line(line) => line,
-            Frame::TooLarge { bytes, id, method } => return self.server_too_large(bytes, id, method),
+            Frame::TooLarge { bytes, id, method } => {
+                return self.server_too_large(bytes, id, method);
+            }
         };
         let parsed = match message::parse(&line) {
             Ok(parsed) => parsed,
@@ -240,7 +246,9 @@ impl Relay {
         let mut changed = false;
         for (kind, element) in kinds.into_iter().zip(&elements) {
             let rewritten = match kind {
-                Kind::Response { id: Some(id) } => self.server_response(&id, element.get().as_bytes()),
+                Kind::Response { id: Some(id) } => {
+                    self.server_response(&id, element.get().as_bytes())
+                }
                 _ => None,
             };
             match rewritten {
@@ -258,15 +266,29 @@ impl Relay {
         }
     }
 
-    fn server_too_large(&self, bytes: usize, id: Option<Id>, method: Option<String>) -> Option<Vec<u8>> {
-        tracing::warn!(bytes, method = method.as_deref(), "server message over the size limit; dropped");
+    fn server_too_large(
+        &self,
+        bytes: usize,
+        id: Option<Id>,
+        method: Option<String>,
+    ) -> Option<Vec<u8>> {
+        tracing::warn!(
+            bytes,
+            method = method.as_deref(),
+            "server message over the size limit; dropped"
+        );
         let id = id?;
         let (id, _) = self.state().pending.remove(id.key())?;
         let message = format!(
             "the server's response is {bytes} bytes, over the proxy's message size limit \
              (raise it with --max-message-bytes, or narrow the request)"
         );
-        Some(jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, &message, None))
+        Some(jsonrpc::error_response(
+            Some(&id),
+            UPSTREAM_ERROR,
+            &message,
+            None,
+        ))
     }
 
     /// The upstream is gone: every request in flight gets an error naming `reason`, and so will
@@ -303,7 +325,10 @@ mod tests {
         assert!(routed.to_client.is_empty());
         assert_eq!(relay.in_flight(), 1);
         let resp = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
-        assert_eq!(relay.from_server(line(resp)).as_deref(), Some(resp.as_bytes()));
+        assert_eq!(
+            relay.from_server(line(resp)).as_deref(),
+            Some(resp.as_bytes())
+        );
         assert_eq!(relay.in_flight(), 0);
     }
 
@@ -354,7 +379,8 @@ mod tests {
     fn cancelled_requests_are_forgotten_and_the_notification_forwarded() {
         let relay = Relay::new(Interceptor::passthrough());
         relay.from_client(line(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#));
-        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        let cancel =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
         let routed = relay.from_client(line(cancel));
         assert_eq!(routed.to_server.as_deref(), Some(cancel.as_bytes()));
         assert_eq!(relay.in_flight(), 0);
@@ -368,7 +394,10 @@ mod tests {
         assert_eq!(routed.to_server.as_deref(), Some(batch.as_bytes()));
         assert_eq!(relay.in_flight(), 1);
         let reply = r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#;
-        assert_eq!(relay.from_server(line(reply)).as_deref(), Some(reply.as_bytes()));
+        assert_eq!(
+            relay.from_server(line(reply)).as_deref(),
+            Some(reply.as_bytes())
+        );
         assert_eq!(relay.in_flight(), 0);
     }
 

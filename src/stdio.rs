@@ -91,7 +91,11 @@ where
     tokio::pin!(shutdown);
     let mut server_output_ended = false;
     let outcome = tokio::select! {
-        _ = &mut client_reader => Outcome::ClientClosed,
+        biased;
+        end = &mut client_reader => match end {
+            Ok(ClientEnd::ServerGone) => Outcome::ServerExited(None),
+            _ => Outcome::ClientClosed,
+        },
         () = &mut shutdown => {
             client_reader.abort();
             Outcome::Shutdown
@@ -102,12 +106,25 @@ where
         }
         status = child.wait() => Outcome::ServerExited(status.ok()),
     };
+    // A server that exits because its input ended has not failed: the client closed first.
+    let outcome = match outcome {
+        Outcome::ServerExited(status) if client_reader.is_finished() => {
+            match (&mut client_reader).await {
+                Ok(ClientEnd::Eof) => Outcome::ClientClosed,
+                _ => Outcome::ServerExited(status),
+            }
+        }
+        other => other,
+    };
 
     let reason = match outcome {
         Outcome::ClientClosed | Outcome::Shutdown => {
             // Dropping the reader's sender closed the server's stdin (once queued messages are
             // written); the server may still answer what is in flight during the grace period.
-            tracing::info!(in_flight = relay.in_flight(), "client closed; stopping the server");
+            tracing::info!(
+                in_flight = relay.in_flight(),
+                "client closed; stopping the server"
+            );
             let status = child.terminate(options.shutdown_grace).await;
             tracing::info!(status = ?status.ok(), "server stopped");
             "the server was stopped because the client closed its input before this request was answered".to_string()
@@ -162,12 +179,20 @@ fn exit_reason(status: Option<ExitStatus>, tail: &[String]) -> String {
     reason
 }
 
+/// Why the client reader stopped.
+enum ClientEnd {
+    /// The client's input ended (or could not be read).
+    Eof,
+    /// The server's stdin or the client's output is gone.
+    ServerGone,
+}
+
 async fn client_to_server<R: AsyncRead + Unpin>(
     mut frames: FrameReader<R>,
     relay: Arc<Relay>,
     to_server: mpsc::Sender<Vec<u8>>,
     to_client: mpsc::Sender<Vec<u8>>,
-) {
+) -> ClientEnd {
     loop {
         let frame = match frames.next_frame().await {
             Ok(Some(frame)) => frame,
@@ -180,17 +205,18 @@ async fn client_to_server<R: AsyncRead + Unpin>(
         let routed = relay.from_client(frame);
         for reply in routed.to_client {
             if to_client.send(reply).await.is_err() {
-                return;
+                return ClientEnd::Eof;
             }
         }
-        if let Some(bytes) = routed.to_server {
-            if to_server.send(bytes).await.is_err() {
-                // The server's stdin is gone; the server-exit path answers what is pending.
-                return;
-            }
+        if let Some(bytes) = routed.to_server
+            && to_server.send(bytes).await.is_err()
+        {
+            // The server's stdin is gone; the server-exit path answers what is pending.
+            return ClientEnd::ServerGone;
         }
     }
     tracing::debug!("client input ended");
+    ClientEnd::Eof
 }
 
 async fn server_to_client<R: AsyncRead + Unpin>(
@@ -207,10 +233,10 @@ async fn server_to_client<R: AsyncRead + Unpin>(
                 break;
             }
         };
-        if let Some(bytes) = relay.from_server(frame) {
-            if to_client.send(bytes).await.is_err() {
-                return;
-            }
+        if let Some(bytes) = relay.from_server(frame)
+            && to_client.send(bytes).await.is_err()
+        {
+            return;
         }
     }
     tracing::debug!("server output ended");

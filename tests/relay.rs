@@ -10,17 +10,43 @@ const SCRIPT: &[(&[&str], usize)] = &[
     (&[common::INITIALIZE], 1),
     (&[common::INITIALIZED], 0),
     // A logging notification, then the tools with outputSchema, _meta, annotations, x- fields.
-    (&[r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"x-client":"t"}}}"#], 2),
+    (
+        &[r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"x-client":"t"}}}"#],
+        2,
+    ),
     // An unknown method whose unknown fields and number forms must arrive intact.
-    (&[r#"{"jsonrpc":"2.0","id":3,"method":"x/echo","params":{"z":1,"a":[1.0,2e5,"\u00e9",-0.0],"_meta":{"k":"v"},"x-unknown":{}}}"#], 1),
+    (
+        &[
+            r#"{"jsonrpc":"2.0","id":3,"method":"x/echo","params":{"z":1,"a":[1.0,2e5,"\u00e9",-0.0],"_meta":{"k":"v"},"x-unknown":{}}}"#,
+        ],
+        1,
+    ),
     // Progress ×2, logging, then a server→client sampling request.
-    (&[r#"{"jsonrpc":"2.0","id":"call-4","method":"tools/call","params":{"name":"report","arguments":{"quarter":"Q3"},"_meta":{"progressToken":"tok-1"}}}"#], 4),
+    (
+        &[
+            r#"{"jsonrpc":"2.0","id":"call-4","method":"tools/call","params":{"name":"report","arguments":{"quarter":"Q3"},"_meta":{"progressToken":"tok-1"}}}"#,
+        ],
+        4,
+    ),
     // The client answers the sampling request: last progress, then the rich result.
-    (&[r#"{"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant","content":{"type":"text","text":"up 12%"},"model":"m-1","stopReason":"endTurn"}}"#], 2),
+    (
+        &[
+            r#"{"jsonrpc":"2.0","id":"srv-1","result":{"role":"assistant","content":{"type":"text","text":"up 12%"},"model":"m-1","stopReason":"endTurn"}}"#,
+        ],
+        2,
+    ),
     // A JSON-RPC batch.
-    (&[r#"[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":6,"method":"ping"}]"#], 1),
+    (
+        &[r#"[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","id":6,"method":"ping"}]"#],
+        1,
+    ),
     // list_changed notification, then the result.
-    (&[r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_changed","arguments":{}}}"#], 2),
+    (
+        &[
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_changed","arguments":{}}}"#,
+        ],
+        2,
+    ),
     // An unknown method gets the server's own error.
     (&[r#"{"jsonrpc":"2.0","id":8,"method":"foo/bar"}"#], 1),
     (&[r#"{"jsonrpc":"2.0","id":9.0,"method":"ping"}"#], 1),
@@ -85,7 +111,10 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
             .await
             .unwrap();
         client.cancel().await.unwrap();
-        (serde_json::to_value(tools).unwrap(), serde_json::to_value(result).unwrap())
+        (
+            serde_json::to_value(tools).unwrap(),
+            serde_json::to_value(result).unwrap(),
+        )
     }
 
     let fleet = example("fleet_server");
@@ -94,7 +123,13 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
     via.arg("--").arg(&fleet);
     let proxied = session(via).await;
     assert_eq!(direct, proxied);
-    assert_eq!(direct.1["structuredContent"]["streams"].as_array().unwrap().len(), 68);
+    assert_eq!(
+        direct.1["structuredContent"]["streams"]
+            .as_array()
+            .unwrap()
+            .len(),
+        68
+    );
 }
 
 #[tokio::test]
@@ -106,7 +141,8 @@ async fn a_garbage_client_line_gets_a_parse_error_and_the_relay_goes_on() {
     let error = peer.recv_json().await;
     assert_eq!(error["id"], Value::Null);
     assert_eq!(error["error"]["code"], -32700);
-    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .await;
     assert_eq!(peer.recv().await, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
 }
 
@@ -115,10 +151,14 @@ async fn a_non_json_server_line_never_reaches_the_client() {
     let quirky = example("quirky_server");
     let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"noise"}}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"noise"}}"#)
+        .await;
     // The very next line is the response: the noise line was dropped.
     let line = peer.recv().await;
-    assert!(line.starts_with(r#"{"jsonrpc":"2.0","id":2,"result""#), "{line}");
+    assert!(
+        line.starts_with(r#"{"jsonrpc":"2.0","id":2,"result""#),
+        "{line}"
+    );
     peer.close_stdin();
     peer.wait().await;
     let stderr = peer.stderr().await;
@@ -130,7 +170,8 @@ async fn cancellation_reaches_the_server() {
     let quirky = example("quirky_server");
     let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":"s-1","method":"tools/call","params":{"name":"slow"}}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":"s-1","method":"tools/call","params":{"name":"slow"}}"#)
+        .await;
     peer.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s-1","reason":"user"}}"#).await;
     let note = peer.recv_json().await;
     assert_eq!(note["params"]["data"], "cancelled 's-1'");
@@ -141,15 +182,20 @@ async fn a_server_crash_mid_call_answers_every_request_in_flight_then_exits_non_
     let quirky = example("quirky_server");
     let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"slow"}}"#).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"crash"}}"#).await;
-    let mut errors = vec![peer.recv_json().await, peer.recv_json().await];
+    peer.send(r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"slow"}}"#)
+        .await;
+    peer.send(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"crash"}}"#)
+        .await;
+    let mut errors = [peer.recv_json().await, peer.recv_json().await];
     errors.sort_by_key(|e| e["id"].as_i64());
     for (error, id) in errors.iter().zip([10, 11]) {
         assert_eq!(error["id"], id);
         let message = error["error"]["message"].as_str().unwrap();
         assert!(message.contains("exit status: 3"), "{message}");
-        assert!(message.contains("fatal: simulated crash in tool `crash`"), "{message}");
+        assert!(
+            message.contains("fatal: simulated crash in tool `crash`"),
+            "{message}"
+        );
     }
     assert_eq!(peer.rest().await, Vec::<String>::new());
     assert_eq!(peer.wait().await.code(), Some(1));
@@ -158,10 +204,14 @@ async fn a_server_crash_mid_call_answers_every_request_in_flight_then_exits_non_
 #[tokio::test]
 async fn oversized_messages_get_errors_in_both_directions_and_the_relay_goes_on() {
     let quirky = example("quirky_server");
-    let mut peer = Peer::proxy(&["--max-message-bytes", "2000"], &[quirky.to_str().unwrap()]);
+    let mut peer = Peer::proxy(
+        &["--max-message-bytes", "2000"],
+        &[quirky.to_str().unwrap()],
+    );
     handshake(&mut peer).await;
     let padding = "p".repeat(5000);
-    let request = format!(r#"{{"jsonrpc":"2.0","params":{{"pad":"{padding}"}},"id":21,"method":"x/echo"}}"#);
+    let request =
+        format!(r#"{{"jsonrpc":"2.0","params":{{"pad":"{padding}"}},"id":21,"method":"x/echo"}}"#);
     peer.send(&request).await;
     let error = peer.recv_json().await;
     assert_eq!(error["id"], 21);
@@ -175,11 +225,20 @@ async fn oversized_messages_get_errors_in_both_directions_and_the_relay_goes_on(
     peer.send(r#"{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"big","arguments":{"bytes":3000}}}"#).await;
     let error = peer.recv_json().await;
     assert_eq!(error["id"], 22);
-    let response_len = r#"{"jsonrpc":"2.0","id":22,"result":{"content":[{"type":"text","text":""}]}}"#.len() + 3000;
+    let response_len =
+        r#"{"jsonrpc":"2.0","id":22,"result":{"content":[{"type":"text","text":""}]}}"#.len()
+            + 3000;
     let message = error["error"]["message"].as_str().unwrap();
-    assert!(message.starts_with(&format!("the server's response is {response_len} bytes")), "{message}");
-    peer.send(r#"{"jsonrpc":"2.0","id":23,"method":"ping"}"#).await;
-    assert_eq!(peer.recv().await, r#"{"jsonrpc":"2.0","id":23,"result":{}}"#);
+    assert!(
+        message.starts_with(&format!("the server's response is {response_len} bytes")),
+        "{message}"
+    );
+    peer.send(r#"{"jsonrpc":"2.0","id":23,"method":"ping"}"#)
+        .await;
+    assert_eq!(
+        peer.recv().await,
+        r#"{"jsonrpc":"2.0","id":23,"result":{}}"#
+    );
 }
 
 #[tokio::test]
@@ -188,11 +247,17 @@ async fn a_message_just_under_64_mib_passes_both_ways() {
     let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
     let payload = "m".repeat(63 * 1024 * 1024);
-    let request = format!(r#"{{"jsonrpc":"2.0","id":31,"method":"x/echo","params":{{"blob":"{payload}"}}}}"#);
+    let request =
+        format!(r#"{{"jsonrpc":"2.0","id":31,"method":"x/echo","params":{{"blob":"{payload}"}}}}"#);
     peer.send(&request).await;
     let reply = peer.recv().await;
-    let expected = format!(r#"{{"jsonrpc":"2.0","id":31,"result":{{"echo":{{"blob":"{payload}"}}}}}}"#);
-    assert!(reply == expected, "the 63 MiB echo came back altered ({} bytes)", reply.len());
+    let expected =
+        format!(r#"{{"jsonrpc":"2.0","id":31,"result":{{"echo":{{"blob":"{payload}"}}}}}}"#);
+    assert!(
+        reply == expected,
+        "the 63 MiB echo came back altered ({} bytes)",
+        reply.len()
+    );
 }
 
 #[tokio::test]
@@ -200,9 +265,14 @@ async fn client_eof_stops_the_server_and_its_children() {
     let quirky = example("quirky_server");
     let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"spawn"}}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"spawn"}}"#)
+        .await;
     let reply = peer.recv_json().await;
-    let pid: u32 = reply["result"]["content"][0]["text"].as_str().unwrap().parse().unwrap();
+    let pid: u32 = reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(common::alive(pid), "the grandchild runs");
     peer.close_stdin();
     assert!(peer.wait().await.success());
@@ -231,17 +301,33 @@ async fn sigterm_ends_the_proxy_cleanly_and_stops_the_server() {
     let quirky = example("quirky_server");
     let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"spawn"}}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"spawn"}}"#)
+        .await;
     let reply = peer.recv_json().await;
-    let grandchild: u32 = reply["result"]["content"][0]["text"].as_str().unwrap().parse().unwrap();
-    kill(Pid::from_raw(peer.child.id().unwrap() as i32), Signal::SIGTERM).unwrap();
+    let grandchild: u32 = reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    kill(
+        Pid::from_raw(peer.child.id().unwrap() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
     assert!(peer.wait().await.success());
     assert!(gone(grandchild).await);
 }
 
 #[tokio::test]
-async fn a_server_that_exits_at_once_makes_the_proxy_exit_non_zero_with_its_stderr() {
-    let mut peer = Peer::proxy(&[], &["sh", "-c", "echo 'cannot open database' >&2; exit 4"]);
+async fn a_server_that_fails_on_its_first_request_makes_the_proxy_exit_non_zero_with_its_stderr() {
+    let mut peer = Peer::proxy(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "read line; echo 'cannot open database' >&2; exit 4",
+        ],
+    );
     peer.send(common::INITIALIZE).await;
     let error = peer.recv_json().await;
     assert_eq!(error["id"], 1);
@@ -256,7 +342,10 @@ async fn an_unknown_server_command_is_a_clear_usage_error() {
     let mut peer = Peer::proxy(&[], &["/nonexistent/server"]);
     assert_eq!(peer.wait().await.code(), Some(2));
     let stderr = peer.stderr().await;
-    assert!(stderr.contains("could not start the server `/nonexistent/server`"), "{stderr}");
+    assert!(
+        stderr.contains("could not start the server `/nonexistent/server`"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -264,7 +353,8 @@ async fn logs_go_to_stderr_never_stdout() {
     let quirky = example("quirky_server");
     let mut peer = Peer::proxy(&["-vvv"], &[quirky.to_str().unwrap()]);
     handshake(&mut peer).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .await;
     assert_eq!(peer.recv().await, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
     peer.close_stdin();
     assert!(peer.rest().await.is_empty());

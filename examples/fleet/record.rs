@@ -74,25 +74,66 @@ pub fn timestamp(minutes_ago: i64) -> String {
 }
 
 const OWNERS: [&str; 9] = [
-    "agent-ada", "agent-brook", "agent-cyril", "agent-dana", "agent-ezra", "agent-fern",
-    "agent-gale", "agent-hugo", "agent-iris",
+    "agent-ada",
+    "agent-brook",
+    "agent-cyril",
+    "agent-dana",
+    "agent-ezra",
+    "agent-fern",
+    "agent-gale",
+    "agent-hugo",
+    "agent-iris",
 ];
 const VERBS: [&str; 10] = [
-    "Port", "Harden", "Refactor", "Instrument", "Migrate", "Parallelize", "Document", "Cache",
-    "Retire", "Stabilize",
+    "Port",
+    "Harden",
+    "Refactor",
+    "Instrument",
+    "Migrate",
+    "Parallelize",
+    "Document",
+    "Cache",
+    "Retire",
+    "Stabilize",
 ];
 const OBJECTS: [&str; 12] = [
-    "the ingest scheduler", "lease renewal", "the gate evaluator", "wave planning",
-    "the merge queue", "branch protection checks", "the liveness probe", "stream snapshots",
-    "the audit log writer", "artifact uploads", "the retry budget", "config reloads",
+    "the ingest scheduler",
+    "lease renewal",
+    "the gate evaluator",
+    "wave planning",
+    "the merge queue",
+    "branch protection checks",
+    "the liveness probe",
+    "stream snapshots",
+    "the audit log writer",
+    "artifact uploads",
+    "the retry budget",
+    "config reloads",
 ];
-const GATES: [&str; 5] = ["design-review", "code-review", "ci", "merge-queue", "security-review"];
+const GATES: [&str; 5] = [
+    "design-review",
+    "code-review",
+    "ci",
+    "merge-queue",
+    "security-review",
+];
 const LABELS: [&str; 8] = [
-    "perf", "reliability", "tech-debt", "customer", "security", "infra", "docs", "flaky",
+    "perf",
+    "reliability",
+    "tech-debt",
+    "customer",
+    "security",
+    "infra",
+    "docs",
+    "flaky",
 ];
 const HOSTS: [&str; 6] = [
-    "worker-a1.fleet.internal", "worker-a2.fleet.internal", "worker-b1.fleet.internal",
-    "worker-b4.fleet.internal", "worker-c3.fleet.internal", "worker-d7.fleet.internal",
+    "worker-a1.fleet.internal",
+    "worker-a2.fleet.internal",
+    "worker-b1.fleet.internal",
+    "worker-b4.fleet.internal",
+    "worker-c3.fleet.internal",
+    "worker-d7.fleet.internal",
 ];
 const SENTENCES: [&str; 16] = [
     "The reviewer walked through the change set file by file and confirmed that every new code path is exercised by at least one test that fails without the change.",
@@ -150,7 +191,11 @@ fn gate(rng: &mut Rng, minutes_ago: i64, sentences: usize) -> Value {
 }
 
 fn liveness(rng: &mut Rng, terminal: bool, last_minutes_ago: i64) -> Value {
-    let beats = if terminal { rng.range(10, 16) } else { rng.range(1, 2) };
+    let beats = if terminal {
+        rng.range(10, 16)
+    } else {
+        rng.range(1, 2)
+    };
     let every = rng.range(5, 15) as i64;
     let heartbeats: Vec<Value> = (0..beats)
         .map(|k| {
@@ -231,7 +276,11 @@ pub fn stream(index: usize, rng: &mut Rng) -> Value {
     record.insert("updated_at".into(), json!(timestamp(updated_ago)));
     record.insert("labels".into(), json!(labels));
     record.insert("depends_on".into(), json!(depends_on));
-    let sentences = if terminal { rng.range(4, 6) } else { rng.range(1, 2) };
+    let sentences = if terminal {
+        rng.range(4, 6)
+    } else {
+        rng.range(1, 2)
+    };
     record.insert("last_gate".into(), gate(rng, updated_ago, sentences));
     record.insert("gate_history".into(), json!(gate_history));
     record.insert("liveness".into(), liveness(rng, terminal, updated_ago));

@@ -18,9 +18,16 @@ pub fn proxy_bin() -> PathBuf {
 /// An example binary built by `cargo test` next to the test binaries.
 pub fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target dir");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
     let path = dir.join("examples").join(name);
-    assert!(path.exists(), "{} is not built; run the tests with `cargo test`", path.display());
+    assert!(
+        path.exists(),
+        "{} is not built; run the tests with `cargo test`",
+        path.display()
+    );
     path
 }
 
@@ -168,7 +175,10 @@ pub fn children(pid: u32) -> Vec<u32> {
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for task in tasks.flatten() {
             if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
-                out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
             }
         }
     }
