@@ -13,8 +13,7 @@ use mcp_budget::stdio::{self, Outcome};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -64,9 +63,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         shutdown_grace: Duration::from_millis(cli.shutdown_grace_ms),
     };
     let relay = Arc::new(Relay::new(Interceptor::passthrough()));
+    let (client_in, client_out) = stdio::client_stdio();
     let outcome = stdio::serve_child(
-        tokio::io::stdin(),
-        tokio::io::stdout(),
+        client_in,
+        client_out,
         &cli.server,
         relay,
         &options,

@@ -17,6 +17,39 @@ use crate::child::{ChildServer, SpawnError};
 use crate::framing::FrameReader;
 use crate::relay::Relay;
 
+/// Our stdin, as an async reader.
+pub type ClientReader = Box<dyn AsyncRead + Unpin + Send>;
+/// Our stdout, as an async writer.
+pub type ClientWriter = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// The process's stdin and stdout as async streams.
+///
+/// Why not `tokio::io::stdin()`: it reads on a blocking thread and hands each chunk over,
+/// which costs tens of microseconds per message. When stdin/stdout are pipes (how MCP clients
+/// start servers), they are registered with the reactor directly instead; anything else (a
+/// terminal, a file, a socket) falls back to tokio's blocking-thread streams.
+pub fn client_stdio() -> (ClientReader, ClientWriter) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let reader: ClientReader = match std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd)
+    {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdin()),
+    };
+    let writer: ClientWriter = match std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Sender::from_owned_fd)
+    {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdout()),
+    };
+    (reader, writer)
+}
+
 /// Settings of a stdio session.
 #[derive(Debug, Clone)]
 pub struct Options {
