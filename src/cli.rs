@@ -42,4 +42,27 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Validate a policy file without starting anything (exit 2 with the error's position).
+    Check {
+        /// The policy (TOML).
+        file: PathBuf,
+    },
+    /// Print the descriptor a client sees for one tool under a policy.
+    ///
+    /// The upstream descriptor comes from a JSON file (`--descriptor`: one tool, a tools/list
+    /// result or response) or from a live server given after `--`.
+    Explain {
+        /// The policy (TOML).
+        file: PathBuf,
+        /// The tool to explain.
+        #[arg(long)]
+        tool: String,
+        /// A JSON file with the upstream descriptor(s).
+        #[arg(long, value_name = "FILE", conflicts_with = "server")]
+        descriptor: Option<PathBuf>,
+        /// The server command, after `--`.
+        #[arg(last = true, value_name = "SERVER COMMAND")]
+        server: Vec<String>,
+    },
+}

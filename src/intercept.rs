@@ -2,17 +2,29 @@
 //!
 //! Everything else passes through the relay untouched. The relay hands these functions the
 //! exact bytes of one message and forwards the bytes they return; `None` means "unchanged",
-//! so a message the budget does not touch is never re-serialized.
+//! so a message the budget does not touch is never re-serialized. A rewritten result is
+//! spliced into the original bytes in place of the old one, so the rest of the response
+//! (id form, key order, extra fields) stays as the server wrote it.
 
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::budget::{Budget, CallPlan};
 use crate::message::Id;
+use crate::policy::Policy;
 
-/// Decides what happens to `tools/list` results and `tools/call` requests and results.
-#[derive(Debug, Default)]
-pub struct Interceptor {}
+/// Applies the budget at the relay's two interception points.
+#[derive(Debug)]
+pub struct Interceptor {
+    budget: Budget,
+}
 
 /// What the relay remembers about a `tools/call` until its response arrives.
-#[derive(Debug, Default)]
-pub struct CallContext {}
+#[derive(Debug)]
+pub struct CallContext {
+    plan: CallPlan,
+}
 
 /// What to do with a client's `tools/call` request.
 #[derive(Debug)]
@@ -26,32 +38,151 @@ pub enum CallDecision {
     Answer(Vec<u8>),
 }
 
+#[derive(Deserialize)]
+struct ResultOnly<'a> {
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct CallName<'a> {
+    #[serde(borrow)]
+    params: Option<NameOnly<'a>>,
+}
+
+#[derive(Deserialize)]
+struct NameOnly<'a> {
+    #[serde(borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+}
+
 impl Interceptor {
-    /// An interceptor that changes nothing.
-    pub fn passthrough() -> Self {
-        Interceptor {}
+    pub fn new(budget: Budget) -> Self {
+        Interceptor { budget }
     }
 
-    /// Whether any hook can change a message; when false the relay skips the hooks entirely.
-    pub fn is_passthrough(&self) -> bool {
-        true
+    /// The built-in policy: no rules; every tool result is capped at the default size.
+    pub fn passthrough() -> Self {
+        Interceptor::new(Budget::new(Policy::default()))
+    }
+
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.
-    pub fn tools_list_response(&self, _message: &[u8]) -> Option<Vec<u8>> {
-        None
+    pub fn tools_list_response(&self, message: &[u8]) -> Option<Vec<u8>> {
+        if self.budget.policy().rules.is_empty() {
+            return None;
+        }
+        let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
+            .ok()?
+            .result?;
+        let mut result: Value = serde_json::from_str(raw.get()).ok()?;
+        if !self.budget.rewrite_tools_list(&mut result) {
+            return None;
+        }
+        let bytes = serde_json::to_vec(&result).ok()?;
+        Some(splice(message, raw, &bytes))
     }
 
     /// A client's `tools/call` request.
-    pub fn tools_call_request(&self, _id: &Id, _message: &[u8]) -> CallDecision {
-        CallDecision::Forward {
-            rewritten: None,
-            context: CallContext::default(),
+    pub fn tools_call_request(&self, id: &Id, message: &[u8]) -> CallDecision {
+        let forward = |plan: CallPlan, rewritten: Option<Vec<u8>>| CallDecision::Forward {
+            rewritten,
+            context: CallContext { plan },
+        };
+        let name = serde_json::from_slice::<CallName<'_>>(message)
+            .ok()
+            .and_then(|m| m.params)
+            .and_then(|p| p.name)
+            .map(|n| n.into_owned())
+            .unwrap_or_default();
+        if !self.budget.is_paged(&name) {
+            return forward(self.budget.plan_unpaged(name), None);
+        }
+        let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
+            return forward(self.budget.plan_unpaged(name), None);
+        };
+        let Some(params) = request.get_mut("params") else {
+            return forward(self.budget.plan_unpaged(name), None);
+        };
+        let before = params
+            .get("arguments")
+            .map(|a| a.as_object().map_or(0, |o| o.len()));
+        match self.budget.prepare_call(params) {
+            Err(error) => {
+                tracing::debug!(tool = %name, %error, "budget argument refused");
+                let result = serde_json::json!({
+                    "content": [{"type": "text", "text": error.to_string()}],
+                    "isError": true,
+                });
+                CallDecision::Answer(
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{result}}}",
+                        id.raw()
+                    )
+                    .into_bytes(),
+                )
+            }
+            Ok(plan) => {
+                let after = params
+                    .get("arguments")
+                    .map(|a| a.as_object().map_or(0, |o| o.len()));
+                let rewritten = (before != after)
+                    .then(|| serde_json::to_vec(&request).ok())
+                    .flatten();
+                forward(plan, rewritten)
+            }
         }
     }
 
     /// The response to a `tools/call`: the rewritten message, or `None` to forward it.
-    pub fn tools_call_response(&self, _context: CallContext, _message: &[u8]) -> Option<Vec<u8>> {
-        None
+    pub fn tools_call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
+        let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
+            .ok()?
+            .result?;
+        let size = raw.get().len();
+        if self.budget.passes_unread(&context.plan, size) {
+            return None;
+        }
+        let bytes = if context.plan.is_paged() {
+            match serde_json::from_str::<Value>(raw.get()) {
+                Ok(result) => self.budget.finish_call(&context.plan, result),
+                Err(_) => self.budget.refuse_unread(&context.plan, size),
+            }
+        } else {
+            self.budget.refuse_unread(&context.plan, size)
+        };
+        Some(splice(message, raw, &bytes))
+    }
+}
+
+/// `message` with the bytes of `old` (a slice of it) replaced by `new`.
+fn splice(message: &[u8], old: &RawValue, new: &[u8]) -> Vec<u8> {
+    let start = (old.get().as_ptr() as usize).saturating_sub(message.as_ptr() as usize);
+    let end = (start + old.get().len()).min(message.len());
+    let mut out = Vec::with_capacity(message.len() - (end - start) + new.len());
+    out.extend_from_slice(&message[..start]);
+    out.extend_from_slice(new);
+    out.extend_from_slice(&message[end..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_keeps_everything_around_the_result() {
+        let message = br#"{"id":7.0,"result":{"a":1},"x-extra":true}"#;
+        let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
+            .unwrap()
+            .result
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(splice(message, raw, b"{\"b\":2}")).unwrap(),
+            r#"{"id":7.0,"result":{"b":2},"x-extra":true}"#
+        );
     }
 }

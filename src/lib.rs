@@ -8,10 +8,15 @@
 //!   without copying or re-serializing the message.
 //! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
 //!   flight, and answers them with errors when the server goes away.
-//! - [`intercept`]: the two interception points, `tools/list` responses and `tools/call` calls.
+//! - [`intercept`]: the two interception points, `tools/list` responses and `tools/call` calls,
+//!   where the budget is applied to the bytes of one message.
+//! - [`policy`]: the TOML policy, read strictly and resolved into rules.
+//! - [`budget`]: the budget itself — argument checks, cursors, the pure pipeline stages
+//!   (horizon, filter, page, project, render, cap) and the descriptor rewrite.
 //! - [`jsonrpc`]: the messages the proxy writes itself (error responses).
 //! - [`child`]: the upstream server as a child process in its own process group.
 //! - [`stdio`]: a client on stdin/stdout relayed to a child server; the tasks that move bytes.
+//! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
 //! - [`cli`]: the command line.
 //!
 //! # One message through the proxy
@@ -22,17 +27,21 @@
 //! `tools/call` to [`intercept::Interceptor::tools_call_request`], records id 4 as in flight and
 //! returns the bytes to send upstream — the very bytes that arrived unless the hook rewrote them.
 //! The server's reply comes back through [`relay::Relay::from_server`], which matches id 4,
-//! passes the result to [`intercept::Interceptor::tools_call_response`], and returns the bytes
-//! for the client's writer task. Any message that is not intercepted (notifications, server
+//! passes the result to [`intercept::Interceptor::tools_call_response`] — which runs
+//! [`budget::Budget::finish_call`]: the page of items the call asked for, rendered and capped —
+//! and returns the bytes for the client's writer task. Any message that is not intercepted (notifications, server
 //! requests such as sampling, unknown methods) is forwarded as the exact bytes it arrived as.
 
 #![forbid(unsafe_code)]
 
+pub mod budget;
 pub mod child;
 pub mod cli;
+pub mod explain;
 pub mod framing;
 pub mod intercept;
 pub mod jsonrpc;
 pub mod message;
+pub mod policy;
 pub mod relay;
 pub mod stdio;

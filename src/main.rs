@@ -4,9 +4,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
-use mcp_budget::cli::Cli;
+use mcp_budget::budget::Budget;
+use mcp_budget::cli::{Cli, Command};
+use mcp_budget::explain;
 use mcp_budget::intercept::Interceptor;
+use mcp_budget::policy::Policy;
 use mcp_budget::relay::Relay;
 use mcp_budget::stdio::{self, Outcome};
 
@@ -52,17 +56,47 @@ fn init_logging(verbose: u8) {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if cli.command.is_some() {
-        anyhow::bail!("subcommands are not available yet");
+    match cli.command {
+        Some(Command::Check { file }) => {
+            let policy = Policy::load(&file)?;
+            println!("{}: OK\n{}", file.display(), explain::summary(&policy));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(Command::Explain {
+            file,
+            tool,
+            descriptor,
+            server,
+        }) => {
+            let policy = Policy::load(&file)?;
+            let tools = match (descriptor, server.is_empty()) {
+                (Some(path), _) => {
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    let document: serde_json::Value = serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not JSON", path.display()))?;
+                    explain::tools_in(&document)
+                }
+                (None, false) => explain::fetch_tools(&server).await?,
+                (None, true) => anyhow::bail!(
+                    "explain needs the upstream descriptor: --descriptor FILE.json, or the server command after `--`"
+                ),
+            };
+            let rewritten = explain::rewrite(policy, tools, &tool)?;
+            println!("{}", serde_json::to_string_pretty(&rewritten)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
     }
-    if cli.policy.is_some() {
-        anyhow::bail!("--policy is not available yet");
-    }
+    let policy = match &cli.policy {
+        Some(path) => Policy::load(path)?,
+        None => Policy::default(),
+    };
     let options = stdio::Options {
         max_message_bytes: cli.max_message_bytes,
         shutdown_grace: Duration::from_millis(cli.shutdown_grace_ms),
     };
-    let relay = Arc::new(Relay::new(Interceptor::passthrough()));
+    let relay = Arc::new(Relay::new(Interceptor::new(Budget::new(policy))));
     let (client_in, client_out) = stdio::client_stdio();
     let outcome = stdio::serve_child(
         client_in,

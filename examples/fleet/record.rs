@@ -50,7 +50,7 @@ impl Rng {
 }
 
 /// "Now" for the record: 2026-11-20T12:00:00Z, in minutes since the Unix epoch.
-const NOW_MINUTES: i64 = 29_384_640;
+const NOW_MINUTES: i64 = 29_919_600;
 
 /// An RFC 3339 timestamp `minutes_ago` before the record's "now".
 pub fn timestamp(minutes_ago: i64) -> String {

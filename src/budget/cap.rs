@@ -1,0 +1,144 @@
+//! Stage: the cap. After all narrowing, a result at or above `max_bytes` is refused with the
+//! exact next moves — an error, never a silent cut.
+
+/// The moves that exist for one call, from which the refusal names the next step.
+#[derive(Debug, Default)]
+pub struct Moves {
+    /// The tool has no budget rule at all.
+    pub no_rule: bool,
+    /// The tool has a rule, but its results are not paged.
+    pub not_paged: bool,
+    /// Filter argument names the tool offers.
+    pub filters: Vec<String>,
+    /// The call's page size, when the tool is paged.
+    pub limit: Option<usize>,
+    /// The call asked for detail:"full".
+    pub detail_full: bool,
+    /// The call asked for horizon:"all": (terminal values, noun).
+    pub horizon_all: Option<(Vec<String>, String)>,
+}
+
+/// Whether a result of `bytes` bytes is over the cap.
+pub fn exceeds(bytes: usize, max_bytes: usize) -> bool {
+    bytes >= max_bytes
+}
+
+/// The refusal the model reads.
+pub fn refusal(tool: &str, bytes: usize, max_bytes: usize, moves: &Moves) -> String {
+    let head = format!(
+        "result-too-large: {tool} response is {bytes} bytes, exceeds the {max_bytes}-byte cap — "
+    );
+    if moves.no_rule {
+        return format!(
+            "{head}{tool} has no budget rule, so the proxy cannot page or trim it; call it with \
+             narrower arguments, or add a [[tool]] rule for \"{tool}\" (items, key, limit) to the \
+             policy (`mcp-budget explain` shows what a rule does to its descriptor)"
+        );
+    }
+    if moves.not_paged {
+        return format!(
+            "{head}{tool}'s results are capped but not paged by the policy; call it with narrower arguments"
+        );
+    }
+    let mut steps = Vec::new();
+    if !moves.filters.is_empty() {
+        let names = moves.filters.join("/");
+        let article = if names.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        steps.push(format!("narrow with {article} {names} filter"));
+    }
+    if moves.limit.is_some_and(|l| l > 1) {
+        steps.push("lower limit below its current value".to_string());
+    }
+    if moves.detail_full {
+        steps.push("omit detail:full (summary, the default, is far smaller)".to_string());
+    }
+    if steps.is_empty() {
+        if let Some((terminal, noun)) = &moves.horizon_all {
+            steps.push(format!(
+                "omit horizon:\"all\" (live, the default, leaves out {} {noun})",
+                terminal.join("/")
+            ));
+        }
+    }
+    if steps.is_empty() {
+        steps.push("call it with narrower arguments".to_string());
+    }
+    let list = match steps.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{}, or {last}", rest.join(", ")),
+        _ => steps.join(""),
+    };
+    format!("{head}{list}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fleet_refusal_matches_the_contract() {
+        let moves = Moves {
+            filters: vec!["state".into(), "streams".into()],
+            limit: Some(100),
+            detail_full: true,
+            horizon_all: Some((vec!["merged".into()], "streams".into())),
+            ..Moves::default()
+        };
+        assert_eq!(
+            refusal("fleet_show", 812345, 200000, &moves),
+            "result-too-large: fleet_show response is 812345 bytes, exceeds the 200000-byte cap — \
+             narrow with a state/streams filter, lower limit below its current value, or omit \
+             detail:full (summary, the default, is far smaller)"
+        );
+    }
+
+    #[test]
+    fn only_moves_that_exist_are_named() {
+        let only_horizon = Moves {
+            limit: Some(1),
+            horizon_all: Some((vec!["merged".into(), "closed".into()], "streams".into())),
+            ..Moves::default()
+        };
+        assert_eq!(
+            refusal("t", 5, 4, &only_horizon),
+            "result-too-large: t response is 5 bytes, exceeds the 4-byte cap — omit horizon:\"all\" (live, the default, leaves out merged/closed streams)"
+        );
+        let limit_only = Moves {
+            limit: Some(25),
+            ..Moves::default()
+        };
+        assert_eq!(
+            refusal("t", 5, 4, &limit_only),
+            "result-too-large: t response is 5 bytes, exceeds the 4-byte cap — lower limit below its current value"
+        );
+        assert_eq!(
+            refusal(
+                "x",
+                300000,
+                200000,
+                &Moves {
+                    no_rule: true,
+                    ..Moves::default()
+                }
+            ),
+            "result-too-large: x response is 300000 bytes, exceeds the 200000-byte cap — x has no budget rule, so the proxy cannot page or trim it; call it with narrower arguments, or add a [[tool]] rule for \"x\" (items, key, limit) to the policy (`mcp-budget explain` shows what a rule does to its descriptor)"
+        );
+        assert_eq!(
+            refusal(
+                "d",
+                9,
+                9,
+                &Moves {
+                    not_paged: true,
+                    ..Moves::default()
+                }
+            ),
+            "result-too-large: d response is 9 bytes, exceeds the 9-byte cap — d's results are capped but not paged by the policy; call it with narrower arguments"
+        );
+        assert!(exceeds(200000, 200000));
+        assert!(!exceeds(199999, 200000));
+    }
+}

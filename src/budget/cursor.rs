@@ -1,0 +1,213 @@
+//! Cursors: opaque to the client, stable, and verifiable.
+//!
+//! A cursor carries the page position, a digest of what defines the selection (tool, upstream
+//! arguments, horizon, filters) and a MAC over both under the proxy's key. So a cursor that is
+//! malformed, altered, or minted for another query is refused instead of silently paging the
+//! wrong list. The key is random per process unless the policy names an environment variable
+//! holding one, so that several proxy instances accept each other's cursors.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::page::Position;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// What identifies the selection a cursor pages through.
+pub type SelectionDigest = [u8; 16];
+
+/// Why a cursor was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    #[error("malformed or altered cursor")]
+    Invalid,
+    #[error("cursor minted for another query")]
+    OtherQuery,
+}
+
+/// Mints and verifies cursors under one key.
+#[derive(Clone)]
+pub struct CursorKey {
+    mac: HmacSha256,
+}
+
+impl std::fmt::Debug for CursorKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CursorKey(..)")
+    }
+}
+
+const MAC_LEN: usize = 16;
+
+impl CursorKey {
+    /// A key derived from secret bytes (any length).
+    pub fn from_secret(secret: &[u8]) -> CursorKey {
+        let derived = Sha256::digest([b"mcp-budget cursor v1:".as_slice(), secret].concat());
+        let mac = HmacSha256::new_from_slice(&derived).unwrap_or_else(|_| {
+            // HMAC takes keys of any length; this branch cannot be reached.
+            unreachable!("HMAC accepts any key length")
+        });
+        CursorKey { mac }
+    }
+
+    /// A fresh random key.
+    pub fn random() -> CursorKey {
+        let mut secret = [0u8; 32];
+        if getrandom::fill(&mut secret).is_err() {
+            // No OS randomness: fall back to time and pid, still unguessable enough for a
+            // tamper check that only protects a client from its own mistakes.
+            let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+            secret.copy_from_slice(&Sha256::digest(seed.as_bytes()));
+        }
+        CursorKey::from_secret(&secret)
+    }
+
+    fn tag(&self, payload: &[u8]) -> [u8; MAC_LEN] {
+        let mut mac = self.mac.clone();
+        mac.update(payload);
+        let full = mac.finalize().into_bytes();
+        let mut tag = [0u8; MAC_LEN];
+        tag.copy_from_slice(&full[..MAC_LEN]);
+        tag
+    }
+
+    pub fn mint(&self, position: &Position, digest: &SelectionDigest) -> String {
+        let key = position
+            .key
+            .as_ref()
+            .map_or_else(String::new, |k| URL_SAFE_NO_PAD.encode(k.as_bytes()));
+        let payload = format!("{}.{}.{}", position.offset, hex(digest), key);
+        let tag = self.tag(payload.as_bytes());
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(tag)
+        )
+    }
+
+    pub fn verify(&self, cursor: &str, digest: &SelectionDigest) -> Result<Position, CursorError> {
+        let (payload, tag) = cursor.split_once('.').ok_or(CursorError::Invalid)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| CursorError::Invalid)?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| CursorError::Invalid)?;
+        if tag.len() != MAC_LEN {
+            return Err(CursorError::Invalid);
+        }
+        let mut mac = self.mac.clone();
+        mac.update(&payload);
+        mac.verify_truncated_left(&tag)
+            .map_err(|_| CursorError::Invalid)?;
+        let text = String::from_utf8(payload).map_err(|_| CursorError::Invalid)?;
+        let mut parts = text.splitn(3, '.');
+        let (Some(offset), Some(minted_for), Some(key)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(CursorError::Invalid);
+        };
+        if minted_for != hex(digest) {
+            return Err(CursorError::OtherQuery);
+        }
+        let offset = offset.parse().map_err(|_| CursorError::Invalid)?;
+        let key = if key.is_empty() {
+            None
+        } else {
+            let bytes = URL_SAFE_NO_PAD
+                .decode(key)
+                .map_err(|_| CursorError::Invalid)?;
+            Some(String::from_utf8(bytes).map_err(|_| CursorError::Invalid)?)
+        };
+        Ok(Position { offset, key })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The digest of a selection: the canonical JSON (keys sorted) of its parts.
+pub fn digest(parts: &Value) -> SelectionDigest {
+    let mut canonical = String::new();
+    write_canonical(parts, &mut canonical);
+    let full = Sha256::digest(canonical.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (k, (key, value)) in entries.into_iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(value, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (k, item) in items.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let key = CursorKey::from_secret(b"k");
+        let d = digest(&json!({"tool": "t", "args": {"b": 1, "a": 2}}));
+        let position = Position {
+            offset: 25,
+            key: Some("st-0042".into()),
+        };
+        let cursor = key.mint(&position, &d);
+        assert_eq!(key.verify(&cursor, &d), Ok(position));
+        // Another query.
+        let other = digest(&json!({"tool": "u"}));
+        assert_eq!(key.verify(&cursor, &other), Err(CursorError::OtherQuery));
+        // Another key (another proxy without a shared key).
+        assert_eq!(
+            CursorKey::from_secret(b"j").verify(&cursor, &d),
+            Err(CursorError::Invalid)
+        );
+        // Tampered: flip one character of the payload.
+        let mut bytes = cursor.clone().into_bytes();
+        bytes[0] = if bytes[0] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(bytes).unwrap();
+        assert_eq!(key.verify(&tampered, &d), Err(CursorError::Invalid));
+        assert_eq!(key.verify("garbage", &d), Err(CursorError::Invalid));
+        assert_eq!(key.verify("", &d), Err(CursorError::Invalid));
+    }
+
+    #[test]
+    fn digest_ignores_key_order() {
+        assert_eq!(
+            digest(&json!({"a": 1, "b": [1, {"x": 1, "y": 2}]})),
+            digest(&json!({"b": [1, {"y": 2, "x": 1}], "a": 1}))
+        );
+        assert_ne!(digest(&json!({"a": 1})), digest(&json!({"a": 2})));
+    }
+}

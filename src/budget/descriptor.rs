@@ -1,0 +1,312 @@
+//! `tools/list`: the descriptors of budgeted tools, rewritten to show the budget arguments.
+//!
+//! The model learns the budget only from the descriptor (MCP has no other channel), so each
+//! added argument is described with its values, default and effect, and the tool description
+//! says what the defaults leave out and how to get it. `outputSchema` is rewritten so that
+//! every `structuredContent` the proxy emits still validates.
+
+use serde_json::{Map, Value, json};
+
+use super::project::Selection;
+use crate::policy::{Items, Policy, Rule};
+
+const META_KEY: &str = "anthropic/maxResultSizeChars";
+
+/// Rewrites one tool descriptor in place under `rule`.
+pub fn rewrite(tool: &mut Map<String, Value>, rule: &Rule, policy: &Policy) {
+    let meta = tool.entry("_meta").or_insert_with(|| json!({}));
+    if let Value::Object(meta) = meta {
+        meta.insert(META_KEY.into(), json!(policy.max_result_size_chars));
+    }
+    let Some(items) = &rule.items else { return };
+    let description = tool
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .trim_end()
+        .to_string();
+    let addition = budget_description(items);
+    let joined = if description.is_empty() {
+        addition
+    } else {
+        format!("{description}\n\n{addition}")
+    };
+    tool.insert("description".into(), json!(joined));
+
+    let schema = tool
+        .entry("inputSchema")
+        .or_insert_with(|| json!({"type": "object"}));
+    if let Value::Object(schema) = schema {
+        let properties = schema.entry("properties").or_insert_with(|| json!({}));
+        if let Value::Object(properties) = properties {
+            for (name, property) in added_properties(items) {
+                if properties.contains_key(&name) && !items.passthrough.contains(&name) {
+                    tracing::warn!(argument = %name, "the upstream tool already has this argument; the budget's meaning replaces it (list it in `passthrough` to forward it)");
+                }
+                properties.insert(name, property);
+            }
+        }
+    }
+    if let Some(output) = tool.get_mut("outputSchema") {
+        rewrite_output_schema(output, items);
+    }
+}
+
+/// The paragraph appended to a budgeted tool's description.
+pub fn budget_description(items: &Items) -> String {
+    let noun = &items.noun;
+    let mut parts = Vec::new();
+    if let Some(h) = &items.horizon {
+        parts.push(format!(
+            "by default only live {noun} (horizon:\"all\" adds the {} ones)",
+            h.terminal.join("/")
+        ));
+    }
+    if items.summary.is_some() {
+        parts.push("in summary detail (detail:\"full\" gives every field)".to_string());
+    }
+    parts.push(format!(
+        "{} per page (limit up to {}; a response with more carries next_after: pass it as after for the next page)",
+        items.default_limit, items.max_limit
+    ));
+    format!(
+        "Budgeted by mcp-budget so that results fit the client's context: {}. total_count always says how many {noun} the server returned before any narrowing.",
+        parts.join(", ")
+    )
+}
+
+/// The arguments the budget adds, in the order they are listed.
+pub fn added_properties(items: &Items) -> Vec<(String, Value)> {
+    let noun = &items.noun;
+    let mut out = Vec::new();
+    if let Some(h) = &items.horizon {
+        out.push((
+            "horizon".to_string(),
+            json!({
+                "type": "string",
+                "enum": ["live", "all"],
+                "default": "live",
+                "description": format!(
+                    "\"live\" (default): leave out {noun} whose {} is {}. \"all\": include them (history); with detail:\"full\" the {noun} are exactly the server's.",
+                    h.field.join("."), h.terminal.join(" or ")
+                ),
+            }),
+        ));
+    }
+    if let Some(summary) = &items.summary {
+        out.push((
+            "detail".to_string(),
+            json!({
+                "type": "string",
+                "enum": ["summary", "full"],
+                "default": "summary",
+                "description": format!(
+                    "\"summary\" (default): each of the {noun} carries only {}. \"full\": every field the server returns.",
+                    Selection::describe(summary)
+                ),
+            }),
+        ));
+    }
+    out.push((
+        "limit".to_string(),
+        json!({
+            "type": "integer",
+            "minimum": 1,
+            "maximum": items.max_limit,
+            "default": items.default_limit,
+            "description": format!(
+                "How many {noun} per page, 1 to {} (default {}). When more remain, the response carries next_after.",
+                items.max_limit, items.default_limit
+            ),
+        }),
+    ));
+    out.push((
+        "after".to_string(),
+        json!({
+            "type": "string",
+            "description": "The next_after value of the previous page, to get the page after it. Keep the other arguments unchanged.",
+        }),
+    ));
+    if let Some(columns) = &items.columns {
+        out.push((
+            "format".to_string(),
+            json!({
+                "type": "string",
+                "enum": ["json", "csv", "tsv"],
+                "default": "json",
+                "description": format!(
+                    "\"json\" (default): the server's object with this page of {noun}. \"csv\"/\"tsv\": a table of {} only, then a line saying which rows these are and how to get the next page.",
+                    Selection::describe(columns)
+                ),
+            }),
+        ));
+    }
+    for (name, field) in &items.filters {
+        out.push((
+            name.clone(),
+            json!({
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1}
+                ],
+                "description": format!(
+                    "Keep only {noun} whose {} equals this value (or one of these values).",
+                    field.join(".")
+                ),
+            }),
+        ));
+    }
+    out
+}
+
+/// One step of a JSONPath that names a place in the document's schema.
+enum Step {
+    Field(String),
+    Each,
+}
+
+/// The steps of a simple JSONPath (`$.a.b`, `$['a'][*].b`), or `None` for anything fancier.
+fn simple_steps(path: &str) -> Option<Vec<Step>> {
+    let mut rest = path.strip_prefix('$')?;
+    let mut steps = Vec::new();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("[*]").or_else(|| rest.strip_prefix(".*")) {
+            steps.push(Step::Each);
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
+            let end = r.find(['\'', '"'])?;
+            steps.push(Step::Field(r[..end].to_string()));
+            rest = r.get(end + 2..)?;
+        } else if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            if end == 0 {
+                return None;
+            }
+            steps.push(Step::Field(r[..end].to_string()));
+            rest = &r[end..];
+        } else {
+            return None;
+        }
+    }
+    Some(steps)
+}
+
+fn schema_at<'a>(mut node: &'a mut Value, steps: &[Step]) -> Option<&'a mut Value> {
+    for step in steps {
+        node = match step {
+            Step::Field(name) => node.get_mut("properties")?.get_mut(name)?,
+            Step::Each => node.get_mut("items")?,
+        };
+    }
+    Some(node)
+}
+
+/// Loosens `required` wherever the summary leaves fields out.
+fn relax(node: &mut Value, selection: &Selection) {
+    let Selection::Fields(fields) = selection else {
+        return;
+    };
+    if let Some(items) = node.get_mut("items") {
+        relax(items, selection);
+    }
+    if let Some(Value::Array(required)) = node.get_mut("required") {
+        required.retain(|name| {
+            name.as_str()
+                .is_some_and(|n| fields.iter().any(|(f, _)| f == n))
+        });
+    }
+    if let Some(Value::Object(properties)) = node.get_mut("properties") {
+        for (name, sub) in fields {
+            if let Some(property) = properties.get_mut(name) {
+                relax(property, sub);
+            }
+        }
+    }
+}
+
+/// Rewrites `outputSchema` to describe what the pipeline emits.
+pub fn rewrite_output_schema(schema: &mut Value, items: &Items) {
+    let steps = simple_steps(&items.path_text);
+    if matches!(steps.as_deref(), Some([])) {
+        // The result itself is the list: the proxy wraps it in an object.
+        let list = std::mem::take(schema);
+        *schema = json!({"type": "object", "properties": {items.noun.clone(): list}});
+    }
+    let located = match &steps {
+        Some(steps) if !steps.is_empty() => {
+            schema_at(schema, steps).and_then(|list| list.get_mut("items"))
+        }
+        Some(_) => schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(&items.noun))
+            .and_then(|list| list.get_mut("items")),
+        None => None,
+    };
+    match (located, &items.summary) {
+        (Some(item_schema), Some(summary)) => relax(item_schema, &Selection::from_paths(summary)),
+        (Some(_), None) => {}
+        (None, _) => {
+            // A path the schema cannot follow: promise only an object.
+            *schema = json!({"type": "object"});
+        }
+    }
+    let Value::Object(root) = schema else { return };
+    let properties = root.entry("properties").or_insert_with(|| json!({}));
+    if let Value::Object(properties) = properties {
+        properties.insert("total_count".into(), json!({"type": "integer", "description": "How many items the server returned before any narrowing."}));
+        properties.insert("next_after".into(), json!({"type": "string", "description": "Pass as after to get the next page; absent on the last page."}));
+        properties.insert("notices".into(), json!({"type": "array", "items": {"type": "string"}, "description": "Which defaults narrowed this result, and how to undo them."}));
+        if items.columns.is_some() {
+            properties.insert(
+                "format".into(),
+                json!({"type": "string", "enum": ["csv", "tsv"]}),
+            );
+            properties.insert("returned".into(), json!({"type": "integer"}));
+        }
+    }
+    if items.columns.is_some() {
+        // A csv/tsv page's structured form carries only the continuation.
+        root.remove("required");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simple_paths() {
+        let names = |p: &str| {
+            simple_steps(p).map(|steps| {
+                steps
+                    .iter()
+                    .map(|s| match s {
+                        Step::Field(f) => f.clone(),
+                        Step::Each => "*".into(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(names("$.streams"), Some(vec!["streams".to_string()]));
+        assert_eq!(
+            names("$['a'][*].b"),
+            Some(vec!["a".into(), "*".into(), "b".into()])
+        );
+        assert_eq!(names("$"), Some(vec![]));
+        assert_eq!(names("$..x"), None);
+        assert_eq!(names("$.a[?@.b]"), None);
+    }
+
+    #[test]
+    fn relax_drops_required_fields_the_summary_leaves_out() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {"g": {"type": "object", "properties": {"a": {}, "why": {}}, "required": ["a", "why"]}, "id": {}, "x": {}},
+            "required": ["id", "x", "g"]
+        });
+        let paths: Vec<Vec<String>> = vec![vec!["id".into()], vec!["g".into(), "a".into()]];
+        relax(&mut schema, &Selection::from_paths(&paths));
+        assert_eq!(schema["required"], json!(["id", "g"]));
+        assert_eq!(schema["properties"]["g"]["required"], json!(["a"]));
+    }
+}

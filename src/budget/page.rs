@@ -1,0 +1,112 @@
+//! Stage: the page. `limit` items after the cursor's position.
+//!
+//! A position is the last item's key (when the policy names a key field) and its offset. The
+//! key is looked up first, so that a page stays right when items before it came or went; the
+//! offset is the fallback when that item is gone.
+
+use serde_json::Value;
+
+use super::field;
+use crate::policy::FieldPath;
+
+/// Where the previous page ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// Number of items (of the matching list) already returned.
+    pub offset: usize,
+    /// The key of the last item returned, when the policy names a key field.
+    pub key: Option<String>,
+}
+
+/// One page of a list.
+#[derive(Debug, PartialEq)]
+pub struct Page {
+    pub items: Vec<Value>,
+    /// How many items of the list come before this page.
+    pub start: usize,
+    /// The position after this page, when more items remain.
+    pub next: Option<Position>,
+}
+
+/// The page of `limit` items after `after`.
+pub fn apply(
+    items: Vec<Value>,
+    after: Option<&Position>,
+    limit: usize,
+    key: Option<&FieldPath>,
+) -> Page {
+    let start = match after {
+        None => 0,
+        Some(position) => {
+            let by_key = match (&position.key, key) {
+                (Some(wanted), Some(key)) => items.iter().position(|item| {
+                    field::get(item, key).is_some_and(|k| field::matches(k, wanted))
+                }),
+                _ => None,
+            };
+            by_key.map_or(position.offset, |index| index + 1)
+        }
+    };
+    let start = start.min(items.len());
+    let end = start.saturating_add(limit).min(items.len());
+    let next = (end < items.len()).then(|| Position {
+        offset: end,
+        key: key
+            .and_then(|key| field::get(&items[end - 1], key))
+            .map(field::text),
+    });
+    let items = items.into_iter().skip(start).take(end - start).collect();
+    Page { items, start, next }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn items(n: usize) -> Vec<Value> {
+        (0..n).map(|i| json!({"k": format!("s{i}")})).collect()
+    }
+
+    #[test]
+    fn pages_by_key_and_falls_back_to_offset() {
+        let key = vec!["k".to_string()];
+        let first = apply(items(5), None, 2, Some(&key));
+        assert_eq!((first.items, first.start), (items(2), 0));
+        let next = first.next.unwrap();
+        assert_eq!(
+            next,
+            Position {
+                offset: 2,
+                key: Some("s1".into())
+            }
+        );
+        let second = apply(items(5), Some(&next), 2, Some(&key));
+        assert_eq!(second.items, vec![json!({"k": "s2"}), json!({"k": "s3"})]);
+        assert_eq!(second.start, 2);
+        // An item before the page vanished: the key still finds the right place.
+        let mut fewer = items(5);
+        fewer.remove(0);
+        let third = apply(fewer, Some(&second.next.unwrap()), 2, Some(&key));
+        assert_eq!((third.items, third.start), (vec![json!({"k": "s4"})], 3));
+        // The key is gone: offset.
+        let gone = Position {
+            offset: 4,
+            key: Some("zz".into()),
+        };
+        let page = apply(items(5), Some(&gone), 2, Some(&key));
+        assert_eq!((page.items, page.next), (vec![json!({"k": "s4"})], None));
+    }
+
+    #[test]
+    fn last_page_has_no_next_and_past_the_end_is_empty() {
+        let page = apply(items(3), None, 3, None);
+        assert_eq!((page.items.len(), page.next), (3, None));
+        let far = Position {
+            offset: 10,
+            key: None,
+        };
+        let page = apply(items(3), Some(&far), 3, None);
+        assert_eq!((page.items.len(), page.start, page.next), (0, 3, None));
+    }
+}

@@ -1,0 +1,141 @@
+//! Stage: rendering. `json` is upstream's own object with the item list replaced by the page,
+//! plus `total_count`, `next_after` (only when more items remain) and `notices`; `csv`/`tsv`
+//! are a header and rows of the policy's columns, with the continuation in a separate short
+//! text so that a table can never be mistaken for the complete set.
+
+use serde_json::{Map, Value, json};
+
+use super::field;
+use crate::policy::FieldPath;
+
+/// What a page says about the list it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continuation {
+    /// Items upstream returned, before any narrowing.
+    pub total_count: usize,
+    /// Items left after horizon and filters.
+    pub matching: usize,
+    /// Items before this page (of the matching ones).
+    pub skipped: usize,
+    pub next_after: Option<String>,
+    pub notices: Vec<String>,
+}
+
+/// Adds the continuation fields to an envelope object.
+pub fn decorate(envelope: &mut Map<String, Value>, continuation: &Continuation) {
+    envelope.insert("total_count".into(), json!(continuation.total_count));
+    if let Some(next) = &continuation.next_after {
+        envelope.insert("next_after".into(), json!(next));
+    }
+    if !continuation.notices.is_empty() {
+        envelope.insert("notices".into(), json!(continuation.notices));
+    }
+}
+
+/// A csv/tsv table of `columns` for `page`.
+pub fn table(page: &[Value], columns: &[FieldPath], delimiter: u8) -> String {
+    let mut writer = csv::WriterBuilder::new()
+        .delimiter(delimiter)
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    let header: Vec<String> = columns.iter().map(|c| c.join(".")).collect();
+    // Writing to a Vec cannot fail.
+    let _ = writer.write_record(&header);
+    for item in page {
+        let row: Vec<String> = columns
+            .iter()
+            .map(|c| match field::get(item, c) {
+                None | Some(Value::Null) => String::new(),
+                Some(value) => field::text(value),
+            })
+            .collect();
+        let _ = writer.write_record(&row);
+    }
+    let bytes = writer.into_inner().unwrap_or_default();
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
+/// The short text that follows a table: what part of the list it is and how to go on.
+pub fn table_continuation(c: &Continuation, returned: usize, tool: &str, noun: &str) -> String {
+    let first = c.skipped + usize::from(returned > 0);
+    let last = c.skipped + returned;
+    let mut text = format!(
+        "Rows {first}-{last} of {} matching {noun} (total_count {}: what the server returned before the horizon and filters).",
+        c.matching, c.total_count
+    );
+    match &c.next_after {
+        Some(next) => text.push_str(&format!(
+            " More remain: call {tool} again with after:\"{next}\" and the same other arguments for the next page."
+        )),
+        None => text.push_str(" This is the last page."),
+    }
+    for notice in &c.notices {
+        text.push('\n');
+        text.push_str(notice);
+    }
+    text
+}
+
+/// The structured form of a table page: the continuation without the rows.
+pub fn table_structured(c: &Continuation, returned: usize, format: &str) -> Value {
+    let mut map = Map::new();
+    map.insert("format".into(), json!(format));
+    map.insert("returned".into(), json!(returned));
+    decorate(&mut map, c);
+    Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols(list: &[&str]) -> Vec<FieldPath> {
+        list.iter()
+            .map(|p| p.split('.').map(String::from).collect())
+            .collect()
+    }
+
+    #[test]
+    fn csv_and_tsv_tables_quote_what_needs_quoting() {
+        let page = vec![
+            json!({"id": "a", "gate": {"verdict": "pass"}, "n": 3, "t": "x, \"y\""}),
+            json!({"id": "b", "t": null}),
+        ];
+        assert_eq!(
+            table(&page, &cols(&["id", "gate.verdict", "n", "t"]), b','),
+            "id,gate.verdict,n,t\na,pass,3,\"x, \"\"y\"\"\"\nb,,,\n"
+        );
+        assert_eq!(
+            table(&page, &cols(&["id", "n"]), b'\t'),
+            "id\tn\na\t3\nb\t\n"
+        );
+    }
+
+    #[test]
+    fn continuation_texts() {
+        let c = Continuation {
+            total_count: 240,
+            matching: 84,
+            skipped: 25,
+            next_after: Some("CUR".into()),
+            notices: vec!["N1".into()],
+        };
+        assert_eq!(
+            table_continuation(&c, 25, "fleet_show", "streams"),
+            "Rows 26-50 of 84 matching streams (total_count 240: what the server returned before the horizon and filters). More remain: call fleet_show again with after:\"CUR\" and the same other arguments for the next page.\nN1"
+        );
+        let last = Continuation {
+            next_after: None,
+            notices: vec![],
+            ..c
+        };
+        assert_eq!(
+            table_continuation(&last, 9, "t", "items"),
+            "Rows 26-34 of 84 matching items (total_count 240: what the server returned before the horizon and filters). This is the last page."
+        );
+        assert_eq!(
+            table_structured(&last, 9, "csv").to_string(),
+            r#"{"format":"csv","returned":9,"total_count":240}"#
+        );
+    }
+}

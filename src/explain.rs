@@ -1,0 +1,164 @@
+//! `mcp-budget check` and `mcp-budget explain`: what a policy is, and what it does to a tool.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::budget::Budget;
+use crate::child::ChildServer;
+use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader};
+use crate::policy::Policy;
+
+/// A one-paragraph description of a valid policy, for `check`.
+pub fn summary(policy: &Policy) -> String {
+    let mut lines = vec![format!(
+        "cap: {} bytes on every tool result; maxResultSizeChars allowance {}",
+        policy.max_bytes, policy.max_result_size_chars
+    )];
+    for rule in &policy.rules {
+        let names = rule.names.join(", ");
+        match &rule.items {
+            None => lines.push(format!("{names}: capped, not paged")),
+            Some(items) => {
+                let mut parts = vec![format!("items {}", items.path_text)];
+                if let Some(key) = &items.key {
+                    parts.push(format!("key {}", key.join(".")));
+                }
+                if let Some(h) = &items.horizon {
+                    parts.push(format!(
+                        "live horizon drops {} = {}",
+                        h.field.join("."),
+                        h.terminal.join("/")
+                    ));
+                }
+                if let Some(summary) = &items.summary {
+                    parts.push(format!("summary of {} fields", summary.len()));
+                }
+                parts.push(format!(
+                    "limit {} (max {})",
+                    items.default_limit, items.max_limit
+                ));
+                if let Some(columns) = &items.columns {
+                    parts.push(format!("csv/tsv of {} columns", columns.len()));
+                }
+                if !items.filters.is_empty() {
+                    let names: Vec<&str> = items.filters.iter().map(|(n, _)| n.as_str()).collect();
+                    parts.push(format!("filters {}", names.join(", ")));
+                }
+                lines.push(format!("{names}: paged — {}", parts.join(", ")));
+            }
+        }
+    }
+    lines.join("\n")
+}
+
+/// Why `explain` could not produce a descriptor.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    Spawn(#[from] crate::child::SpawnError),
+    #[error("talking to the server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The tool descriptors in a JSON document: one descriptor, a `tools/list` result, or a
+/// whole `tools/list` response.
+pub fn tools_in(document: &Value) -> Vec<Value> {
+    let result = document.get("result").unwrap_or(document);
+    match result.get("tools") {
+        Some(Value::Array(tools)) => tools.clone(),
+        _ if result.get("name").is_some() => vec![result.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// The descriptor of `tool` as the client sees it through the proxy.
+pub fn rewrite(policy: Policy, tools: Vec<Value>, tool: &str) -> Result<Value, ExplainError> {
+    let names: Vec<String> = tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str).map(String::from))
+        .collect();
+    let Some(descriptor) = tools
+        .into_iter()
+        .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+    else {
+        return Err(ExplainError::Input(format!(
+            "no tool named {tool:?}; the descriptors have: {}",
+            if names.is_empty() {
+                "no tools".to_string()
+            } else {
+                names.join(", ")
+            }
+        )));
+    };
+    let budget = Budget::new(policy);
+    let mut list = json!({"tools": [descriptor]});
+    budget.rewrite_tools_list(&mut list);
+    Ok(list["tools"][0].take())
+}
+
+/// Starts `command`, initializes it, and reads every page of its `tools/list`.
+pub async fn fetch_tools(command: &[String]) -> Result<Vec<Value>, ExplainError> {
+    let (mut child, pipes) = ChildServer::spawn(command)?;
+    let mut stdin = pipes.stdin;
+    let mut frames = FrameReader::new(pipes.stdout, DEFAULT_MAX_MESSAGE_BYTES);
+    let mut next_id = 0u64;
+    let mut request = async |method: &str, params: Value| -> Result<Value, ExplainError> {
+        next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
+        stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        stdin.flush().await?;
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(30), frames.next_frame())
+                .await
+                .map_err(|_| {
+                    ExplainError::Input(format!("the server did not answer {method} within 30 s"))
+                })??;
+            let Some(Frame::Line(line)) = frame else {
+                return Err(ExplainError::Input(format!(
+                    "the server closed its output before answering {method}"
+                )));
+            };
+            let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            if message.get("id") == Some(&json!(next_id)) {
+                if let Some(error) = message.get("error") {
+                    return Err(ExplainError::Input(format!(
+                        "the server answered {method} with an error: {error}"
+                    )));
+                }
+                return Ok(message.get("result").cloned().unwrap_or(Value::Null));
+            }
+        }
+    };
+    request(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mcp-budget explain", "version": env!("CARGO_PKG_VERSION")}}),
+    )
+    .await?;
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let page = request("tools/list", params).await?;
+        tools.extend(tools_in(&page));
+        cursor = page
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(String::from);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    drop(request);
+    drop(stdin);
+    child.terminate(Duration::from_millis(500)).await.ok();
+    Ok(tools)
+}

@@ -1,0 +1,510 @@
+//! The budget policy: a TOML file, read strictly and resolved into rules the pipeline can use.
+//!
+//! `PolicyFile` mirrors the TOML exactly (`deny_unknown_fields`, so a misspelt key is an error,
+//! not a silently ignored setting); `Policy` is what the rest of the proxy uses: JSONPaths
+//! parsed, field paths split, limits checked. Every problem is reported with the file, line and
+//! column it comes from, and says what would be accepted instead.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use jsonpath_rust::parser::model::JpQuery;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The cap when a policy names none: results at or above this many bytes are refused.
+pub const DEFAULT_MAX_BYTES: usize = 200_000;
+/// The default page size and its maximum.
+pub const DEFAULT_LIMIT: usize = 25;
+pub const DEFAULT_MAX_LIMIT: usize = 100;
+
+/// A policy file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read policy {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+// ---- The file, as written -------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    budget: BudgetFile,
+    #[serde(default)]
+    tool: Vec<ToolFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetFile {
+    /// Results at or above this many bytes (serialized) are refused. Default 200000.
+    max_bytes: Option<Spanned<i64>>,
+    /// `_meta["anthropic/maxResultSizeChars"]` on budgeted tools. Default: max_bytes.
+    max_result_size_chars: Option<Spanned<i64>>,
+    /// An environment variable holding the cursor key, so that several proxies accept each
+    /// other's cursors. Default: a random key per process.
+    cursor_key_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolFile {
+    /// Tool names: exact, or globs with `*` and `?`. One name or a list.
+    name: Spanned<OneOrMany>,
+    /// JSONPath to the item list, in `structuredContent` or the JSON of the text content.
+    items: Option<Spanned<String>>,
+    /// The field that identifies an item (cursors use it).
+    key: Option<String>,
+    /// What an item is called in notices ("streams"). Default "items".
+    noun: Option<String>,
+    horizon: Option<HorizonFile>,
+    detail: Option<DetailFile>,
+    limit: Option<LimitFile>,
+    format: Option<FormatFile>,
+    /// Filter arguments: argument name → item field.
+    #[serde(default)]
+    filters: BTreeMap<String, Spanned<String>>,
+    /// Added arguments that the upstream tool also takes (forwarded instead of stripped).
+    #[serde(default)]
+    passthrough: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HorizonFile {
+    field: Spanned<String>,
+    terminal: Spanned<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DetailFile {
+    summary: Spanned<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitFile {
+    default: Option<Spanned<i64>>,
+    max: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FormatFile {
+    columns: Spanned<Vec<String>>,
+}
+
+// ---- The policy, resolved -------------------------------------------------------------------
+
+/// A field path inside an item, e.g. `last_gate.verdict` → `["last_gate", "verdict"]`.
+pub type FieldPath = Vec<String>;
+
+/// A validated policy.
+#[derive(Debug)]
+pub struct Policy {
+    pub max_bytes: usize,
+    pub max_result_size_chars: usize,
+    pub cursor_key_env: Option<String>,
+    pub rules: Vec<Rule>,
+}
+
+impl Default for Policy {
+    /// The built-in policy: no rules, and the default cap on every tool result.
+    fn default() -> Self {
+        Policy {
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_result_size_chars: DEFAULT_MAX_BYTES,
+            cursor_key_env: None,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// What the policy says about the tools it names.
+#[derive(Debug)]
+pub struct Rule {
+    pub names: Vec<String>,
+    /// `None`: the tool is capped, not paged.
+    pub items: Option<Items>,
+}
+
+/// How to find, narrow and page a tool's item list.
+#[derive(Debug)]
+pub struct Items {
+    pub path_text: String,
+    pub path: JpQuery,
+    pub key: Option<FieldPath>,
+    pub noun: String,
+    pub horizon: Option<Horizon>,
+    pub summary: Option<Vec<FieldPath>>,
+    pub default_limit: usize,
+    pub max_limit: usize,
+    pub columns: Option<Vec<FieldPath>>,
+    /// (argument name, item field), in name order.
+    pub filters: Vec<(String, FieldPath)>,
+    pub passthrough: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Horizon {
+    pub field: FieldPath,
+    pub terminal: Vec<String>,
+}
+
+impl Policy {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Policy::parse(&text, path)
+    }
+
+    /// Validates policy text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Policy, PolicyError> {
+        let file: PolicyFile = toml::from_str(text).map_err(|err| PolicyError::Syntax {
+            path: path.to_path_buf(),
+            message: err.to_string().trim_end().to_string(),
+        })?;
+        Resolver { text, path }.policy(file)
+    }
+
+    /// The rule for a tool: the first rule that names it exactly, else the first whose glob
+    /// matches.
+    pub fn rule_for(&self, tool: &str) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .find(|rule| rule.names.iter().any(|n| n == tool))
+            .or_else(|| {
+                self.rules
+                    .iter()
+                    .find(|rule| rule.names.iter().any(|n| glob_match(n, tool)))
+            })
+    }
+}
+
+struct Resolver<'a> {
+    text: &'a str,
+    path: &'a Path,
+}
+
+impl Resolver<'_> {
+    fn error(&self, span: Range<usize>, message: impl Into<String>) -> PolicyError {
+        let before = &self.text[..span.start.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        PolicyError::Invalid {
+            path: self.path.to_path_buf(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+
+    fn positive(&self, value: &Spanned<i64>, what: &str) -> Result<usize, PolicyError> {
+        usize::try_from(*value.get_ref())
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| self.error(value.span(), format!("{what} must be a positive integer")))
+    }
+
+    fn field(&self, text: &str, span: Range<usize>, what: &str) -> Result<FieldPath, PolicyError> {
+        let parts: FieldPath = text.split('.').map(str::to_string).collect();
+        if parts.iter().any(String::is_empty) {
+            return Err(self.error(
+                span,
+                format!("{what} {text:?} is not a field path: use names separated by dots, e.g. \"last_gate.verdict\""),
+            ));
+        }
+        Ok(parts)
+    }
+
+    fn fields(
+        &self,
+        list: &Spanned<Vec<String>>,
+        what: &str,
+    ) -> Result<Vec<FieldPath>, PolicyError> {
+        if list.get_ref().is_empty() {
+            return Err(self.error(list.span(), format!("{what} must name at least one field")));
+        }
+        list.get_ref()
+            .iter()
+            .map(|f| self.field(f, list.span(), what))
+            .collect()
+    }
+
+    fn policy(&self, file: PolicyFile) -> Result<Policy, PolicyError> {
+        let max_bytes = match &file.budget.max_bytes {
+            Some(v) => self.positive(v, "budget.max_bytes")?,
+            None => DEFAULT_MAX_BYTES,
+        };
+        let max_result_size_chars = match &file.budget.max_result_size_chars {
+            Some(v) => self.positive(v, "budget.max_result_size_chars")?,
+            None => max_bytes,
+        };
+        let rules = file
+            .tool
+            .into_iter()
+            .map(|tool| self.rule(tool))
+            .collect::<Result<_, _>>()?;
+        Ok(Policy {
+            max_bytes,
+            max_result_size_chars,
+            cursor_key_env: file.budget.cursor_key_env,
+            rules,
+        })
+    }
+
+    fn rule(&self, tool: ToolFile) -> Result<Rule, PolicyError> {
+        let names = match tool.name.get_ref() {
+            OneOrMany::One(name) => vec![name.clone()],
+            OneOrMany::Many(names) => names.clone(),
+        };
+        if names.is_empty() || names.iter().any(String::is_empty) {
+            return Err(self.error(
+                tool.name.span(),
+                "tool.name must be a tool name, a glob such as \"fleet_*\", or a list of them",
+            ));
+        }
+        let Some(items) = tool.items else {
+            let paged_only = [
+                tool.horizon.as_ref().map(|h| ("horizon", h.field.span())),
+                tool.detail.as_ref().map(|d| ("detail", d.summary.span())),
+                tool.format.as_ref().map(|f| ("format", f.columns.span())),
+                tool.filters.values().next().map(|f| ("filters", f.span())),
+            ];
+            if let Some((what, span)) = paged_only.into_iter().flatten().next() {
+                return Err(self.error(span, format!("{what} needs `items`: say where the item list is, e.g. items = \"$.streams\"")));
+            }
+            return Ok(Rule { names, items: None });
+        };
+        let path_text = items.get_ref().clone();
+        let path = jsonpath_rust::parser::parse_json_path(&path_text).map_err(|err| {
+            self.error(
+                items.span(),
+                format!("items: {path_text:?} is not a valid JSONPath ({err}); e.g. \"$.streams\""),
+            )
+        })?;
+        let key = tool
+            .key
+            .as_deref()
+            .map(|k| self.field(k, items.span(), "key"))
+            .transpose()?;
+        let horizon = match tool.horizon {
+            Some(h) => {
+                if h.terminal.get_ref().is_empty() {
+                    return Err(self.error(
+                        h.terminal.span(),
+                        "horizon.terminal must list at least one terminal value, e.g. [\"merged\"]",
+                    ));
+                }
+                Some(Horizon {
+                    field: self.field(h.field.get_ref(), h.field.span(), "horizon.field")?,
+                    terminal: h.terminal.into_inner(),
+                })
+            }
+            None => None,
+        };
+        let summary = tool
+            .detail
+            .map(|d| self.fields(&d.summary, "detail.summary"))
+            .transpose()?;
+        let columns = tool
+            .format
+            .map(|f| self.fields(&f.columns, "format.columns"))
+            .transpose()?;
+        let (default_limit, max_limit) = match &tool.limit {
+            None => (DEFAULT_LIMIT, DEFAULT_MAX_LIMIT),
+            Some(limit) => {
+                let max = match &limit.max {
+                    Some(v) => self.positive(v, "limit.max")?,
+                    None => DEFAULT_MAX_LIMIT,
+                };
+                let default = match &limit.default {
+                    Some(v) => {
+                        let d = self.positive(v, "limit.default")?;
+                        if d > max {
+                            return Err(self.error(
+                                v.span(),
+                                format!("limit.default ({d}) is above limit.max ({max})"),
+                            ));
+                        }
+                        d
+                    }
+                    None => DEFAULT_LIMIT.min(max),
+                };
+                (default, max)
+            }
+        };
+        let mut filters = Vec::new();
+        for (name, field) in &tool.filters {
+            if RESERVED.contains(&name.as_str()) {
+                return Err(self.error(field.span(), format!("filter argument {name:?} clashes with a budget argument; choose another name")));
+            }
+            filters.push((
+                name.clone(),
+                self.field(field.get_ref(), field.span(), "filter field")?,
+            ));
+        }
+        let mut passthrough = Vec::new();
+        for arg in &tool.passthrough {
+            let known = RESERVED.contains(&arg.get_ref().as_str())
+                || tool.filters.contains_key(arg.get_ref());
+            if !known {
+                return Err(self.error(arg.span(), format!("passthrough: {:?} is not an argument the proxy adds (one of horizon, detail, limit, after, format, or a filter name)", arg.get_ref())));
+            }
+            passthrough.push(arg.get_ref().clone());
+        }
+        Ok(Rule {
+            names,
+            items: Some(Items {
+                path_text,
+                path,
+                key,
+                noun: tool.noun.unwrap_or_else(|| "items".into()),
+                horizon,
+                summary,
+                default_limit,
+                max_limit,
+                columns,
+                filters,
+                passthrough,
+            }),
+        })
+    }
+}
+
+/// The arguments the proxy itself adds to a paged tool.
+pub const RESERVED: [&str; 5] = ["horizon", "detail", "limit", "after", "format"];
+
+/// `*` matches any run of characters, `?` any one character; everything else matches itself.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Policy, String> {
+        Policy::parse(text, Path::new("p.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("fleet_*", "fleet_show"));
+        assert!(glob_match("*_show", "wave_show"));
+        assert!(glob_match("w?ve_show", "wave_show"));
+        assert!(!glob_match("fleet_*", "wave_show"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a*b", "ac"));
+    }
+
+    #[test]
+    fn exact_names_win_over_globs() {
+        let policy = parse(
+            "[[tool]]\nname = \"*\"\n\n[[tool]]\nname = [\"fleet_show\"]\nitems = \"$.streams\"\n",
+        )
+        .unwrap();
+        assert!(policy.rule_for("fleet_show").unwrap().items.is_some());
+        assert!(policy.rule_for("other").unwrap().items.is_none());
+    }
+
+    #[test]
+    fn defaults() {
+        let policy = parse("").unwrap();
+        assert_eq!(policy.max_bytes, 200_000);
+        assert_eq!(policy.max_result_size_chars, 200_000);
+        assert!(policy.rules.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_position() {
+        let err = parse("[budget]\nmax_byte = 5\n").unwrap_err();
+        assert!(
+            err.starts_with("p.toml: TOML parse error at line 2, column 1"),
+            "{err}"
+        );
+        assert!(err.contains("unknown field `max_byte`"), "{err}");
+    }
+
+    #[test]
+    fn bad_jsonpath_names_line_and_column() {
+        let err = parse("[[tool]]\nname = \"t\"\nitems = \"$.[streams\"\n").unwrap_err();
+        assert!(
+            err.starts_with("p.toml:3:9: items: \"$.[streams\" is not a valid JSONPath"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn impossible_values_are_refused() {
+        let err =
+            parse("[[tool]]\nname = \"t\"\nitems = \"$.x\"\nlimit = { default = 50, max = 10 }\n")
+                .unwrap_err();
+        assert_eq!(
+            err,
+            "p.toml:4:21: limit.default (50) is above limit.max (10)"
+        );
+        let err = parse("[budget]\nmax_bytes = 0\n").unwrap_err();
+        assert_eq!(
+            err,
+            "p.toml:2:13: budget.max_bytes must be a positive integer"
+        );
+        let err = parse(
+            "[[tool]]\nname = \"t\"\n[tool.horizon]\nfield = \"state\"\nterminal = [\"m\"]\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("horizon needs `items`"), "{err}");
+        let err = parse("[[tool]]\nname = \"t\"\nitems = \"$.x\"\nfilters = { limit = \"n\" }\n")
+            .unwrap_err();
+        assert!(err.contains("clashes with a budget argument"), "{err}");
+        let err =
+            parse("[[tool]]\nname = \"t\"\nitems = \"$.x\"\n[tool.detail]\nsummary = [\"a..b\"]\n")
+                .unwrap_err();
+        assert!(err.contains("is not a field path"), "{err}");
+    }
+}
