@@ -157,7 +157,6 @@ pub async fn fetch_tools(command: &[String]) -> Result<Vec<Value>, ExplainError>
             break;
         }
     }
-    drop(request);
     drop(stdin);
     child.terminate(Duration::from_millis(500)).await.ok();
     Ok(tools)

@@ -56,13 +56,13 @@ pub fn refusal(tool: &str, bytes: usize, max_bytes: usize, moves: &Moves) -> Str
     if moves.detail_full {
         steps.push("omit detail:full (summary, the default, is far smaller)".to_string());
     }
-    if steps.is_empty() {
-        if let Some((terminal, noun)) = &moves.horizon_all {
-            steps.push(format!(
-                "omit horizon:\"all\" (live, the default, leaves out {} {noun})",
-                terminal.join("/")
-            ));
-        }
+    if steps.is_empty()
+        && let Some((terminal, noun)) = &moves.horizon_all
+    {
+        steps.push(format!(
+            "omit horizon:\"all\" (live, the default, leaves out {} {noun})",
+            terminal.join("/")
+        ));
     }
     if steps.is_empty() {
         steps.push("call it with narrower arguments".to_string());

@@ -22,7 +22,10 @@ pub fn text(value: &Value) -> String {
 pub fn matches(value: &Value, wanted: &str) -> bool {
     match value {
         Value::String(s) => s == wanted,
-        other => other.to_string() == wanted,
+        other => {
+            let text = other.to_string();
+            text == wanted
+        }
     }
 }
 
