@@ -117,10 +117,14 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
         )
     }
 
+    // 12 streams keep fleet_show under the default 200000-byte cap that applies without a
+    // policy (the budget tests cover what happens above it).
     let fleet = example("fleet_server");
-    let direct = session(tokio::process::Command::new(&fleet)).await;
+    let mut direct = tokio::process::Command::new(&fleet);
+    direct.args(["--streams", "12"]);
+    let direct = session(direct).await;
     let mut via = tokio::process::Command::new(common::proxy_bin());
-    via.arg("--").arg(&fleet);
+    via.arg("--").arg(&fleet).args(["--streams", "12"]);
     let proxied = session(via).await;
     assert_eq!(direct, proxied);
     assert_eq!(
@@ -128,7 +132,7 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
             .as_array()
             .unwrap()
             .len(),
-        68
+        12
     );
 }
 
