@@ -1,15 +1,15 @@
-//! The main job on the bundled example: mcp-budget in front of the example fleet server,
-//! driven by a short scripted client session whose exchanges and sizes it prints.
+//! The main job on the bundled example: mcp-budget with `policies/fleet.toml` in front of the
+//! example fleet server, driven by a short scripted client session whose exchanges and sizes
+//! it prints, then the before/after of `fleet_show` in bytes and tokens (tiktoken o200k).
 //!
 //! ```text
-//! cargo run --release --example demo [-- --streams 68]
+//! cargo run --release --example demo [-- --streams 240]
 //! ```
 //!
-//! It builds the proxy and the fleet server (release), starts
-//! `mcp-budget -- fleet_server --streams N`, and speaks raw MCP to it on stdio.
+//! It builds the proxy and the fleet server (release) and speaks raw MCP to them on stdio.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -22,45 +22,120 @@ struct Client {
     next_id: u64,
 }
 
+/// One answer: the response and its size on the wire.
+struct Reply {
+    message: Value,
+    bytes: usize,
+}
+
 impl Client {
-    fn request(&mut self, method: &str, params: Value) -> Result<(Value, usize)> {
+    fn start(program: &Path, args: &[&str]) -> Result<Client> {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        let mut client = Client {
+            stdin: child.stdin.take().context("stdin")?,
+            stdout: BufReader::new(child.stdout.take().context("stdout")?),
+            child,
+            next_id: 1,
+        };
+        client.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "demo", "version": "1"}}),
+        )?;
+        writeln!(
+            client.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )?;
+        Ok(client)
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Result<Reply> {
         let id = self.next_id;
         self.next_id += 1;
-        let line =
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         writeln!(self.stdin, "{line}")?;
         self.stdin.flush()?;
         loop {
             let mut reply = String::new();
             if self.stdout.read_line(&mut reply)? == 0 {
-                bail!("the proxy closed its output");
+                bail!("the server closed its output");
             }
             let message: Value = serde_json::from_str(&reply).context("reply is not JSON")?;
             if message["id"] == json!(id) {
-                return Ok((message, reply.trim_end().len()));
+                return Ok(Reply {
+                    message,
+                    bytes: reply.trim_end().len(),
+                });
             }
         }
     }
 
-    fn notify(&mut self, method: &str) -> Result<()> {
-        writeln!(
-            self.stdin,
-            "{}",
-            json!({"jsonrpc": "2.0", "method": method})
-        )?;
+    fn call(&mut self, tool: &str, arguments: Value) -> Result<Reply> {
+        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+
+    fn stop(mut self) -> Result<()> {
+        drop(self.stdin);
+        self.child.wait()?;
         Ok(())
     }
 }
 
-fn built(dir: &std::path::Path, name: &str) -> PathBuf {
-    dir.join(name)
+/// The text a model reads from a tool result: every text block.
+fn model_text(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+fn describe(result: &Value) -> String {
+    if result["isError"] == json!(true) {
+        let text = model_text(result);
+        let short: String = text.chars().take(110).collect();
+        return format!(
+            "isError: {short}{}",
+            if text.len() > 110 { "…" } else { "" }
+        );
+    }
+    let page = &result["structuredContent"];
+    let mut parts = Vec::new();
+    if let Some(streams) = page["streams"].as_array() {
+        parts.push(format!("{} streams", streams.len()));
+    } else if let Some(returned) = page["returned"].as_u64() {
+        parts.push(format!("{returned} rows"));
+    } else if page["stream"].is_object() {
+        parts.push("one stream".into());
+    }
+    if let Some(total) = page["total_count"].as_u64() {
+        parts.push(format!("total_count {total}"));
+    }
+    if page["next_after"].is_string() {
+        parts.push("next_after".into());
+    }
+    if let Some(notices) = page["notices"].as_array() {
+        parts.push(format!("{} notices", notices.len()));
+    }
+    parts.join(", ")
 }
 
 fn main() -> Result<()> {
     let streams = std::env::args()
         .skip_while(|a| a != "--streams")
         .nth(1)
-        .unwrap_or_else(|| "68".into());
+        .unwrap_or_else(|| "240".into());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
         .args([
@@ -79,64 +154,104 @@ fn main() -> Result<()> {
     }
     let exe = std::env::current_exe()?;
     let examples = exe.parent().context("example dir")?;
-    let release = examples.parent().context("target dir")?;
-    let proxy = built(release, "mcp-budget");
-    let fleet = built(examples, "fleet_server");
+    let proxy: PathBuf = examples.parent().context("target dir")?.join("mcp-budget");
+    let fleet: PathBuf = examples.join("fleet_server");
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
+    let bpe = tiktoken_rs::o200k_base().context("loading the o200k tokenizer")?;
+    let tokens = |result: &Value| bpe.encode_ordinary(&model_text(result)).len();
 
-    println!("$ mcp-budget -- fleet_server --streams {streams}\n");
-    let mut child = Command::new(&proxy)
-        .arg("--")
-        .arg(&fleet)
-        .args(["--streams", &streams])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("starting {}", proxy.display()))?;
-    let mut client = Client {
-        stdin: child.stdin.take().context("stdin")?,
-        stdout: BufReader::new(child.stdout.take().context("stdout")?),
-        child,
-        next_id: 1,
-    };
-
-    let (init, bytes) = client.request(
-        "initialize",
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "demo", "version": "1"}}),
+    println!("$ mcp-budget --policy policies/fleet.toml -- fleet_server --streams {streams}\n");
+    let fleet_str = fleet.to_str().context("path")?;
+    let policy_str = policy.to_str().context("path")?;
+    let mut client = Client::start(
+        &proxy,
+        &[
+            "--policy",
+            policy_str,
+            "--",
+            fleet_str,
+            "--streams",
+            &streams,
+        ],
     )?;
-    println!(
-        "→ {:<50} ← {bytes:>9} bytes  server {}",
-        "initialize", init["result"]["serverInfo"]["name"]
-    );
-    client.notify("notifications/initialized")?;
-    let (tools, bytes) = client.request("tools/list", json!({}))?;
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+    let tools = client.request("tools/list", json!({}))?;
+    let added: Vec<String> = tools.message["result"]["tools"][0]["inputSchema"]["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
         .unwrap_or_default();
-    println!("→ {:<50} ← {bytes:>9} bytes  tools {names:?}", "tools/list");
+    println!(
+        "→ {:<58} ← {:>7} bytes  fleet_show takes {}",
+        "tools/list",
+        tools.bytes,
+        added.join(", ")
+    );
 
-    let calls = [
+    let script = [
         ("fleet_show", json!({})),
+        ("fleet_show", json!({"format": "csv"})),
+        ("fleet_show", json!({"state": "blocked", "limit": 5})),
+        (
+            "fleet_show",
+            json!({"horizon": "all", "detail": "full", "limit": 100}),
+        ),
+        ("fleet_show", json!({"limit": 101})),
         ("wave_show", json!({"wave": "w2"})),
         ("stream_detail", json!({"stream_id": "st-0003"})),
     ];
-    for (tool, arguments) in calls {
-        let (reply, bytes) =
-            client.request("tools/call", json!({"name": tool, "arguments": arguments}))?;
-        let result = &reply["result"];
-        let items = result["structuredContent"]["streams"]
-            .as_array()
-            .map(|s| format!("{} streams", s.len()))
-            .unwrap_or_else(|| "one record".into());
+    let mut measured = Vec::new();
+    for (tool, arguments) in script {
+        let reply = client.call(tool, arguments.clone())?;
+        let result = &reply.message["result"];
         let label = format!("tools/call {tool} {arguments}");
         println!(
-            "→ {label:<50} ← {bytes:>9} bytes  {items}, isError {}",
-            result["isError"]
+            "→ {label:<58} ← {:>7} bytes  {}",
+            reply.bytes,
+            describe(result)
+        );
+        measured.push((label, reply.bytes, tokens(result)));
+    }
+
+    // The page chain: every live stream, 25 at a time.
+    let mut chain = (0usize, 0usize, 0usize);
+    let mut arguments = json!({});
+    loop {
+        let reply = client.call("fleet_show", arguments.clone())?;
+        let result = &reply.message["result"];
+        chain = (chain.0 + 1, chain.1 + reply.bytes, chain.2 + tokens(result));
+        match result["structuredContent"]["next_after"].as_str() {
+            Some(next) => arguments = json!({"after": next}),
+            None => break,
+        }
+    }
+    println!(
+        "→ {:<58} ← {:>7} bytes  {} pages: every live stream",
+        "fleet_show page chain (following next_after)", chain.1, chain.0
+    );
+    client.stop()?;
+
+    // Before: the server itself.
+    let mut direct = Client::start(&fleet, &["--streams", &streams])?;
+    let raw = direct.call("fleet_show", json!({}))?;
+    let raw_tokens = tokens(&raw.message["result"]);
+    direct.stop()?;
+
+    println!(
+        "\nfleet_show on {streams} streams, before and after (tokens: o200k, of the text the model reads):\n"
+    );
+    println!("| call | bytes | tokens |\n|---|---:|---:|");
+    println!(
+        "| raw, server directly (no budget) | {} | {} |",
+        raw.bytes, raw_tokens
+    );
+    for (label, bytes, tokens) in measured.iter().take(3) {
+        println!(
+            "| {} | {bytes} | {tokens} |",
+            label.trim_start_matches("tools/call ")
         );
     }
-    drop(client.stdin);
-    let status = client.child.wait()?;
-    println!("\nproxy exited: {status}");
+    println!(
+        "| page chain: all {} pages of live streams | {} | {} |",
+        chain.0, chain.1, chain.2
+    );
     Ok(())
 }

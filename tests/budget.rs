@@ -540,3 +540,38 @@ async fn check_and_explain() {
             .contains("no tool named \"nope\"; the descriptors have: fleet_show")
     );
 }
+
+#[tokio::test]
+async fn csv_rows_cost_at_least_a_quarter_fewer_tokens_than_json_summary_rows() {
+    let bpe = tiktoken_rs::o200k_base().unwrap();
+    let mut proxy = Client::new(fleet(&fleet_policy(), 240).await);
+    let (json_page, _) = proxy.call("fleet_show", json!({"limit": 100})).await;
+    let (csv_page, _) = proxy
+        .call("fleet_show", json!({"limit": 100, "format": "csv"}))
+        .await;
+    let rows = json_page["structuredContent"]["streams"]
+        .as_array()
+        .unwrap();
+    let table = text(&csv_page);
+    assert_eq!(table.lines().count(), rows.len() + 1);
+    let json_tokens = bpe
+        .encode_ordinary(&serde_json::to_string(rows).unwrap())
+        .len();
+    let csv_tokens = bpe.encode_ordinary(table).len();
+    let saving = 1.0 - csv_tokens as f64 / json_tokens as f64;
+    // For the record: the same six columns as JSON objects, against the table.
+    let same_columns: Vec<Value> = rows
+        .iter()
+        .map(|r| json!({"stream_id": r["stream_id"], "state": r["state"], "owner": r["owner"], "wave": r["wave"], "updated_at": r["updated_at"], "last_gate.verdict": r["last_gate"]["verdict"]}))
+        .collect();
+    let same_tokens = bpe
+        .encode_ordinary(&serde_json::to_string(&same_columns).unwrap())
+        .len();
+    println!(
+        "{} rows: json summary {json_tokens} tokens, csv {csv_tokens} tokens ({:.0}% fewer); json of the same columns {same_tokens} ({:.0}% fewer as csv)",
+        rows.len(),
+        saving * 100.0,
+        (1.0 - csv_tokens as f64 / same_tokens as f64) * 100.0
+    );
+    assert!(saving >= 0.25, "csv saves only {:.0}%", saving * 100.0);
+}

@@ -1,0 +1,95 @@
+//! The budget pipeline on a large result, against the floor of a bare parse + serialize.
+//!
+//! Run with `cargo bench --bench pipeline`. A 1,000-stream fleet record (~11 MB, as the
+//! example server would send it: JSON text plus `structuredContent`) goes through the relay
+//! exactly as in the proxy — envelope, `tools/call` hook, pipeline, splice — under
+//! `policies/fleet.toml`. The floor is `serde_json::from_slice::<Value>` + `to_vec` of the same
+//! bytes. Both alternate in one run; medians and their ratio are printed (target ≤ 2×).
+
+#[path = "../examples/fleet/record.rs"]
+mod record;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mcp_budget::budget::Budget;
+use mcp_budget::budget::cursor::CursorKey;
+use mcp_budget::framing::Frame;
+use mcp_budget::intercept::Interceptor;
+use mcp_budget::policy::Policy;
+use mcp_budget::relay::Relay;
+use serde_json::{Value, json};
+
+const STREAMS: usize = 1_000;
+const ROUNDS: usize = 15;
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    let policy_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
+    let policy = Policy::load(&policy_path).expect("policies/fleet.toml");
+    let relay = Relay::new(Interceptor::new(Budget::with_key(
+        policy,
+        CursorKey::from_secret(b"bench"),
+    )));
+
+    let record = record::fleet_show(STREAMS, 7);
+    let result = json!({
+        "content": [{"type": "text", "text": record.to_string()}],
+        "structuredContent": record,
+        "isError": false,
+    });
+    let response = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#).into_bytes();
+    println!(
+        "fleet_show result: {STREAMS} streams, {:.1} MB on the wire",
+        response.len() as f64 / 1e6
+    );
+
+    let scenarios = [
+        ("default (live, summary, 25)", json!({})),
+        ("csv, limit 100", json!({"format": "csv", "limit": 100})),
+        (
+            "all + full, limit 100",
+            json!({"horizon": "all", "detail": "full", "limit": 100}),
+        ),
+    ];
+    let mut floor = Vec::new();
+    let mut ours: Vec<Vec<Duration>> = vec![Vec::new(); scenarios.len()];
+    let mut out_bytes = vec![0; scenarios.len()];
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        let value: Value = serde_json::from_slice(&response).expect("parse");
+        let bytes = serde_json::to_vec(&value).expect("serialize");
+        floor.push(start.elapsed());
+        std::hint::black_box(bytes);
+        for (k, (_, arguments)) in scenarios.iter().enumerate() {
+            let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fleet_show", "arguments": arguments}});
+            let request = Frame::Line(request.to_string().into_bytes());
+            let reply = Frame::Line(response.clone());
+            let start = Instant::now();
+            let routed = relay.from_client(request);
+            assert!(routed.to_server.is_some());
+            let reply = relay.from_server(reply).expect("a reply");
+            ours[k].push(start.elapsed());
+            out_bytes[k] = reply.len();
+        }
+    }
+    let floor = median(&mut floor);
+    println!(
+        "{:<30} {:>9.1} ms  (serde_json parse + serialize of the same bytes)",
+        "floor",
+        floor.as_secs_f64() * 1e3
+    );
+    for (k, (name, _)) in scenarios.iter().enumerate() {
+        let ours = median(&mut ours[k]);
+        println!(
+            "{name:<30} {:>9.1} ms  {:.2}× the floor   → {} bytes to the client",
+            ours.as_secs_f64() * 1e3,
+            ours.as_secs_f64() / floor.as_secs_f64(),
+            out_bytes[k]
+        );
+    }
+}
