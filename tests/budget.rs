@@ -575,3 +575,38 @@ async fn csv_rows_cost_at_least_a_quarter_fewer_tokens_than_json_summary_rows() 
     );
     assert!(saving >= 0.25, "csv saves only {:.0}%", saving * 100.0);
 }
+
+#[tokio::test]
+async fn terminal_streams_carry_most_of_an_unbudgeted_fleet_show() {
+    // The example must be as lopsided as real records: with 68 streams, the merged and
+    // closed-without-merge ones are at least 80% of fleet_show's payload.
+    for seed in ["1", "7", "42"] {
+        let mut peer = Peer::spawn(
+            example("fleet_server"),
+            &["--streams", "68", "--seed", seed],
+        );
+        handshake(&mut peer).await;
+        let mut direct = Client::new(peer);
+        let (result, _) = direct.call("fleet_show", json!({})).await;
+        let record = &result["structuredContent"];
+        let total = serde_json::to_string(record).unwrap().len();
+        let terminal: usize = record["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| TERMINAL.contains(&s["state"].as_str().unwrap()))
+            .map(|s| serde_json::to_string(s).unwrap().len())
+            .sum();
+        let share = terminal as f64 / total as f64;
+        assert!(
+            share >= 0.80,
+            "seed {seed}: terminal streams are {:.0}% of the payload",
+            share * 100.0
+        );
+        // And the text content carries the same JSON as structuredContent.
+        assert_eq!(
+            serde_json::from_str::<Value>(text(&result)).unwrap(),
+            *record
+        );
+    }
+}
