@@ -32,6 +32,43 @@ pub struct Cli {
     #[arg(long, value_name = "MS", default_value_t = 3000)]
     pub shutdown_grace_ms: u64,
 
+    /// Listen for clients over Streamable HTTP at this URL instead of stdio,
+    /// e.g. http://127.0.0.1:8080/mcp (port 0 picks a free port; the address is printed).
+    #[arg(long, value_name = "URL")]
+    pub listen: Option<String>,
+
+    /// Reach the server over Streamable HTTP at this URL instead of starting a command.
+    #[arg(long, value_name = "URL", conflicts_with = "server")]
+    pub upstream: Option<String>,
+
+    /// A header sent with every upstream HTTP request, "Name: value"; `${VAR}` in the value is
+    /// taken from the environment. Repeatable.
+    #[arg(long, value_name = "HEADER", requires = "upstream")]
+    pub upstream_header: Vec<String>,
+
+    /// With --listen: require `Authorization: Bearer <token>`, the token read from this
+    /// environment variable.
+    #[arg(long, value_name = "NAME")]
+    pub auth_token_env: Option<String>,
+
+    /// With --listen: another Host header value to accept (besides localhost, 127.0.0.1, [::1]
+    /// and the listen address). Repeatable.
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+
+    /// With --listen: another Origin to accept (besides http(s)://localhost, 127.0.0.1, [::1]
+    /// on any port). Repeatable.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+
+    /// With --listen: at most this many client sessions at once (503 beyond).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_sessions: usize,
+
+    /// With --listen: end a session (and its upstream) after this long without a request.
+    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    pub session_idle_secs: u64,
+
     /// More logging on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::budget::Budget;
-use crate::child::ChildServer;
+use crate::upstream::child::ChildServer;
 use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader};
 use crate::policy::Policy;
 
@@ -59,7 +59,7 @@ pub enum ExplainError {
     #[error("{0}")]
     Input(String),
     #[error(transparent)]
-    Spawn(#[from] crate::child::SpawnError),
+    Spawn(#[from] crate::upstream::child::SpawnError),
     #[error("talking to the server: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -6,6 +6,8 @@
 //! spliced into the original bytes in place of the old one, so the rest of the response
 //! (id form, key order, extra fields) stays as the server wrote it.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -17,7 +19,7 @@ use crate::policy::Policy;
 /// Applies the budget at the relay's two interception points.
 #[derive(Debug)]
 pub struct Interceptor {
-    budget: Budget,
+    budget: Arc<Budget>,
 }
 
 /// What the relay remembers about a `tools/call` until its response arrives.
@@ -58,6 +60,13 @@ struct NameOnly<'a> {
 
 impl Interceptor {
     pub fn new(budget: Budget) -> Self {
+        Interceptor {
+            budget: Arc::new(budget),
+        }
+    }
+
+    /// An interceptor for one of several sessions under the same budget (and cursor key).
+    pub fn shared(budget: Arc<Budget>) -> Self {
         Interceptor { budget }
     }
 

@@ -14,8 +14,11 @@
 //! - [`budget`]: the budget itself — argument checks, cursors, the pure pipeline stages
 //!   (horizon, filter, page, project, render, cap) and the descriptor rewrite.
 //! - [`jsonrpc`]: the messages the proxy writes itself (error responses).
-//! - [`child`]: the upstream server as a child process in its own process group.
-//! - [`stdio`]: a client on stdin/stdout relayed to a child server; the tasks that move bytes.
+//! - [`upstream`]: the server side behind one interface: [`upstream::child`], a child process
+//!   in its own process group, or [`upstream::http`], a Streamable HTTP endpoint.
+//! - [`stdio`]: a client on stdin/stdout relayed to an upstream; the tasks that move bytes.
+//! - [`listen`]: clients over Streamable HTTP, one relay and one upstream per session, with
+//!   the security checks (Host, Origin, token, limits).
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
 //! - [`cli`]: the command line.
 //!
@@ -35,13 +38,14 @@
 #![forbid(unsafe_code)]
 
 pub mod budget;
-pub mod child;
 pub mod cli;
 pub mod explain;
 pub mod framing;
 pub mod intercept;
 pub mod jsonrpc;
+pub mod listen;
 pub mod message;
 pub mod policy;
 pub mod relay;
 pub mod stdio;
+pub mod upstream;

@@ -12,7 +12,9 @@ use mcp_budget::explain;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::policy::Policy;
 use mcp_budget::relay::Relay;
+use mcp_budget::listen;
 use mcp_budget::stdio::{self, Outcome};
+use mcp_budget::upstream::{Upstream, UpstreamSpec, http};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -96,24 +98,56 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         max_message_bytes: cli.max_message_bytes,
         shutdown_grace: Duration::from_millis(cli.shutdown_grace_ms),
     };
-    let relay = Arc::new(Relay::new(Interceptor::new(Budget::new(policy))));
+    let spec = match (&cli.upstream, cli.server.is_empty()) {
+        (Some(url), _) => {
+            let url = reqwest::Url::parse(url)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .with_context(|| format!("--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"))?;
+            let headers = cli
+                .upstream_header
+                .iter()
+                .map(|h| http::parse_header(h))
+                .collect::<Result<Vec<_>, _>>()?;
+            UpstreamSpec::Http(http::HttpSpec { url, headers })
+        }
+        (None, false) => UpstreamSpec::Command(cli.server.clone()),
+        (None, true) => anyhow::bail!(
+            "no server given: put its command after `--` (e.g. `mcp-budget -- npx -y @modelcontextprotocol/server-everything`), or reach it with --upstream URL"
+        ),
+    };
+    let budget = Arc::new(Budget::new(policy));
+    if let Some(listen_url) = &cli.listen {
+        let (url, addr) = listen::parse_listen_url(listen_url)?;
+        let auth_token = match &cli.auth_token_env {
+            Some(name) => Some(
+                std::env::var(name)
+                    .ok()
+                    .filter(|t| !t.is_empty())
+                    .with_context(|| format!("--auth-token-env {name}: the environment variable {name} is not set or empty"))?,
+            ),
+            None => None,
+        };
+        let listen_options = listen::ListenOptions {
+            url,
+            allow_hosts: cli.allow_host.clone(),
+            allow_origins: cli.allow_origin.clone(),
+            auth_token,
+            max_sessions: cli.max_sessions,
+            idle: Duration::from_secs(cli.session_idle_secs),
+            session: options,
+        };
+        listen::serve(listen_options, addr, spec, budget, shutdown_signal()).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
+    let relay = Arc::new(Relay::new(Interceptor::shared(budget)));
     let (client_in, client_out) = stdio::client_stdio();
-    let outcome = stdio::serve_child(
-        client_in,
-        client_out,
-        &cli.server,
-        relay,
-        &options,
-        shutdown_signal(),
-    )
-    .await?;
+    let outcome = stdio::serve(client_in, client_out, upstream, relay, &options, shutdown_signal()).await;
     Ok(match outcome {
         Outcome::ClientClosed | Outcome::Shutdown => ExitCode::SUCCESS,
-        Outcome::ServerExited(status) => {
-            tracing::error!(
-                ?status,
-                "the upstream server exited while the client was connected"
-            );
+        Outcome::ServerExited => {
+            tracing::error!("the upstream server ended while the client was connected");
             ExitCode::from(1)
         }
     })

@@ -171,6 +171,22 @@ impl Drop for ChildServer {
     }
 }
 
+/// Why a child server ended, for the errors its waiting requests get.
+pub fn exit_reason(status: Option<ExitStatus>, tail: &[String]) -> String {
+    let status = match status {
+        Some(status) => status.to_string(),
+        None => "closed its output".to_string(),
+    };
+    let mut reason = format!("the upstream server exited ({status}) before answering");
+    if tail.is_empty() {
+        reason.push_str("; it wrote nothing to stderr");
+    } else {
+        reason.push_str("; its last stderr lines: ");
+        reason.push_str(&tail.join(" | "));
+    }
+    reason
+}
+
 /// Copies the child's stderr to ours, line by line, keeping the last lines.
 async fn pass_stderr(stderr: ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
     let mut reader = BufReader::new(stderr);

@@ -1,0 +1,518 @@
+//! The upstream as a Streamable HTTP endpoint: each message is POSTed, answers come back as
+//! JSON or as an SSE stream, and server-initiated messages on the GET stream.
+//!
+//! The session id and negotiated protocol version are kept and sent on every request; the
+//! client's `initialize` is kept too, so that when the server forgets the session (404) the
+//! proxy can open a new one and retry the request once — the client is told, and nothing is
+//! lost. Every failure that leaves a request unanswered (unreachable server, an HTTP error, a
+//! broken event stream) becomes a JSON-RPC error for that request, never a hang.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Response, StatusCode, Url};
+use serde_json::Value;
+use sse_stream::SseStream;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::{CHANNEL_CAPACITY, Event, Upstream};
+use crate::framing::{EnvelopeScanner, Frame};
+use crate::jsonrpc::{self, UPSTREAM_ERROR};
+use crate::message::{self, Id, Kind, Parsed};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// Where and how to reach the server.
+#[derive(Debug, Clone)]
+pub struct HttpSpec {
+    pub url: Url,
+    /// Static headers sent with every request (`--upstream-header`).
+    pub headers: Vec<(String, String)>,
+}
+
+/// The HTTP upstream could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("--upstream-header {0:?} is not a valid header (use \"Name: value\")")]
+    Header(String),
+    #[error("--upstream-header {1}: the environment variable {0} is not set")]
+    MissingVar(String, String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+#[derive(Default)]
+struct SessionState {
+    id: Option<String>,
+    protocol: Option<String>,
+    /// The client's `initialize` request, replayed when the session expires.
+    initialize: Option<Vec<u8>>,
+    get_stream: bool,
+}
+
+struct Shared {
+    client: reqwest::Client,
+    url: Url,
+    headers: HeaderMap,
+    state: std::sync::Mutex<SessionState>,
+    /// Serializes re-initialization after a 404.
+    reinit: Mutex<()>,
+    events: mpsc::Sender<Event>,
+    max_message_bytes: usize,
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn session(&self) -> Option<String> {
+        self.state().id.clone()
+    }
+
+    async fn emit(&self, bytes: Vec<u8>) {
+        let frame = if bytes.len() > self.max_message_bytes {
+            let mut scanner = EnvelopeScanner::default();
+            scanner.feed(&bytes);
+            let (id, method) = scanner.finish();
+            Frame::TooLarge {
+                bytes: bytes.len(),
+                id,
+                method,
+            }
+        } else {
+            Frame::Line(bytes)
+        };
+        let _ = self.events.send(Event::Frame(frame)).await;
+    }
+
+    /// Answers `ids` with an error naming `why`.
+    async fn fail(&self, ids: &[Id], why: &str) {
+        for id in ids {
+            self.emit(jsonrpc::error_response(Some(id), UPSTREAM_ERROR, why, None)).await;
+        }
+    }
+
+    async fn post(&self, body: &[u8], session: Option<&str>) -> reqwest::Result<Response> {
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream")
+            .body(body.to_vec());
+        if let Some(session) = session {
+            request = request.header(SESSION_HEADER, session);
+        }
+        if let Some(version) = self.state().protocol.clone() {
+            request = request.header(VERSION_HEADER, version);
+        }
+        request.send().await
+    }
+}
+
+/// Parses `--upstream-header "Name: value"`, taking `${VAR}` in the value from the environment.
+pub fn parse_header(text: &str) -> Result<(String, String), HttpError> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| HttpError::Header(text.to_string()))?;
+    let mut out = String::new();
+    let mut rest = value.trim();
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| HttpError::Header(text.to_string()))?;
+        let var = &after[..end];
+        let value = std::env::var(var).map_err(|_| HttpError::MissingVar(var.to_string(), name.trim().to_string()))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok((name.trim().to_string(), out))
+}
+
+/// Starts the HTTP upstream (nothing is sent until the first message).
+pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpError> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in &spec.headers {
+        let name = HeaderName::try_from(name.as_str()).map_err(|_| HttpError::Header(format!("{name}: {value}")))?;
+        let value = HeaderValue::try_from(value.as_str()).map_err(|_| HttpError::Header(format!("{name}: …")))?;
+        headers.append(name, value);
+    }
+    // rustls needs a process-wide crypto provider; a second install is a harmless no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()?;
+    let (to_server, to_server_rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (events_tx, events) = mpsc::channel(CHANNEL_CAPACITY);
+    let (stop, stop_rx) = oneshot::channel();
+    let shared = Arc::new(Shared {
+        client,
+        url: spec.url,
+        headers,
+        state: std::sync::Mutex::new(SessionState::default()),
+        reinit: Mutex::new(()),
+        events: events_tx,
+        max_message_bytes,
+    });
+    let task = tokio::spawn(run(shared, to_server_rx, stop_rx));
+    Ok(Upstream::from_parts(to_server, events, stop, task))
+}
+
+async fn run(shared: Arc<Shared>, mut messages: mpsc::Receiver<Vec<u8>>, stop: oneshot::Receiver<Duration>) {
+    tokio::pin!(stop);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            message = messages.recv() => match message {
+                Some(bytes) => {
+                    tasks.spawn(send_message(shared.clone(), bytes));
+                }
+                None => {
+                    // No more messages; wait for the stop (the session ends it).
+                    let _ = (&mut stop).await;
+                    break;
+                }
+            },
+            _ = &mut stop => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    // Let answers already under way arrive briefly, then end the session upstream.
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+    if let Some(session) = shared.session() {
+        let delete = shared
+            .client
+            .delete(shared.url.clone())
+            .headers(shared.headers.clone())
+            .header(SESSION_HEADER, session)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        tracing::debug!(status = ?delete.as_ref().map(Response::status).ok(), "upstream session deleted");
+    }
+    let _ = shared
+        .events
+        .send(Event::Ended {
+            reason: "stopped".into(),
+            stopped: true,
+        })
+        .await;
+}
+
+/// What a message is, as far as the HTTP exchange cares.
+struct Outgoing {
+    request_ids: Vec<Id>,
+    initialize: bool,
+    initialized: bool,
+}
+
+fn classify(bytes: &[u8]) -> Outgoing {
+    let kinds = match message::parse(bytes) {
+        Ok(Parsed::Single(kind)) => vec![kind],
+        Ok(Parsed::Batch(kinds)) => kinds,
+        Err(_) => Vec::new(),
+    };
+    let mut out = Outgoing {
+        request_ids: Vec::new(),
+        initialize: false,
+        initialized: false,
+    };
+    for kind in kinds {
+        match kind {
+            Kind::Request { id, method } => {
+                out.initialize |= method == "initialize";
+                out.request_ids.push(id);
+            }
+            Kind::Notification { method } => out.initialized |= method == "notifications/initialized",
+            _ => {}
+        }
+    }
+    out
+}
+
+async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
+    let outgoing = classify(&bytes);
+    if outgoing.initialize {
+        let mut state = shared.state();
+        state.initialize = Some(bytes.clone());
+        state.id = None;
+        state.protocol = None;
+    }
+    let session = shared.session();
+    let mut response = shared.post(&bytes, session.as_deref()).await;
+    if let Ok(r) = &response
+        && r.status() == StatusCode::NOT_FOUND
+        && session.is_some()
+        && !outgoing.initialize
+    {
+        tracing::warn!("the upstream session expired (404); starting a new one and retrying once");
+        match reinitialize(&shared, session.as_deref()).await {
+            Ok(()) => {
+                let fresh = shared.session();
+                response = shared.post(&bytes, fresh.as_deref()).await;
+                let note = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/message",
+                    "params": {"level": "warning", "logger": "mcp-budget", "data": "the upstream server's session expired; mcp-budget opened a new one and retried the request, so nothing was lost (server-side state from before may be gone)"}
+                });
+                shared.emit(note.to_string().into_bytes()).await;
+            }
+            Err(why) => {
+                shared.fail(&outgoing.request_ids, &why).await;
+                return;
+            }
+        }
+    }
+    let response = match response {
+        Ok(response) => response,
+        Err(err) => {
+            let why = format!("could not reach the upstream server at {}: {err}", shared.url);
+            tracing::warn!(%why);
+            shared.fail(&outgoing.request_ids, &why).await;
+            return;
+        }
+    };
+    if outgoing.initialize
+        && let Some(session) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+    {
+        shared.state().id = Some(session.to_string());
+    }
+    let ok = response.status().is_success();
+    deliver(&shared, response, &outgoing.request_ids, outgoing.initialize).await;
+    if ok && outgoing.initialized {
+        open_get_stream(&shared);
+    }
+}
+
+/// Passes the messages of a POST's response on, and fails the requests it left unanswered.
+async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initialize: bool) {
+    let status = response.status();
+    if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
+        return;
+    }
+    if !status.is_success() {
+        let body = response.bytes().await.unwrap_or_default();
+        let why = format!(
+            "the upstream server answered HTTP {status}: {}",
+            jsonrpc::excerpt(&body, 300)
+        );
+        tracing::warn!(%why);
+        shared.fail(ids, &why).await;
+        return;
+    }
+    let is_sse = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let mut unanswered: Vec<Id> = ids.to_vec();
+    let mut on_message = async |data: Vec<u8>| {
+        if initialize {
+            remember_protocol(shared, &data);
+        }
+        for key in response_keys(&data) {
+            unanswered.retain(|id| id.key() != key);
+        }
+        shared.emit(data).await;
+    };
+    if is_sse {
+        let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+        let mut broken = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => {
+                    if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+                        on_message(data.into_bytes()).await;
+                    }
+                }
+                Err(err) => {
+                    broken = Some(err.to_string());
+                    break;
+                }
+            }
+        }
+        let why = match broken {
+            Some(err) => format!("the upstream server's event stream broke before it answered: {err}"),
+            None => "the upstream server's event stream ended before it answered".to_string(),
+        };
+        drop(on_message);
+        if !unanswered.is_empty() {
+            tracing::warn!(%why, unanswered = unanswered.len());
+            shared.fail(&unanswered, &why).await;
+        }
+    } else {
+        match read_limited(response, shared.max_message_bytes).await {
+            Ok(body) if !body.is_empty() => on_message(body.to_vec()).await,
+            Ok(_) => {}
+            Err(why) => {
+                drop(on_message);
+                shared.fail(&unanswered, &why).await;
+                return;
+            }
+        }
+        drop(on_message);
+        if !unanswered.is_empty() {
+            shared
+                .fail(&unanswered, "the upstream server's HTTP response did not contain the answer")
+                .await;
+        }
+    }
+}
+
+async fn read_limited(response: Response, limit: usize) -> Result<Bytes, String> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|err| format!("reading the upstream server's response failed: {err}"))?;
+        if body.len() + chunk.len() > limit {
+            return Err(format!(
+                "the upstream server's response is over the proxy's message size limit of {limit} bytes (raise it with --max-message-bytes, or narrow the request)"
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
+/// The id keys of the responses in a message (single or batch).
+fn response_keys(data: &[u8]) -> Vec<String> {
+    let kinds = match message::parse(data) {
+        Ok(Parsed::Single(kind)) => vec![kind],
+        Ok(Parsed::Batch(kinds)) => kinds,
+        Err(_) => Vec::new(),
+    };
+    kinds
+        .into_iter()
+        .filter_map(|kind| match kind {
+            Kind::Response { id: Some(id) } => Some(id.key().to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn remember_protocol(shared: &Shared, data: &[u8]) {
+    let version = serde_json::from_slice::<Value>(data)
+        .ok()
+        .and_then(|m| m.get("result")?.get("protocolVersion")?.as_str().map(String::from));
+    if let Some(version) = version {
+        shared.state().protocol = Some(version);
+    }
+}
+
+/// Opens a new upstream session by replaying the client's `initialize`.
+async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(), String> {
+    let _guard = shared.reinit.lock().await;
+    if shared.session().as_deref() != expired {
+        return Ok(()); // another request already re-initialized
+    }
+    let initialize = shared
+        .state()
+        .initialize
+        .clone()
+        .ok_or("the upstream session expired and there is no initialize to replay; reconnect the client")?;
+    {
+        let mut state = shared.state();
+        state.id = None;
+        state.protocol = None;
+        state.get_stream = false;
+    }
+    let failed = |detail: String| format!("the upstream session expired and a new one could not be opened: {detail}");
+    let response = shared.post(&initialize, None).await.map_err(|e| failed(e.to_string()))?;
+    if !response.status().is_success() {
+        return Err(failed(format!("HTTP {}", response.status())));
+    }
+    let session = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    // Read (and keep to ourselves) the initialize answer: the client already has one.
+    let body = response.bytes().await.map_err(|e| failed(e.to_string()))?;
+    let text = String::from_utf8_lossy(&body);
+    let json = text
+        .lines()
+        .find_map(|line| line.strip_prefix("data:").map(str::trim))
+        .unwrap_or(text.trim());
+    remember_protocol(shared, json.as_bytes());
+    shared.state().id = session.clone();
+    let initialized = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let response = shared
+        .post(initialized, session.as_deref())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if !response.status().is_success() {
+        return Err(failed(format!("notifications/initialized got HTTP {}", response.status())));
+    }
+    tracing::info!(session = session.as_deref(), "upstream session re-initialized");
+    open_get_stream(shared);
+    Ok(())
+}
+
+/// Opens the GET stream for server-initiated messages (once per session).
+fn open_get_stream(shared: &Arc<Shared>) {
+    {
+        let mut state = shared.state();
+        if state.get_stream {
+            return;
+        }
+        state.get_stream = true;
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let mut last_event: Option<String> = None;
+        for attempt in 0..5u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
+            }
+            let Some(session) = shared.session() else { return };
+            let mut request = shared
+                .client
+                .get(shared.url.clone())
+                .headers(shared.headers.clone())
+                .header(ACCEPT, "text/event-stream")
+                .header(SESSION_HEADER, session);
+            if let Some(version) = shared.state().protocol.clone() {
+                request = request.header(VERSION_HEADER, version);
+            }
+            if let Some(id) = &last_event {
+                request = request.header("last-event-id", id.clone());
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(err) => {
+                    tracing::debug!(%err, "upstream GET stream failed");
+                    continue;
+                }
+            };
+            match response.status() {
+                StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_FOUND => {
+                    tracing::debug!(status = %response.status(), "the upstream server offers no GET stream");
+                    shared.state().get_stream = false;
+                    return;
+                }
+                status if !status.is_success() => continue,
+                _ => {}
+            }
+            let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+            while let Some(Ok(event)) = events.next().await {
+                if let Some(id) = event.id {
+                    last_event = Some(id);
+                }
+                if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+                    shared.emit(data.into_bytes()).await;
+                }
+            }
+        }
+        shared.state().get_stream = false;
+    });
+}

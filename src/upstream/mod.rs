@@ -1,0 +1,218 @@
+//! The server side of a session: a child process or a Streamable HTTP endpoint, behind one
+//! interface — a sender of messages to the server and a receiver of what it sends back.
+//!
+//! Every upstream ends with exactly one [`Event::Ended`], whether it was stopped or died, so
+//! the session above it always learns why and can answer the requests still in flight.
+
+pub mod child;
+pub mod http;
+
+use std::time::Duration;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::framing::{Frame, FrameReader};
+use child::{ChildServer, SpawnError};
+
+/// Where the server is.
+#[derive(Debug, Clone)]
+pub enum UpstreamSpec {
+    /// A command to start, speaking MCP on its stdio.
+    Command(Vec<String>),
+    /// A Streamable HTTP endpoint.
+    Http(http::HttpSpec),
+}
+
+/// What comes from the server.
+#[derive(Debug)]
+pub enum Event {
+    Frame(Frame),
+    /// The upstream is gone. `stopped` is true when we asked it to stop.
+    Ended { reason: String, stopped: bool },
+}
+
+/// The upstream could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
+}
+
+/// A running upstream.
+pub struct Upstream {
+    /// Messages to the server, one per element, without a trailing newline.
+    pub to_server: mpsc::Sender<Vec<u8>>,
+    /// Messages from the server, then one `Ended`.
+    pub events: mpsc::Receiver<Event>,
+    /// Stop control, taken by [`Upstream::stopper`].
+    stop: Option<oneshot::Sender<Duration>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Asks an upstream to stop (give the server `grace` to finish, then end it).
+pub struct Stopper(Option<oneshot::Sender<Duration>>);
+
+impl Stopper {
+    pub fn stop(&mut self, grace: Duration) {
+        if let Some(stop) = self.0.take() {
+            let _ = stop.send(grace);
+        }
+    }
+}
+
+pub(crate) const CHANNEL_CAPACITY: usize = 256;
+
+impl Upstream {
+    /// Starts the upstream.
+    pub async fn start(spec: &UpstreamSpec, max_message_bytes: usize) -> Result<Upstream, StartError> {
+        match spec {
+            UpstreamSpec::Command(command) => Ok(Upstream::child(command, max_message_bytes)?),
+            UpstreamSpec::Http(spec) => Ok(http::start(spec.clone(), max_message_bytes)?),
+        }
+    }
+
+    fn child(command: &[String], max_message_bytes: usize) -> Result<Upstream, SpawnError> {
+        let (child, pipes) = ChildServer::spawn(command)?;
+        let (to_server, to_server_rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let (events_tx, events) = mpsc::channel(CHANNEL_CAPACITY);
+        let (stop, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(run_child(
+            child,
+            pipes,
+            to_server_rx,
+            events_tx,
+            stop_rx,
+            max_message_bytes,
+        ));
+        Ok(Upstream {
+            to_server,
+            events,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Assembles an upstream from its parts (for transports implemented elsewhere).
+    pub(crate) fn from_parts(
+        to_server: mpsc::Sender<Vec<u8>>,
+        events: mpsc::Receiver<Event>,
+        stop: oneshot::Sender<Duration>,
+        task: JoinHandle<()>,
+    ) -> Upstream {
+        Upstream {
+            to_server,
+            events,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// The stop control (once).
+    pub fn stopper(&mut self) -> Stopper {
+        Stopper(self.stop.take())
+    }
+
+    /// The task driving the upstream; it ends after `Ended` was sent.
+    pub fn take_task(&mut self) -> Option<JoinHandle<()>> {
+        self.task.take()
+    }
+}
+
+async fn run_child(
+    mut child: ChildServer,
+    pipes: child::ChildPipes,
+    to_server: mpsc::Receiver<Vec<u8>>,
+    events: mpsc::Sender<Event>,
+    stop: oneshot::Receiver<Duration>,
+    max_message_bytes: usize,
+) {
+    let mut writer = tokio::spawn(write_lines(pipes.stdin, to_server, "server"));
+    let frames_out = events.clone();
+    let mut reader = tokio::spawn(async move {
+        let mut frames = FrameReader::new(pipes.stdout, max_message_bytes);
+        loop {
+            match frames.next_frame().await {
+                Ok(Some(frame)) => {
+                    if frames_out.send(Event::Frame(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::warn!(%err, "reading from the server failed");
+                    return;
+                }
+            }
+        }
+    });
+    tokio::pin!(stop);
+    let mut reader_done = false;
+    let (reason, stopped) = tokio::select! {
+        grace = &mut stop => {
+            let grace = grace.unwrap_or(Duration::ZERO);
+            // Let queued messages reach the server, then close its stdin.
+            if tokio::time::timeout(grace.min(Duration::from_secs(1)), &mut writer).await.is_err() {
+                writer.abort();
+            }
+            let status = child.terminate(grace).await;
+            tracing::info!(status = ?status.ok(), "server stopped");
+            (String::from("stopped"), true)
+        }
+        _ = &mut reader => {
+            reader_done = true;
+            let status = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+            let status = match status {
+                Ok(Ok(status)) => Some(status),
+                _ => {
+                    child.terminate(Duration::ZERO).await.ok();
+                    None
+                }
+            };
+            child.drain_stderr(Duration::from_millis(500)).await;
+            (child::exit_reason(status, &child.stderr_tail()), false)
+        }
+        status = child.wait() => {
+            child.drain_stderr(Duration::from_millis(500)).await;
+            (child::exit_reason(status.ok(), &child.stderr_tail()), false)
+        }
+    };
+    if !stopped {
+        tracing::error!(%reason, "upstream server ended");
+    }
+    // Everything the server wrote before it ended reaches the session before `Ended`.
+    if !reader_done && tokio::time::timeout(Duration::from_secs(1), &mut reader).await.is_err() {
+        reader.abort();
+    }
+    writer.abort();
+    let _ = events.send(Event::Ended { reason, stopped }).await;
+}
+
+/// Writes each message as one line, flushing whenever the queue is empty.
+pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(
+    out: W,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    peer: &'static str,
+) {
+    let mut out = BufWriter::with_capacity(64 * 1024, out);
+    while let Some(message) = queue.recv().await {
+        let written = async {
+            out.write_all(&message).await?;
+            out.write_all(b"\n").await?;
+            if queue.is_empty() {
+                out.flush().await?;
+            }
+            std::io::Result::Ok(())
+        }
+        .await;
+        if let Err(err) = written {
+            tracing::warn!(%err, peer, "writing failed; the peer is gone");
+            return;
+        }
+    }
+    let _ = out.flush().await;
+    let _ = out.shutdown().await;
+}
