@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::budget::Budget;
-use crate::upstream::child::ChildServer;
 use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader};
 use crate::policy::Policy;
+use crate::upstream::child::ChildServer;
 
 /// A one-paragraph description of a valid policy, for `check`.
 pub fn summary(policy: &Policy) -> String {

@@ -44,7 +44,13 @@ use crate::upstream::{Event, Stopper, Upstream, UpstreamSpec};
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 /// Protocol versions whose `MCP-Protocol-Version` header is accepted.
-const KNOWN_VERSIONS: [&str; 5] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
+const KNOWN_VERSIONS: [&str; 5] = [
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
 /// Server messages kept for a client that has no stream open.
 const BACKLOG: usize = 1024;
 
@@ -80,11 +86,16 @@ pub fn parse_listen_url(text: &str) -> Result<(Url, SocketAddr), ListenError> {
     let bad = |why: &str| ListenError::Url(text.to_string(), why.to_string());
     let url = Url::parse(text).map_err(|e| bad(&format!("{e}; e.g. http://127.0.0.1:8080/mcp")))?;
     if url.scheme() != "http" {
-        return Err(bad("only http:// is served (put a TLS proxy in front for https)"));
+        return Err(bad(
+            "only http:// is served (put a TLS proxy in front for https)",
+        ));
     }
     let host = match url.host_str() {
         Some("localhost") => "127.0.0.1".to_string(),
-        Some(host) => host.trim_start_matches('[').trim_end_matches(']').to_string(),
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
         None => return Err(bad("no host; e.g. http://127.0.0.1:8080/mcp")),
     };
     let ip: std::net::IpAddr = host
@@ -124,7 +135,10 @@ pub async fn serve(
     }
     let mut url = options.url.clone();
     let _ = url.set_port(Some(local.port()));
-    let mut hosts: HashSet<String> = ["localhost", "127.0.0.1", "[::1]", "::1"].iter().map(|h| h.to_string()).collect();
+    let mut hosts: HashSet<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
     hosts.insert(local.ip().to_string());
     hosts.extend(options.allow_hosts.iter().map(|h| h.to_lowercase()));
     let path = options.url.path().to_string();
@@ -138,7 +152,10 @@ pub async fn serve(
     });
     let reaper = tokio::spawn(reap_idle(listener.clone()));
     let app = Router::new()
-        .route(&path, post(handle_post).get(handle_get).delete(handle_delete))
+        .route(
+            &path,
+            post(handle_post).get(handle_get).delete(handle_delete),
+        )
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(listener.clone());
     println!("listening on {url}");
@@ -150,9 +167,13 @@ pub async fn serve(
     tokio::spawn(async move {
         shutdown.await;
         // End every session first: that ends their open streams, so the server can stop.
-        let sessions: Vec<Arc<Session>> = lock(&stopping.sessions).drain().map(|(_, s)| s).collect();
+        let sessions: Vec<Arc<Session>> =
+            lock(&stopping.sessions).drain().map(|(_, s)| s).collect();
         for session in sessions {
-            session.end("the proxy is shutting down", stopping.options.session.shutdown_grace);
+            session.end(
+                "the proxy is shutting down",
+                stopping.options.session.shutdown_grace,
+            );
         }
         let _ = stop_tx.send(true);
     });
@@ -177,7 +198,8 @@ pub async fn serve(
 }
 
 async fn reap_idle(listener: Arc<Listener>) {
-    let every = (listener.options.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let every =
+        (listener.options.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
     loop {
         tokio::time::sleep(every).await;
         let now = Instant::now();
@@ -185,14 +207,20 @@ async fn reap_idle(listener: Arc<Listener>) {
             let mut sessions = lock(&listener.sessions);
             let ids: Vec<String> = sessions
                 .iter()
-                .filter(|(_, s)| s.relay.in_flight() == 0 && now.duration_since(*lock(&s.last_active)) >= listener.options.idle)
+                .filter(|(_, s)| {
+                    s.relay.in_flight() == 0
+                        && now.duration_since(*lock(&s.last_active)) >= listener.options.idle
+                })
                 .map(|(id, _)| id.clone())
                 .collect();
             ids.iter().filter_map(|id| sessions.remove(id)).collect()
         };
         for session in idle {
             tracing::info!(session = %session.id, "session idle; ending it");
-            session.end("the session was idle too long and was ended", listener.options.session.shutdown_grace);
+            session.end(
+                "the session was idle too long and was ended",
+                listener.options.session.shutdown_grace,
+            );
         }
     }
 }
@@ -249,7 +277,10 @@ impl Session {
         let bytes = match self.target(&bytes) {
             Some(tx) => match tx.try_send(bytes) {
                 Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(bytes) | mpsc::error::TrySendError::Closed(bytes)) => bytes,
+                Err(
+                    mpsc::error::TrySendError::Full(bytes)
+                    | mpsc::error::TrySendError::Closed(bytes),
+                ) => bytes,
             },
             None => bytes,
         };
@@ -271,7 +302,9 @@ impl Session {
     fn target(&self, bytes: &[u8]) -> Option<mpsc::Sender<Vec<u8>>> {
         let kind = match message::parse(bytes) {
             Ok(Parsed::Single(kind)) => Some(kind),
-            Ok(Parsed::Batch(kinds)) => kinds.into_iter().find(|k| matches!(k, Kind::Response { id: Some(_) })),
+            Ok(Parsed::Batch(kinds)) => kinds
+                .into_iter()
+                .find(|k| matches!(k, Kind::Response { id: Some(_) })),
             Err(_) => None,
         };
         if let Some(Kind::Response { id: Some(id) }) = &kind
@@ -297,7 +330,12 @@ impl Session {
     fn remember_protocol(&self, bytes: &[u8]) {
         let version = serde_json::from_slice::<serde_json::Value>(bytes)
             .ok()
-            .and_then(|m| m.get("result")?.get("protocolVersion")?.as_str().map(String::from));
+            .and_then(|m| {
+                m.get("result")?
+                    .get("protocolVersion")?
+                    .as_str()
+                    .map(String::from)
+            });
         if let Some(version) = version {
             *lock(&self.protocol) = Some(version);
         }
@@ -335,7 +373,12 @@ fn request_progress_tokens(body: &[u8]) -> Vec<String> {
     };
     messages
         .iter()
-        .filter_map(|m| m.get("params")?.get("_meta")?.get("progressToken").map(|t| t.to_string()))
+        .filter_map(|m| {
+            m.get("params")?
+                .get("_meta")?
+                .get("progressToken")
+                .map(|t| t.to_string())
+        })
         .collect()
 }
 
@@ -362,6 +405,9 @@ async fn pump(listener: Arc<Listener>, session: Arc<Session>, mut events: mpsc::
 
 // ---- HTTP handlers --------------------------------------------------------------------------
 
+/// An HTTP refusal (boxed: a `Response` is large for an `Err`).
+type Refusal = Box<Response>;
+
 fn refuse(status: StatusCode, message: &str) -> Response {
     let body = jsonrpc::error_response(None, jsonrpc::INVALID_REQUEST, message, None);
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -372,45 +418,58 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 fn origin_allowed(origin: &str, extra: &[String]) -> bool {
-    if extra.iter().any(|o| o.trim_end_matches('/') == origin.trim_end_matches('/')) {
+    if extra
+        .iter()
+        .any(|o| o.trim_end_matches('/') == origin.trim_end_matches('/'))
+    {
         return true;
     }
-    let Ok(url) = Url::parse(origin) else { return false };
+    let Ok(url) = Url::parse(origin) else {
+        return false;
+    };
     matches!(url.scheme(), "http" | "https")
         && matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
 }
 
 /// Host, Origin and token checks, common to every method.
-fn check_access(listener: &Listener, headers: &HeaderMap) -> Result<(), Response> {
-    let host = header_str(headers, "host").unwrap_or_default().to_lowercase();
+fn check_access(listener: &Listener, headers: &HeaderMap) -> Result<(), Refusal> {
+    let host = header_str(headers, "host")
+        .unwrap_or_default()
+        .to_lowercase();
     let name = match host.rsplit_once(':') {
         Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() => name,
         _ => host.as_str(),
     };
     if !listener.hosts.contains(name) && !listener.hosts.contains(&host) {
         tracing::warn!(%host, "request refused: Host not allowed");
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::FORBIDDEN,
-            &format!("Host {host:?} is not allowed (DNS rebinding protection); allow it with --allow-host"),
-        ));
+            &format!(
+                "Host {host:?} is not allowed (DNS rebinding protection); allow it with --allow-host"
+            ),
+        )));
     }
     if let Some(origin) = header_str(headers, "origin")
         && !origin_allowed(origin, &listener.options.allow_origins)
     {
         tracing::warn!(%origin, "request refused: Origin not allowed");
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::FORBIDDEN,
             &format!("Origin {origin:?} is not allowed; allow it with --allow-origin"),
-        ));
+        )));
     }
     if let Some(token) = &listener.options.auth_token {
         let given = header_str(headers, "authorization").and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
-            let mut response = refuse(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"mcp-budget\""));
-            return Err(response);
+            let mut response = refuse(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token (Authorization: Bearer <token>)",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"mcp-budget\""),
+            );
+            return Err(Box::new(response));
         }
     }
     Ok(())
@@ -421,51 +480,66 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The session named by the request, with its protocol-version header checked.
-fn find_session(listener: &Listener, headers: &HeaderMap) -> Result<Arc<Session>, Response> {
+fn find_session(listener: &Listener, headers: &HeaderMap) -> Result<Arc<Session>, Refusal> {
     let Some(id) = header_str(headers, SESSION_HEADER) else {
-        return Err(refuse(StatusCode::BAD_REQUEST, "missing Mcp-Session-Id header: send initialize first, then the session id it returned"));
+        return Err(Box::new(refuse(
+            StatusCode::BAD_REQUEST,
+            "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
+        )));
     };
     let Some(session) = lock(&listener.sessions).get(id).cloned() else {
-        return Err(refuse(StatusCode::NOT_FOUND, "unknown or ended session: initialize a new one"));
+        return Err(Box::new(refuse(
+            StatusCode::NOT_FOUND,
+            "unknown or ended session: initialize a new one",
+        )));
     };
     check_version(&session, headers)?;
     Ok(session)
 }
 
-fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Response> {
+fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(version) = header_str(headers, VERSION_HEADER) else {
         return Ok(()); // absent: the spec says assume 2025-03-26
     };
     let negotiated = lock(&session.protocol).clone();
     let known = KNOWN_VERSIONS.contains(&version);
     if !known || negotiated.as_deref().is_some_and(|n| n != version) {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::BAD_REQUEST,
             &format!(
                 "unsupported MCP-Protocol-Version {version:?}{}",
-                negotiated.map(|n| format!("; this session negotiated {n:?}")).unwrap_or_default()
+                negotiated
+                    .map(|n| format!("; this session negotiated {n:?}"))
+                    .unwrap_or_default()
             ),
-        ));
+        )));
     }
     Ok(())
 }
 
 fn accepts(headers: &HeaderMap, kind: &str) -> bool {
-    header_str(headers, "accept").is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
+    header_str(headers, "accept")
+        .is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
 }
 
-async fn new_session(listener: &Arc<Listener>) -> Result<Arc<Session>, Response> {
+async fn new_session(listener: &Arc<Listener>) -> Result<Arc<Session>, Refusal> {
     if lock(&listener.sessions).len() >= listener.options.max_sessions {
-        return Err(refuse(
+        return Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!("too many sessions (at most {}); end one with DELETE or try again later", listener.options.max_sessions),
-        ));
+            &format!(
+                "too many sessions (at most {}); end one with DELETE or try again later",
+                listener.options.max_sessions
+            ),
+        )));
     }
     let mut upstream = Upstream::start(&listener.spec, listener.options.session.max_message_bytes)
         .await
         .map_err(|err| {
             tracing::error!(%err, "cannot start the upstream for a new session");
-            refuse(StatusCode::BAD_GATEWAY, &format!("cannot start the upstream server: {err}"))
+            refuse(
+                StatusCode::BAD_GATEWAY,
+                &format!("cannot start the upstream server: {err}"),
+            )
         })?;
     let mut raw = [0u8; 16];
     let _ = getrandom::fill(&mut raw);
@@ -513,7 +587,10 @@ impl Drop for StreamGuard {
                 r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{},"reason":"the client disconnected"}}}}"#,
                 id.raw()
             );
-            let routed = self.session.relay.from_client(Frame::Line(cancel.into_bytes()));
+            let routed = self
+                .session
+                .relay
+                .from_client(Frame::Line(cancel.into_bytes()));
             if let Some(bytes) = routed.to_server {
                 let _ = self.session.to_server.try_send(bytes);
             }
@@ -521,18 +598,35 @@ impl Drop for StreamGuard {
     }
 }
 
-async fn handle_post(State(listener): State<Arc<Listener>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle_post(
+    State(listener): State<Arc<Listener>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     if let Err(response) = check_access(&listener, &headers) {
-        return response;
+        return *response;
     }
     if !accepts(&headers, "application/json") && !accepts(&headers, "text/event-stream") {
-        return refuse(StatusCode::NOT_ACCEPTABLE, "Accept must include application/json and/or text/event-stream");
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            "Accept must include application/json and/or text/event-stream",
+        );
     }
     let parsed = match message::parse(&body) {
         Ok(parsed) => parsed,
         Err(err) => {
-            let body = jsonrpc::error_response(None, jsonrpc::PARSE_ERROR, &format!("Parse error: {err}"), None);
-            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+            let body = jsonrpc::error_response(
+                None,
+                jsonrpc::PARSE_ERROR,
+                &format!("Parse error: {err}"),
+                None,
+            );
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
         }
     };
     let kinds = match parsed {
@@ -555,11 +649,11 @@ async fn handle_post(State(listener): State<Arc<Listener>>, headers: HeaderMap, 
                 *lock(&session.initialize_key) = Some(init.key().to_string());
                 session
             }
-            Err(response) => return response,
+            Err(response) => return *response,
         },
         _ => match find_session(&listener, &headers) {
             Ok(session) => session,
-            Err(response) => return response,
+            Err(response) => return *response,
         },
     };
     session.touch();
@@ -604,7 +698,9 @@ async fn handle_post(State(listener): State<Arc<Listener>>, headers: HeaderMap, 
         ids: ids.clone(),
     };
     let mut response_headers = HeaderMap::new();
-    if initialize.is_some() && let Ok(value) = HeaderValue::from_str(&session.id) {
+    if initialize.is_some()
+        && let Ok(value) = HeaderValue::from_str(&session.id)
+    {
         response_headers.insert(SESSION_HEADER, value);
     }
     if ids.is_empty() {
@@ -613,7 +709,11 @@ async fn handle_post(State(listener): State<Arc<Listener>>, headers: HeaderMap, 
     }
     if sse {
         let stream = answer_stream(rx, guard);
-        return (response_headers, Sse::new(stream).keep_alive(KeepAlive::default())).into_response();
+        return (
+            response_headers,
+            Sse::new(stream).keep_alive(KeepAlive::default()),
+        )
+            .into_response();
     }
     // JSON only: wait for every response of this POST.
     let mut guard = guard;
@@ -629,10 +729,16 @@ async fn handle_post(State(listener): State<Arc<Listener>>, headers: HeaderMap, 
     let body = if answers.len() == 1 && kinds.len() == 1 {
         answers.remove(0)
     } else {
-        let joined: Vec<String> = answers.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let joined: Vec<String> = answers
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
         format!("[{}]", joined.join(",")).into_bytes()
     };
-    response_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response_headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     (StatusCode::OK, response_headers, body).into_response()
 }
 
@@ -652,7 +758,10 @@ fn response_keys(bytes: &[u8]) -> Vec<String> {
 }
 
 /// The SSE stream of one POST: related messages, then the responses; it ends after the last.
-fn answer_stream(rx: mpsc::Receiver<Vec<u8>>, guard: StreamGuard) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+fn answer_stream(
+    rx: mpsc::Receiver<Vec<u8>>,
+    guard: StreamGuard,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     futures_util::stream::unfold((rx, guard), |(mut rx, mut guard)| async move {
         if guard.pending.is_empty() {
             return None;
@@ -668,14 +777,17 @@ fn answer_stream(rx: mpsc::Receiver<Vec<u8>>, guard: StreamGuard) -> impl Stream
 
 async fn handle_get(State(listener): State<Arc<Listener>>, headers: HeaderMap) -> Response {
     if let Err(response) = check_access(&listener, &headers) {
-        return response;
+        return *response;
     }
     let session = match find_session(&listener, &headers) {
         Ok(session) => session,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if !accepts(&headers, "text/event-stream") {
-        return refuse(StatusCode::NOT_ACCEPTABLE, "GET opens an event stream: Accept must include text/event-stream");
+        return refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            "GET opens an event stream: Accept must include text/event-stream",
+        );
     }
     session.touch();
     let (tx, rx) = mpsc::channel::<Vec<u8>>(256);
@@ -690,21 +802,29 @@ async fn handle_get(State(listener): State<Arc<Listener>>, headers: HeaderMap) -
     }
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         let bytes = rx.recv().await?;
-        Some((Ok::<_, Infallible>(SseEvent::default().data(String::from_utf8_lossy(&bytes))), rx))
+        Some((
+            Ok::<_, Infallible>(SseEvent::default().data(String::from_utf8_lossy(&bytes))),
+            rx,
+        ))
     });
-    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn handle_delete(State(listener): State<Arc<Listener>>, headers: HeaderMap) -> Response {
     if let Err(response) = check_access(&listener, &headers) {
-        return response;
+        return *response;
     }
     let session = match find_session(&listener, &headers) {
         Ok(session) => session,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     lock(&listener.sessions).remove(&session.id);
     tracing::info!(session = %session.id, "session ended by the client");
-    session.end("the client ended the session", listener.options.session.shutdown_grace);
+    session.end(
+        "the client ended the session",
+        listener.options.session.shutdown_grace,
+    );
     StatusCode::NO_CONTENT.into_response()
 }

@@ -10,9 +10,9 @@ use mcp_budget::budget::Budget;
 use mcp_budget::cli::{Cli, Command};
 use mcp_budget::explain;
 use mcp_budget::intercept::Interceptor;
+use mcp_budget::listen;
 use mcp_budget::policy::Policy;
 use mcp_budget::relay::Relay;
-use mcp_budget::listen;
 use mcp_budget::stdio::{self, Outcome};
 use mcp_budget::upstream::{Upstream, UpstreamSpec, http};
 
@@ -103,7 +103,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = reqwest::Url::parse(url)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https"))
-                .with_context(|| format!("--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"))?;
+                .with_context(|| {
+                    format!(
+                        "--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"
+                    )
+                })?;
             let headers = cli
                 .upstream_header
                 .iter()
@@ -143,7 +147,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
     let relay = Arc::new(Relay::new(Interceptor::shared(budget)));
     let (client_in, client_out) = stdio::client_stdio();
-    let outcome = stdio::serve(client_in, client_out, upstream, relay, &options, shutdown_signal()).await;
+    let outcome = stdio::serve(
+        client_in,
+        client_out,
+        upstream,
+        relay,
+        &options,
+        shutdown_signal(),
+    )
+    .await;
     Ok(match outcome {
         Outcome::ClientClosed | Outcome::Shutdown => ExitCode::SUCCESS,
         Outcome::ServerExited => {

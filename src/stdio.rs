@@ -114,7 +114,11 @@ where
         client_tx.clone(),
     ));
     drop(upstream.to_server);
-    let mut server_reader = tokio::spawn(server_to_client(upstream.events, relay.clone(), client_tx.clone()));
+    let mut server_reader = tokio::spawn(server_to_client(
+        upstream.events,
+        relay.clone(),
+        client_tx.clone(),
+    ));
 
     tokio::pin!(shutdown);
     let mut ended: Option<(String, bool)> = None;
@@ -142,14 +146,21 @@ where
         other => other,
     };
     if outcome != Outcome::ServerExited {
-        tracing::info!(in_flight = relay.in_flight(), "client closed; stopping the server");
+        tracing::info!(
+            in_flight = relay.in_flight(),
+            "client closed; stopping the server"
+        );
     }
     client_reader.abort();
     stopper.stop(options.shutdown_grace);
     if ended.is_none() {
         // The server may still answer what is in flight during the grace period.
         let bound = options.shutdown_grace + Duration::from_secs(5);
-        ended = tokio::time::timeout(bound, &mut server_reader).await.ok().and_then(Result::ok).flatten();
+        ended = tokio::time::timeout(bound, &mut server_reader)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten();
         server_reader.abort();
     }
     let reason = match (&outcome, ended) {

@@ -67,7 +67,9 @@ struct Shared {
 
 impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn session(&self) -> Option<String> {
@@ -93,7 +95,8 @@ impl Shared {
     /// Answers `ids` with an error naming `why`.
     async fn fail(&self, ids: &[Id], why: &str) {
         for id in ids {
-            self.emit(jsonrpc::error_response(Some(id), UPSTREAM_ERROR, why, None)).await;
+            self.emit(jsonrpc::error_response(Some(id), UPSTREAM_ERROR, why, None))
+                .await;
         }
     }
 
@@ -125,9 +128,12 @@ pub fn parse_header(text: &str) -> Result<(String, String), HttpError> {
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or_else(|| HttpError::Header(text.to_string()))?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| HttpError::Header(text.to_string()))?;
         let var = &after[..end];
-        let value = std::env::var(var).map_err(|_| HttpError::MissingVar(var.to_string(), name.trim().to_string()))?;
+        let value = std::env::var(var)
+            .map_err(|_| HttpError::MissingVar(var.to_string(), name.trim().to_string()))?;
         out.push_str(&value);
         rest = &after[end + 1..];
     }
@@ -139,8 +145,10 @@ pub fn parse_header(text: &str) -> Result<(String, String), HttpError> {
 pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpError> {
     let mut headers = HeaderMap::new();
     for (name, value) in &spec.headers {
-        let name = HeaderName::try_from(name.as_str()).map_err(|_| HttpError::Header(format!("{name}: {value}")))?;
-        let value = HeaderValue::try_from(value.as_str()).map_err(|_| HttpError::Header(format!("{name}: …")))?;
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|_| HttpError::Header(format!("{name}: {value}")))?;
+        let value = HeaderValue::try_from(value.as_str())
+            .map_err(|_| HttpError::Header(format!("{name}: …")))?;
         headers.append(name, value);
     }
     // rustls needs a process-wide crypto provider; a second install is a harmless no-op.
@@ -164,7 +172,11 @@ pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpE
     Ok(Upstream::from_parts(to_server, events, stop, task))
 }
 
-async fn run(shared: Arc<Shared>, mut messages: mpsc::Receiver<Vec<u8>>, stop: oneshot::Receiver<Duration>) {
+async fn run(
+    shared: Arc<Shared>,
+    mut messages: mpsc::Receiver<Vec<u8>>,
+    stop: oneshot::Receiver<Duration>,
+) {
     tokio::pin!(stop);
     let mut tasks = tokio::task::JoinSet::new();
     loop {
@@ -233,7 +245,9 @@ fn classify(bytes: &[u8]) -> Outgoing {
                 out.initialize |= method == "initialize";
                 out.request_ids.push(id);
             }
-            Kind::Notification { method } => out.initialized |= method == "notifications/initialized",
+            Kind::Notification { method } => {
+                out.initialized |= method == "notifications/initialized"
+            }
             _ => {}
         }
     }
@@ -276,19 +290,31 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
     let response = match response {
         Ok(response) => response,
         Err(err) => {
-            let why = format!("could not reach the upstream server at {}: {err}", shared.url);
+            let why = format!(
+                "could not reach the upstream server at {}: {err}",
+                shared.url
+            );
             tracing::warn!(%why);
             shared.fail(&outgoing.request_ids, &why).await;
             return;
         }
     };
     if outgoing.initialize
-        && let Some(session) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+        && let Some(session) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
     {
         shared.state().id = Some(session.to_string());
     }
     let ok = response.status().is_success();
-    deliver(&shared, response, &outgoing.request_ids, outgoing.initialize).await;
+    deliver(
+        &shared,
+        response,
+        &outgoing.request_ids,
+        outgoing.initialize,
+    )
+    .await;
     if ok && outgoing.initialized {
         open_get_stream(&shared);
     }
@@ -342,10 +368,11 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
             }
         }
         let why = match broken {
-            Some(err) => format!("the upstream server's event stream broke before it answered: {err}"),
+            Some(err) => {
+                format!("the upstream server's event stream broke before it answered: {err}")
+            }
             None => "the upstream server's event stream ended before it answered".to_string(),
         };
-        drop(on_message);
         if !unanswered.is_empty() {
             tracing::warn!(%why, unanswered = unanswered.len());
             shared.fail(&unanswered, &why).await;
@@ -355,15 +382,16 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
             Ok(body) if !body.is_empty() => on_message(body.to_vec()).await,
             Ok(_) => {}
             Err(why) => {
-                drop(on_message);
                 shared.fail(&unanswered, &why).await;
                 return;
             }
         }
-        drop(on_message);
         if !unanswered.is_empty() {
             shared
-                .fail(&unanswered, "the upstream server's HTTP response did not contain the answer")
+                .fail(
+                    &unanswered,
+                    "the upstream server's HTTP response did not contain the answer",
+                )
                 .await;
         }
     }
@@ -373,7 +401,8 @@ async fn read_limited(response: Response, limit: usize) -> Result<Bytes, String>
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|err| format!("reading the upstream server's response failed: {err}"))?;
+        let chunk =
+            chunk.map_err(|err| format!("reading the upstream server's response failed: {err}"))?;
         if body.len() + chunk.len() > limit {
             return Err(format!(
                 "the upstream server's response is over the proxy's message size limit of {limit} bytes (raise it with --max-message-bytes, or narrow the request)"
@@ -401,9 +430,12 @@ fn response_keys(data: &[u8]) -> Vec<String> {
 }
 
 fn remember_protocol(shared: &Shared, data: &[u8]) {
-    let version = serde_json::from_slice::<Value>(data)
-        .ok()
-        .and_then(|m| m.get("result")?.get("protocolVersion")?.as_str().map(String::from));
+    let version = serde_json::from_slice::<Value>(data).ok().and_then(|m| {
+        m.get("result")?
+            .get("protocolVersion")?
+            .as_str()
+            .map(String::from)
+    });
     if let Some(version) = version {
         shared.state().protocol = Some(version);
     }
@@ -415,19 +447,22 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
     if shared.session().as_deref() != expired {
         return Ok(()); // another request already re-initialized
     }
-    let initialize = shared
-        .state()
-        .initialize
-        .clone()
-        .ok_or("the upstream session expired and there is no initialize to replay; reconnect the client")?;
+    let initialize = shared.state().initialize.clone().ok_or(
+        "the upstream session expired and there is no initialize to replay; reconnect the client",
+    )?;
     {
         let mut state = shared.state();
         state.id = None;
         state.protocol = None;
         state.get_stream = false;
     }
-    let failed = |detail: String| format!("the upstream session expired and a new one could not be opened: {detail}");
-    let response = shared.post(&initialize, None).await.map_err(|e| failed(e.to_string()))?;
+    let failed = |detail: String| {
+        format!("the upstream session expired and a new one could not be opened: {detail}")
+    };
+    let response = shared
+        .post(&initialize, None)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
     if !response.status().is_success() {
         return Err(failed(format!("HTTP {}", response.status())));
     }
@@ -451,9 +486,15 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
         .await
         .map_err(|e| failed(e.to_string()))?;
     if !response.status().is_success() {
-        return Err(failed(format!("notifications/initialized got HTTP {}", response.status())));
+        return Err(failed(format!(
+            "notifications/initialized got HTTP {}",
+            response.status()
+        )));
     }
-    tracing::info!(session = session.as_deref(), "upstream session re-initialized");
+    tracing::info!(
+        session = session.as_deref(),
+        "upstream session re-initialized"
+    );
     open_get_stream(shared);
     Ok(())
 }
@@ -474,7 +515,9 @@ fn open_get_stream(shared: &Arc<Shared>) {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
             }
-            let Some(session) = shared.session() else { return };
+            let Some(session) = shared.session() else {
+                return;
+            };
             let mut request = shared
                 .client
                 .get(shared.url.clone())

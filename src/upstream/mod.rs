@@ -30,7 +30,10 @@ pub enum UpstreamSpec {
 pub enum Event {
     Frame(Frame),
     /// The upstream is gone. `stopped` is true when we asked it to stop.
-    Ended { reason: String, stopped: bool },
+    Ended {
+        reason: String,
+        stopped: bool,
+    },
 }
 
 /// The upstream could not be started.
@@ -68,7 +71,10 @@ pub(crate) const CHANNEL_CAPACITY: usize = 256;
 
 impl Upstream {
     /// Starts the upstream.
-    pub async fn start(spec: &UpstreamSpec, max_message_bytes: usize) -> Result<Upstream, StartError> {
+    pub async fn start(
+        spec: &UpstreamSpec,
+        max_message_bytes: usize,
+    ) -> Result<Upstream, StartError> {
         match spec {
             UpstreamSpec::Command(command) => Ok(Upstream::child(command, max_message_bytes)?),
             UpstreamSpec::Http(spec) => Ok(http::start(spec.clone(), max_message_bytes)?),
@@ -184,7 +190,11 @@ async fn run_child(
         tracing::error!(%reason, "upstream server ended");
     }
     // Everything the server wrote before it ended reaches the session before `Ended`.
-    if !reader_done && tokio::time::timeout(Duration::from_secs(1), &mut reader).await.is_err() {
+    if !reader_done
+        && tokio::time::timeout(Duration::from_secs(1), &mut reader)
+            .await
+            .is_err()
+    {
         reader.abort();
     }
     writer.abort();

@@ -41,9 +41,15 @@ pub struct Peer {
 
 impl Peer {
     pub fn spawn(program: impl Into<PathBuf>, args: &[&str]) -> Peer {
-        let program = program.into();
-        let mut child = Command::new(&program)
-            .args(args)
+        let mut command = Command::new(program.into());
+        command.args(args);
+        Peer::from_command(command)
+    }
+
+    /// Starts a prepared command with piped stdio.
+    pub fn from_command(mut command: Command) -> Peer {
+        let program = command.as_std().get_program().to_owned();
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

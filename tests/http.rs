@@ -1,0 +1,868 @@
+//! Streamable HTTP on both sides: real listeners on 127.0.0.1, real rmcp peers, raw HTTP for
+//! the security checks, and wiremock for upstream behaviours that are hard to provoke.
+#![allow(deprecated)] // rmcp marks sampling deprecated (SEP-2577); MCP clients still use it.
+
+mod common;
+
+#[path = "../examples/fleet/record.rs"]
+mod record;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use common::{Peer, example, gone, handshake};
+use futures_util::StreamExt;
+use rmcp::model::*;
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+fn fleet_policy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml")
+}
+
+/// A policy like fleet.toml whose cursor key is shared through the environment, so that two
+/// proxies produce identical cursors.
+fn shared_key_policy() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fleet-shared-key.toml");
+    let text = std::fs::read_to_string(fleet_policy()).unwrap().replace(
+        "[budget]\n",
+        "[budget]\ncursor_key_env = \"MCP_BUDGET_TEST_KEY\"\n",
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// mcp-budget listening on 127.0.0.1:0; returns the process and its URL.
+async fn listen(options: &[&str], server: &[&str]) -> (tokio::process::Child, String) {
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--listen", "http://127.0.0.1:0/mcp"])
+        .args(options)
+        .env("MCP_BUDGET_TEST_KEY", "shared secret")
+        .env("MCP_TEST_TOKEN", "s3cret")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    if !server.is_empty() {
+        command.arg("--").args(server);
+    }
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(common::PATIENCE, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_string();
+    (child, url)
+}
+
+/// reqwest here is built without a default TLS provider (the proxy installs ring at start).
+fn tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+// ---- An rmcp server and client ---------------------------------------------------------------
+
+#[derive(Clone)]
+struct TestServer {
+    streams: usize,
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new("http-test-server", "1.0.0"))
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema: JsonObject = serde_json::from_value(json!({"type": "object"})).unwrap();
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new("fleet_show", "Every stream.", schema.clone()),
+            Tool::new(
+                "work",
+                "Reports progress and asks the client to sample.",
+                schema,
+            ),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        match request.name.as_ref() {
+            "fleet_show" => {
+                Ok(CallToolResult::structured(record::fleet_show(self.streams, 7)).into())
+            }
+            "work" => {
+                let token = context
+                    .meta
+                    .get_progress_token()
+                    .ok_or_else(|| ErrorData::invalid_params("progress token required", None))?;
+                for step in 1..=3 {
+                    context
+                        .peer
+                        .notify_progress(
+                            ProgressNotificationParam::new(token.clone(), step as f64)
+                                .with_total(3.0),
+                        )
+                        .await
+                        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                }
+                let reply = context
+                    .peer
+                    .create_message(CreateMessageRequestParams::new(
+                        vec![SamplingMessage::user_text("Proceed?")],
+                        64,
+                    ))
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let text = reply
+                    .message
+                    .content
+                    .first()
+                    .and_then(|c| c.as_text())
+                    .map(|t| t.text.clone())
+                    .unwrap_or_default();
+                Ok(
+                    CallToolResult::success(vec![ContentBlock::text(format!("sampled: {text}"))])
+                        .into(),
+                )
+            }
+            other => Err(ErrorData::invalid_params(
+                format!("unknown tool {other}"),
+                None,
+            )),
+        }
+    }
+}
+
+/// An rmcp Streamable HTTP server on 127.0.0.1:0; returns its URL.
+async fn rmcp_http_server(streams: usize) -> String {
+    let service = StreamableHttpService::new(
+        move || Ok(TestServer { streams }),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{addr}/mcp")
+}
+
+#[derive(Clone, Default)]
+struct TestClient {
+    progress: Arc<Mutex<Vec<f64>>>,
+    sampled: Arc<Mutex<usize>>,
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::builder().enable_sampling().build(),
+            Implementation::new("http-test-client", "1.0.0"),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        _params: CreateMessageRequestParams,
+        _ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        *self.sampled.lock().unwrap() += 1;
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text("yes"),
+            "test-model".to_string(),
+        ))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params.progress);
+    }
+}
+
+async fn call(
+    client: &rmcp::service::RunningService<RoleClient, TestClient>,
+    tool: &str,
+    arguments: Value,
+) -> Value {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    if let Value::Object(map) = arguments {
+        params = params.with_arguments(map);
+    }
+    serde_json::to_value(client.call_tool(params).await.unwrap()).unwrap()
+}
+
+/// The budget calls whose results must not depend on the transport.
+const BUDGET_CALLS: [&str; 3] = [
+    r#"{}"#,
+    r#"{"format":"csv","limit":10}"#,
+    r#"{"state":"blocked","limit":3}"#,
+];
+
+async fn budget_results(
+    client: &rmcp::service::RunningService<RoleClient, TestClient>,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    for arguments in BUDGET_CALLS {
+        let first = call(
+            client,
+            "fleet_show",
+            serde_json::from_str(arguments).unwrap(),
+        )
+        .await;
+        let next = first["structuredContent"]["next_after"]
+            .as_str()
+            .map(String::from);
+        out.push(first);
+        if let Some(next) = next {
+            let mut arguments: Value = serde_json::from_str(arguments).unwrap();
+            arguments["after"] = json!(next);
+            out.push(call(client, "fleet_show", arguments).await);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn rmcp_http_client_through_the_proxy_gets_the_same_budget_as_over_stdio() {
+    tls();
+    let policy = shared_key_policy();
+    let fleet = example("fleet_server");
+    let (_proxy, url) = listen(
+        &["--policy", policy.to_str().unwrap()],
+        &[fleet.to_str().unwrap(), "--streams", "240"],
+    )
+    .await;
+    let client = TestClient::default()
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(
+        tools
+            .iter()
+            .any(|t| t.name == "fleet_show" && t.input_schema.contains_key("properties"))
+    );
+    let over_http = budget_results(&client).await;
+    client.cancel().await.unwrap();
+
+    let mut stdio = tokio::process::Command::new(common::proxy_bin());
+    stdio
+        .env("MCP_BUDGET_TEST_KEY", "shared secret")
+        .args(["--policy", policy.to_str().unwrap(), "--"])
+        .arg(&fleet)
+        .args(["--streams", "240"]);
+    let client = TestClient::default()
+        .serve(rmcp::transport::TokioChildProcess::new(stdio).unwrap())
+        .await
+        .unwrap();
+    let over_stdio = budget_results(&client).await;
+    client.cancel().await.unwrap();
+
+    assert_eq!(over_http.len(), 6);
+    assert_eq!(over_http, over_stdio);
+    assert_eq!(over_http[0]["structuredContent"]["total_count"], 240);
+}
+
+#[tokio::test]
+async fn http_to_http_budget_progress_and_sampling() {
+    tls();
+    let upstream = rmcp_http_server(120).await;
+    let policy = fleet_policy();
+    let (_proxy, url) = listen(
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--upstream",
+            &upstream,
+        ],
+        &[],
+    )
+    .await;
+    let handler = TestClient::default();
+    let client = handler
+        .clone()
+        .serve(StreamableHttpClientTransport::from_uri(url))
+        .await
+        .unwrap();
+    let page = call(&client, "fleet_show", json!({})).await;
+    assert_eq!(page["structuredContent"]["total_count"], 120);
+    assert_eq!(
+        page["structuredContent"]["streams"]
+            .as_array()
+            .unwrap()
+            .len(),
+        25
+    );
+    let work = call(&client, "work", json!({})).await;
+    assert_eq!(work["content"][0]["text"], "sampled: yes");
+    assert_eq!(*handler.progress.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(*handler.sampled.lock().unwrap(), 1);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn stdio_to_http_budget_progress_and_sampling() {
+    tls();
+    let upstream = rmcp_http_server(120).await;
+    let mut proxy = tokio::process::Command::new(common::proxy_bin());
+    proxy.args([
+        "--policy",
+        fleet_policy().to_str().unwrap(),
+        "--upstream",
+        &upstream,
+    ]);
+    let handler = TestClient::default();
+    let client = handler
+        .clone()
+        .serve(rmcp::transport::TokioChildProcess::new(proxy).unwrap())
+        .await
+        .unwrap();
+    let page = call(&client, "fleet_show", json!({"format": "csv", "limit": 5})).await;
+    assert_eq!(
+        page["content"][0]["text"].as_str().unwrap().lines().count(),
+        6
+    );
+    let work = call(&client, "work", json!({})).await;
+    assert_eq!(work["content"][0]["text"], "sampled: yes");
+    assert_eq!(*handler.progress.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+    client.cancel().await.unwrap();
+}
+
+// ---- Raw HTTP: routing over SSE, sessions, security -------------------------------------------
+
+fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+fn post(url: &str, session: Option<&str>, body: &str) -> reqwest::RequestBuilder {
+    let mut request = http()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    request
+}
+
+async fn initialize(url: &str) -> String {
+    let response = post(url, None, INIT).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = response.text().await.unwrap();
+    let ack = post(
+        url,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(ack.status(), 202);
+    session
+}
+
+#[tokio::test]
+async fn progress_and_a_sampling_request_ride_the_calls_sse_stream() {
+    tls();
+    let quirky = example("quirky_server");
+    let (_proxy, url) = listen(&[], &[quirky.to_str().unwrap()]).await;
+    let session = initialize(&url).await;
+    let call = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"report","arguments":{"quarter":"Q3"},"_meta":{"progressToken":"p-1"}}}"#;
+    let response = post(&url, Some(&session), call).send().await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+    let mut next = async || -> Value {
+        loop {
+            let event = tokio::time::timeout(common::PATIENCE, events.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if let Some(data) = event.data.filter(|d| !d.is_empty()) {
+                return serde_json::from_str(&data).unwrap();
+            }
+        }
+    };
+    assert_eq!(next().await["params"]["progress"], 1);
+    assert_eq!(next().await["params"]["progress"], 2);
+    assert_eq!(next().await["method"], "notifications/message");
+    let sampling = next().await;
+    assert_eq!(sampling["method"], "sampling/createMessage");
+    // The client answers the server's request with a POST of its own.
+    let answer = json!({"jsonrpc": "2.0", "id": sampling["id"], "result": {"role": "assistant", "content": {"type": "text", "text": "fine"}, "model": "m"}});
+    let ack = post(&url, Some(&session), &answer.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ack.status(), 202);
+    assert_eq!(next().await["params"]["progress"], 3);
+    let result = next().await;
+    assert_eq!(result["id"], "c1");
+    assert_eq!(result["result"]["content"][0]["text"], "Q3: fine café");
+    // The stream ends after the response.
+    assert!(
+        tokio::time::timeout(common::PATIENCE, events.next())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn json_only_clients_get_json_and_delete_ends_the_child() {
+    tls();
+    let quirky = example("quirky_server");
+    let (proxy, url) = listen(&[], &[quirky.to_str().unwrap()]).await;
+    let session = initialize(&url).await;
+    let response = http()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(
+        response.text().await.unwrap(),
+        r#"{"jsonrpc":"2.0","id":2,"result":{}}"#
+    );
+
+    let child = common::wait_for_child(proxy.id().unwrap()).await;
+    assert!(common::alive(child));
+    let deleted = http()
+        .delete(&url)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert!(
+        gone(child).await,
+        "the session's server {child} outlived DELETE"
+    );
+    let after = post(
+        &url,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(after.status(), 404);
+}
+
+#[tokio::test]
+async fn each_refusal_has_its_status() {
+    tls();
+    let quirky = example("quirky_server");
+    let server = [quirky.to_str().unwrap()];
+    let (_proxy, url) = listen(
+        &[
+            "--auth-token-env",
+            "MCP_TEST_TOKEN",
+            "--max-sessions",
+            "1",
+            "--max-message-bytes",
+            "2000",
+        ],
+        &server,
+    )
+    .await;
+    let authed =
+        |request: reqwest::RequestBuilder| request.header("authorization", "Bearer s3cret");
+
+    // No token, or a wrong one: 401 with a challenge.
+    let response = post(&url, None, INIT).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    assert!(
+        response.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    assert_eq!(
+        post(&url, None, INIT)
+            .header("authorization", "Bearer nope")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    // A foreign Origin, or a Host that is not ours (DNS rebinding): 403.
+    assert_eq!(
+        authed(post(&url, None, INIT))
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(
+        authed(post(&url, None, INIT))
+            .header("host", "evil.example")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    // A local Origin is fine.
+    let response = authed(post(&url, None, INIT))
+        .header("origin", "http://localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = response.text().await;
+    // The session cap: 503 with a clear body.
+    let response = authed(post(&url, None, INIT)).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.text().await.unwrap().contains("too many sessions"));
+    // Body over the limit: 413.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(5000)
+    );
+    assert_eq!(
+        authed(post(&url, Some(&session), &big))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        413
+    );
+    // No session header: 400; an unknown one: 404.
+    let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    assert_eq!(
+        authed(post(&url, None, ping))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    assert_eq!(
+        authed(post(&url, Some("nope"), ping))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    // A protocol version that is not the negotiated one: 400.
+    let response = authed(post(&url, Some(&session), ping))
+        .header("mcp-protocol-version", "1999-01-01")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let response = authed(post(&url, Some(&session), ping))
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400, "the session negotiated 2025-06-18");
+    let response = authed(post(&url, Some(&session), ping))
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+// ---- Upstream behaviours, with wiremock -------------------------------------------------------
+
+mod upstream {
+    use super::*;
+    use wiremock::matchers::{body_partial_json, header, method};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    fn json_reply(id: u64, result: Value) -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_raw(
+            json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            "application/json",
+        )
+    }
+
+    async fn mock_with_session(server: &MockServer, session: &str) {
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"method": "initialize"})))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .insert_header("mcp-session-id", session)
+                    .set_body_raw(json!({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "mock", "version": "1"}}}).to_string(), "application/json"),
+            )
+            .mount(server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(
+                json!({"method": "notifications/initialized"}),
+            ))
+            .respond_with(ResponseTemplate::new(202))
+            .mount(server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(405))
+            .mount(server)
+            .await;
+        Mock::given(method("DELETE"))
+            .respond_with(ResponseTemplate::new(204))
+            .mount(server)
+            .await;
+    }
+
+    async fn proxy_to(server: &MockServer) -> Peer {
+        let mut peer = Peer::spawn(
+            common::proxy_bin(),
+            &["--upstream", &format!("{}/mcp", server.uri())],
+        );
+        handshake(&mut peer).await;
+        peer
+    }
+
+    #[tokio::test]
+    async fn json_and_sse_answers_and_static_headers() {
+        tls();
+        let server = MockServer::start().await;
+        mock_with_session(&server, "s1").await;
+        Mock::given(method("POST"))
+            .and(header("x-api-key", "k-123"))
+            .and(header("mcp-session-id", "s1"))
+            .and(header("mcp-protocol-version", "2025-06-18"))
+            .and(body_partial_json(json!({"method": "ping"})))
+            .respond_with(json_reply(2, json!({})))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"method": "tools/list"})))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"listing\"}}\n\nid: 7\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"tools\":[]}}\n\n",
+                "text/event-stream",
+            ))
+            .mount(&server)
+            .await;
+        let mut peer = proxy_to_with_key(&server).await;
+        peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+            .await;
+        assert_eq!(peer.recv().await, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        peer.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
+            .await;
+        assert_eq!(peer.recv_json().await["method"], "notifications/message");
+        assert_eq!(
+            peer.recv().await,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}"#
+        );
+    }
+
+    async fn proxy_to_with_key(server: &MockServer) -> Peer {
+        let mut command = tokio::process::Command::new(common::proxy_bin());
+        command
+            .args([
+                "--upstream",
+                &format!("{}/mcp", server.uri()),
+                "--upstream-header",
+                "X-Api-Key: ${MCP_BUDGET_TEST_API_KEY}",
+            ])
+            .env("MCP_BUDGET_TEST_API_KEY", "k-123");
+        let mut peer = Peer::from_command(command);
+        handshake(&mut peer).await;
+        peer
+    }
+
+    #[tokio::test]
+    async fn an_expired_session_is_reopened_and_the_request_retried_once() {
+        tls();
+        let server = MockServer::start().await;
+        // The first initialize gets s1, the replayed one s2.
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"method": "initialize"})))
+            .respond_with(ResponseTemplate::new(200).insert_header("mcp-session-id", "s1").set_body_raw(
+                json!({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "mock", "version": "1"}}}).to_string(),
+                "application/json",
+            ))
+            .up_to_n_times(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"method": "initialize"})))
+            .respond_with(ResponseTemplate::new(200).insert_header("mcp-session-id", "s2").set_body_raw(
+                json!({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "mock", "version": "1"}}}).to_string(),
+                "application/json",
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(
+                json!({"method": "notifications/initialized"}),
+            ))
+            .respond_with(ResponseTemplate::new(202))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(405))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(header("mcp-session-id", "s1"))
+            .and(body_partial_json(json!({"method": "tools/call"})))
+            .respond_with(ResponseTemplate::new(404))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(header("mcp-session-id", "s2"))
+            .and(body_partial_json(json!({"method": "tools/call"})))
+            .respond_with(json_reply(
+                5,
+                json!({"content": [{"type": "text", "text": "done"}]}),
+            ))
+            .mount(&server)
+            .await;
+        let mut peer = proxy_to(&server).await;
+        peer.send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"t","arguments":{}}}"#).await;
+        let mut got = [peer.recv_json().await, peer.recv_json().await];
+        got.sort_by_key(|m| m.get("id").is_some());
+        assert_eq!(got[0]["method"], "notifications/message");
+        assert!(
+            got[0]["params"]["data"]
+                .as_str()
+                .unwrap()
+                .contains("nothing was lost")
+        );
+        assert_eq!(
+            got[1],
+            json!({"jsonrpc": "2.0", "id": 5, "result": {"content": [{"type": "text", "text": "done"}]}})
+        );
+        // The replayed initialize was the client's own.
+        let inits = server
+            .received_requests()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| String::from_utf8_lossy(&r.body).contains("\"initialize\""))
+            .count();
+        assert_eq!(inits, 2);
+    }
+
+    #[tokio::test]
+    async fn server_errors_and_broken_streams_become_json_rpc_errors() {
+        tls();
+        let server = MockServer::start().await;
+        mock_with_session(&server, "s1").await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"params": {"name": "boom"}})))
+            .respond_with(ResponseTemplate::new(503).set_body_string("upstream overloaded"))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"params": {"name": "torn"}})))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"res",
+                "text/event-stream",
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"params": {"name": "empty"}})))
+            .respond_with(ResponseTemplate::new(200).set_body_raw("", "application/json"))
+            .mount(&server)
+            .await;
+        let mut peer = proxy_to(&server).await;
+        peer.send(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"boom"}}"#)
+            .await;
+        let error = peer.recv_json().await;
+        assert_eq!(error["id"], 6);
+        assert_eq!(
+            error["error"]["message"],
+            "the upstream server answered HTTP 503 Service Unavailable: upstream overloaded"
+        );
+        peer.send(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"torn"}}"#)
+            .await;
+        let error = peer.recv_json().await;
+        assert_eq!(error["id"], 7);
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("the upstream server's event stream"),
+            "{error}"
+        );
+        peer.send(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"empty"}}"#)
+            .await;
+        let error = peer.recv_json().await;
+        assert_eq!(error["id"], 8);
+        assert_eq!(
+            error["error"]["message"],
+            "the upstream server's HTTP response did not contain the answer"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_upstream_fails_each_request_clearly() {
+        tls();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/mcp"); // nothing listens there any more
+        let mut peer = Peer::spawn(common::proxy_bin(), &["--upstream", &url]);
+        peer.send(common::INITIALIZE).await;
+        let error = peer.recv_json().await;
+        assert_eq!(error["id"], 1);
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("could not reach the upstream server at {url}")),
+            "{message}"
+        );
+    }
+}
