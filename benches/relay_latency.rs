@@ -14,109 +14,11 @@
 //! On a 2-core VM a cross-CPU wake-up costs tens of microseconds; the direct pair often avoids
 //! it by sharing a core, a chain of three processes cannot. The placements tell these apart.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-const SERVE_ENV: &str = "MCP_BUDGET_BENCH_SERVE";
-const ROUNDS: usize = 4;
-const CALLS_PER_ROUND: usize = 1500;
-const WARMUP: usize = 500;
+use std::process::Command;
 
-/// Server mode: answer every request with a small tool result carrying its id.
-fn serve() {
-    let stdin = std::io::stdin();
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else { return };
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        let Some(id) = message.get("id") else {
-            continue;
-        };
-        let reply = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{{\"stream_id\":\"st-0042\",\"state\":\"running\",\"owner\":\"agent-ada\",\"wave\":\"w4\"}}"}}],"structuredContent":{{"stream_id":"st-0042","state":"running","owner":"agent-ada","wave":"w4"}},"isError":false}}}}"#
-        );
-        if writeln!(out, "{reply}").and_then(|()| out.flush()).is_err() {
-            return;
-        }
-    }
-}
-
-struct Session {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
-    line: String,
-}
-
-impl Session {
-    fn start(mut command: Command) -> Session {
-        let mut child = command
-            .env(SERVE_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the bench server");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Session {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-            line: String::new(),
-        }
-    }
-
-    fn call(&mut self) -> Duration {
-        let id = self.next_id;
-        self.next_id += 1;
-        let request = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"stream_detail","arguments":{{"stream_id":"st-0042"}},"_meta":{{"progressToken":{id}}}}}}}"#
-        );
-        let start = Instant::now();
-        self.stdin.write_all(request.as_bytes()).expect("write");
-        self.stdin.write_all(b"\n").expect("write");
-        self.stdin.flush().expect("flush");
-        self.line.clear();
-        self.stdout.read_line(&mut self.line).expect("read");
-        let elapsed = start.elapsed();
-        assert!(
-            self.line.contains(&format!(r#""id":{id},"#)),
-            "unexpected reply: {}",
-            self.line
-        );
-        elapsed
-    }
-
-    fn stop(mut self) {
-        drop(self.stdin);
-        let _ = self.child.wait();
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index]
-}
-
-fn report(name: &str, samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    let total: Duration = samples.iter().sum();
-    let p50 = percentile(samples, 0.50);
-    println!(
-        "{name:<22} p50 {:>7.1} µs   p99 {:>7.1} µs   {:>8.0} calls/s   ({} calls)",
-        p50.as_secs_f64() * 1e6,
-        percentile(samples, 0.99).as_secs_f64() * 1e6,
-        samples.len() as f64 / total.as_secs_f64(),
-        samples.len()
-    );
-    p50
-}
+use support::{CALLS_PER_ROUND, ROUNDS, SERVE_ENV, Session, WARMUP, report};
 
 /// Runs `program args` on `cpu` (via `taskset`), or wherever the scheduler likes.
 fn command_on(cpu: Option<usize>, program: &std::path::Path, args: &[&std::ffi::OsStr]) -> Command {
@@ -183,7 +85,7 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
 
 fn main() {
     if std::env::var_os(SERVE_ENV).is_some() {
-        serve();
+        support::serve();
         return;
     }
     println!("tools/call round trip, sequential, one client (stdio), no policy:");

@@ -178,6 +178,10 @@ pub async fn serve(
         let _ = stop_tx.send(true);
     });
     let mut stop_rx2 = stop_rx.clone();
+    // Small SSE events must not wait for Nagle's algorithm (a 40 ms stall per event).
+    let tcp = axum::serve::ListenerExt::tap_io(tcp, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(tcp, app)
         .with_graceful_shutdown(async move {
             let _ = stop_rx2.wait_for(|stopped| *stopped).await;

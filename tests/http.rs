@@ -866,3 +866,58 @@ mod upstream {
         );
     }
 }
+
+#[tokio::test]
+async fn each_session_has_its_own_server_and_idle_sessions_end() {
+    tls();
+    let quirky = example("quirky_server");
+    let (proxy, url) = listen(&["--session-idle-secs", "1"], &[quirky.to_str().unwrap()]).await;
+    let first = initialize(&url).await;
+    let second = initialize(&url).await;
+    assert_ne!(first, second);
+    let pid = proxy.id().unwrap();
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    let servers = loop {
+        let servers = common::children(pid);
+        if servers.len() == 2 || tokio::time::Instant::now() > deadline {
+            break servers;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(servers.len(), 2, "one server per session");
+    for server in servers {
+        assert!(
+            gone(server).await,
+            "idle session's server {server} still runs"
+        );
+    }
+    let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    assert_eq!(
+        post(&url, Some(&first), ping)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn sigterm_ends_the_listener_and_every_session() {
+    tls();
+    let quirky = example("quirky_server");
+    let (mut proxy, url) = listen(&[], &[quirky.to_str().unwrap()]).await;
+    initialize(&url).await;
+    let server = common::wait_for_child(proxy.id().unwrap()).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(common::PATIENCE, proxy.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    assert!(gone(server).await);
+}

@@ -1,0 +1,145 @@
+//! Latency of one `tools/call` over Streamable HTTP through mcp-budget (to a stdio server),
+//! against the same server called over stdio directly.
+//!
+//! Run with `cargo bench --bench http_latency`. The server is this binary in server mode (see
+//! `support`). The HTTP client is reqwest on a current-thread runtime, one session, sequential
+//! calls; both answer modes are measured: plain JSON (`Accept: application/json`) and an SSE
+//! stream per call. Direct and HTTP rounds alternate in one run.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::{CALLS_PER_ROUND, ROUNDS, SERVE_ENV, Session, WARMUP, report, request};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
+
+struct HttpSession {
+    client: reqwest::Client,
+    url: String,
+    session: String,
+    accept: &'static str,
+    next_id: u64,
+}
+
+impl HttpSession {
+    async fn call(&mut self) -> Duration {
+        let id = self.next_id;
+        self.next_id += 1;
+        let start = Instant::now();
+        let body = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", self.accept)
+            .header("mcp-session-id", &self.session)
+            .body(request(id))
+            .send()
+            .await
+            .expect("POST")
+            .bytes()
+            .await
+            .expect("body");
+        let elapsed = start.elapsed();
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.contains(&format!(r#""id":{id},"#)),
+            "unexpected reply: {text}"
+        );
+        elapsed
+    }
+}
+
+fn main() {
+    if std::env::var_os(SERVE_ENV).is_some() {
+        support::serve();
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let me = std::env::current_exe().expect("own path");
+    let mut proxy = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-budget"))
+        .args(["--listen", "http://127.0.0.1:0/mcp", "--"])
+        .arg(&me)
+        .env(SERVE_ENV, "1")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the proxy");
+    let mut lines = BufReader::new(proxy.stdout.take().expect("stdout")).lines();
+    let line = lines.next_line().await.expect("read").expect("a line");
+    let url = line.trim_start_matches("listening on ").to_string();
+    let client = reqwest::Client::new();
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INIT)
+        .send()
+        .await
+        .expect("initialize");
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .expect("session")
+        .to_string();
+    let _ = response.bytes().await;
+
+    let mut direct = Session::start(std::process::Command::new(&me));
+    let mut modes = [
+        ("application/json", Vec::new()),
+        ("application/json, text/event-stream", Vec::new()),
+    ];
+    let mut direct_samples = Vec::new();
+    let mut http: Vec<HttpSession> = modes
+        .iter()
+        .map(|(accept, _)| HttpSession {
+            client: client.clone(),
+            url: url.clone(),
+            session: session.clone(),
+            accept,
+            next_id: 1_000_000 * (1 + accept.len() as u64),
+        })
+        .collect();
+    for _ in 0..WARMUP {
+        direct.call();
+        for h in http.iter_mut() {
+            h.call().await;
+        }
+    }
+    for _ in 0..ROUNDS {
+        for _ in 0..CALLS_PER_ROUND {
+            direct_samples.push(direct.call());
+        }
+        for (k, h) in http.iter_mut().enumerate() {
+            for _ in 0..CALLS_PER_ROUND {
+                modes[k].1.push(h.call().await);
+            }
+        }
+    }
+    direct.stop();
+    println!("tools/call round trip, sequential, one client, no policy:");
+    let d = report("stdio, direct", &mut direct_samples);
+    for (accept, samples) in modes.iter_mut() {
+        let name = if accept.contains("event-stream") {
+            "HTTP+SSE via proxy"
+        } else {
+            "HTTP+JSON via proxy"
+        };
+        let p = report(name, samples);
+        println!(
+            "  {name}: p50 {:+.1} µs over stdio direct ({:.2}×)",
+            (p.as_secs_f64() - d.as_secs_f64()) * 1e6,
+            p.as_secs_f64() / d.as_secs_f64()
+        );
+    }
+    let _ = proxy.start_kill();
+}
