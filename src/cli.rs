@@ -2,25 +2,36 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 /// Put a response budget in front of any MCP server.
 ///
-/// mcp-budget speaks MCP on stdio to the client and runs the server as a child process, relaying
-/// every message unchanged except `tools/list` descriptors and `tools/call` results, which a
-/// policy can page, trim and cap.
+/// mcp-budget relays MCP between a client (stdio, or Streamable HTTP with --listen) and a server
+/// (a command after `--`, or Streamable HTTP with --upstream), passing every message unchanged
+/// except `tools/list` descriptors and `tools/call` results, which a policy can page, trim and cap.
 #[derive(Debug, Parser)]
 #[command(
     name = "mcp-budget",
     version,
     args_conflicts_with_subcommands = true,
-    after_help = "Example:\n  mcp-budget --policy policies/fleet.toml -- ./target/release/examples/fleet_server --streams 68"
+    after_help = "Examples:\n  mcp-budget --policy policies/fleet.toml -- ./target/release/examples/fleet_server\n  mcp-budget --listen http://127.0.0.1:8080/mcp --upstream https://mcp.example.com/mcp\n  mcp-budget record --out session.jsonl -- npx -y @modelcontextprotocol/server-everything\n  mcp-budget report --policy policies/fleet.toml session.jsonl"
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// Budget policy (TOML). Without it, messages pass through unchanged.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// More logging on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+/// How the proxy runs: policy, transports, limits.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RunArgs {
+    /// Budget policy (TOML). Without it: no rules, and the 200000-byte cap on every tool result.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
@@ -69,10 +80,6 @@ pub struct Cli {
     #[arg(long, value_name = "SECS", default_value_t = 1800)]
     pub session_idle_secs: u64,
 
-    /// More logging on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-
     /// The server command and its arguments, after `--`.
     #[arg(last = true, value_name = "SERVER COMMAND")]
     pub server: Vec<String>,
@@ -101,5 +108,31 @@ pub enum Command {
         /// The server command, after `--`.
         #[arg(last = true, value_name = "SERVER COMMAND")]
         server: Vec<String>,
+    },
+    /// Run the proxy (any transports, any policy) and record every message to a JSONL file.
+    Record {
+        /// The recording to write (JSONL; written as FILE.partial, renamed when the session ends).
+        #[arg(long, value_name = "FILE.jsonl")]
+        out: PathBuf,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Serve a recording as an MCP server (stdio, or --listen), answering from the file.
+    Replay {
+        /// The recording (from `mcp-budget record`).
+        file: PathBuf,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Bytes and tokens of every tools/call in a recording, as received and under a policy.
+    Report {
+        /// The recording (from `mcp-budget record`).
+        file: PathBuf,
+        /// The policy to measure (default: the built-in one, the 200000-byte cap only).
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }

@@ -64,6 +64,8 @@ pub struct ListenOptions {
     pub max_sessions: usize,
     pub idle: Duration,
     pub session: Options,
+    /// Records every session's messages (each line names its session).
+    pub recorder: Option<crate::record::Recorder>,
 }
 
 /// The listener could not start.
@@ -552,7 +554,10 @@ async fn new_session(listener: &Arc<Listener>) -> Result<Arc<Session>, Refusal> 
     let _task = upstream.take_task();
     let session = Arc::new(Session {
         id: id.clone(),
-        relay: Relay::new(Interceptor::shared(listener.budget.clone())),
+        relay: match &listener.options.recorder {
+            Some(recorder) => Relay::new(Interceptor::shared(listener.budget.clone())).with_recorder(recorder.for_session(&id)),
+            None => Relay::new(Interceptor::shared(listener.budget.clone())),
+        },
         to_server: upstream.to_server.clone(),
         routes: Mutex::new(Routes::default()),
         stopper: Mutex::new(stopper),

@@ -7,7 +7,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use mcp_budget::budget::Budget;
-use mcp_budget::cli::{Cli, Command};
+use mcp_budget::budget::cursor::CursorKey;
+use std::path::PathBuf;
+
+use mcp_budget::cli::{Cli, Command, RunArgs};
+use mcp_budget::record::Recorder;
+use mcp_budget::replay::{Recording, Replayer};
+use mcp_budget::report;
 use mcp_budget::explain;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::listen;
@@ -61,10 +67,11 @@ fn init_logging(verbose: u8) {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        None => proxy(cli.run, None, None).await,
         Some(Command::Check { file }) => {
             let policy = Policy::load(&file)?;
             println!("{}: OK\n{}", file.display(), explain::summary(&policy));
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
         Some(Command::Explain {
             file,
@@ -88,44 +95,102 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let rewritten = explain::rewrite(policy, tools, &tool)?;
             println!("{}", serde_json::to_string_pretty(&rewritten)?);
-            return Ok(ExitCode::SUCCESS);
+            Ok(ExitCode::SUCCESS)
         }
-        None => {}
+        Some(Command::Record { out, run }) => proxy(run, None, Some(out)).await,
+        Some(Command::Replay { file, run }) => {
+            if run.upstream.is_some() || !run.server.is_empty() {
+                anyhow::bail!("replay serves the recording itself: drop --upstream and the server command");
+            }
+            let recording = Recording::load(&file)?;
+            if let Some(line) = recording.cut_at {
+                tracing::warn!(line, "the recording was cut off mid-line (the recorder did not finish); replaying what came before");
+                eprintln!("mcp-budget replay: {} was cut off at line {line}; replaying the {} complete messages before it", file.display(), recording.entries.len());
+            }
+            let replayer = Arc::new(Replayer::new(&recording));
+            proxy(run, Some(UpstreamSpec::Replay(replayer)), None).await
+        }
+        Some(Command::Report { file, policy, json }) => {
+            let policy = match &policy {
+                Some(path) => Policy::load(path)?,
+                None => Policy::default(),
+            };
+            let recording = Recording::load(&file)?;
+            let tokenizer = report::Tokenizer::o200k().map_err(anyhow::Error::msg)?;
+            // A fixed cursor key: the same recording and policy give the same figures.
+            let budget = Budget::with_key(policy, CursorKey::from_secret(b"mcp-budget report"));
+            let mut last = std::time::Instant::now();
+            let report = report::build(&recording, &budget, &tokenizer, |done, total| {
+                if total >= 20 && (done == total || last.elapsed() >= Duration::from_millis(500)) {
+                    last = std::time::Instant::now();
+                    eprint!("\rreport: {done}/{total} tools/call measured");
+                    if done == total {
+                        eprintln!();
+                    }
+                }
+            });
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report::table(&report));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
-    let policy = match &cli.policy {
-        Some(path) => Policy::load(path)?,
-        None => Policy::default(),
+}
+
+/// Runs the proxy: `upstream` overrides the server of `run` (replay); `record` writes a recording.
+async fn proxy(run: RunArgs, upstream: Option<UpstreamSpec>, record: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let replaying = upstream.is_some();
+    let policy = match (&run.policy, replaying) {
+        (Some(path), _) => Policy::load(path)?,
+        // A replayed server answers exactly what was recorded, however large.
+        (None, true) => Policy::uncapped(),
+        (None, false) => Policy::default(),
     };
     let options = stdio::Options {
-        max_message_bytes: cli.max_message_bytes,
-        shutdown_grace: Duration::from_millis(cli.shutdown_grace_ms),
+        max_message_bytes: run.max_message_bytes,
+        shutdown_grace: Duration::from_millis(run.shutdown_grace_ms),
     };
-    let spec = match (&cli.upstream, cli.server.is_empty()) {
-        (Some(url), _) => {
+    let spec = match (upstream, &run.upstream, run.server.is_empty()) {
+        (Some(spec), _, _) => spec,
+        (None, Some(url), _) => {
             let url = reqwest::Url::parse(url)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https"))
-                .with_context(|| {
-                    format!(
-                        "--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"
-                    )
-                })?;
-            let headers = cli
+                .with_context(|| format!("--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"))?;
+            let headers = run
                 .upstream_header
                 .iter()
                 .map(|h| http::parse_header(h))
                 .collect::<Result<Vec<_>, _>>()?;
             UpstreamSpec::Http(http::HttpSpec { url, headers })
         }
-        (None, false) => UpstreamSpec::Command(cli.server.clone()),
-        (None, true) => anyhow::bail!(
+        (None, None, false) => UpstreamSpec::Command(run.server.clone()),
+        (None, None, true) => anyhow::bail!(
             "no server given: put its command after `--` (e.g. `mcp-budget -- npx -y @modelcontextprotocol/server-everything`), or reach it with --upstream URL"
         ),
     };
+    let transport = format!(
+        "{}→{}",
+        if run.listen.is_some() { "http" } else { "stdio" },
+        match &spec {
+            UpstreamSpec::Command(_) => "command",
+            UpstreamSpec::Http(_) => "http",
+            UpstreamSpec::Replay(_) => "replay",
+        }
+    );
+    let (recorder, writer) = match &record {
+        Some(path) => {
+            let (recorder, writer) = Recorder::start(path, &transport).await?;
+            (Some(recorder), Some(writer))
+        }
+        None => (None, None),
+    };
     let budget = Arc::new(Budget::new(policy));
-    if let Some(listen_url) = &cli.listen {
+    let code = if let Some(listen_url) = &run.listen {
         let (url, addr) = listen::parse_listen_url(listen_url)?;
-        let auth_token = match &cli.auth_token_env {
+        let auth_token = match &run.auth_token_env {
             Some(name) => Some(
                 std::env::var(name)
                     .ok()
@@ -136,35 +201,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         };
         let listen_options = listen::ListenOptions {
             url,
-            allow_hosts: cli.allow_host.clone(),
-            allow_origins: cli.allow_origin.clone(),
+            allow_hosts: run.allow_host.clone(),
+            allow_origins: run.allow_origin.clone(),
             auth_token,
-            max_sessions: cli.max_sessions,
-            idle: Duration::from_secs(cli.session_idle_secs),
+            max_sessions: run.max_sessions,
+            idle: Duration::from_secs(run.session_idle_secs),
             session: options,
+            recorder,
         };
         listen::serve(listen_options, addr, spec, budget, shutdown_signal()).await?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
-    let relay = Arc::new(Relay::new(Interceptor::shared(budget)));
-    let (client_in, client_out) = stdio::client_stdio();
-    let outcome = stdio::serve(
-        client_in,
-        client_out,
-        upstream,
-        relay,
-        &options,
-        shutdown_signal(),
-    )
-    .await;
-    Ok(match outcome {
-        Outcome::ClientClosed | Outcome::Shutdown => ExitCode::SUCCESS,
-        Outcome::ServerExited => {
-            tracing::error!("the upstream server ended while the client was connected");
-            ExitCode::from(1)
+        ExitCode::SUCCESS
+    } else {
+        let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
+        let mut relay = Relay::new(Interceptor::shared(budget));
+        if let Some(recorder) = recorder {
+            relay = relay.with_recorder(recorder);
         }
-    })
+        let (client_in, client_out) = stdio::client_stdio();
+        let outcome = stdio::serve(client_in, client_out, upstream, Arc::new(relay), &options, shutdown_signal()).await;
+        match outcome {
+            Outcome::ClientClosed | Outcome::Shutdown => ExitCode::SUCCESS,
+            Outcome::ServerExited => {
+                tracing::error!("the upstream server ended while the client was connected");
+                ExitCode::from(1)
+            }
+        }
+    };
+    if let Some(writer) = writer {
+        // Every recorder is gone with its session: the writer finishes the file.
+        if tokio::time::timeout(Duration::from_secs(10), writer).await.is_err() {
+            tracing::error!("the recording could not be finished in time; it stays as a .partial file");
+        }
+    }
+    Ok(code)
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -176,6 +176,15 @@ pub struct Horizon {
 }
 
 impl Policy {
+    /// No rules and no cap: what a replayed server needs to answer exactly as recorded.
+    pub fn uncapped() -> Policy {
+        Policy {
+            max_bytes: usize::MAX,
+            max_result_size_chars: usize::MAX,
+            ..Policy::default()
+        }
+    }
+
     /// Reads and validates a policy file.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {

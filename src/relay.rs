@@ -16,6 +16,7 @@ use crate::framing::Frame;
 use crate::intercept::{CallContext, CallDecision, Interceptor};
 use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind, Parsed};
+use crate::record::{Dir, Recorder};
 
 /// Where the messages from one client frame go.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -43,6 +44,7 @@ struct State {
 pub struct Relay {
     interceptor: Interceptor,
     state: Mutex<State>,
+    recorder: Option<Recorder>,
 }
 
 impl Relay {
@@ -50,6 +52,21 @@ impl Relay {
         Relay {
             interceptor,
             state: Mutex::new(State::default()),
+            recorder: None,
+        }
+    }
+
+    /// Records every message of this session.
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    fn record_answers(&self, answers: &[Vec<u8>]) {
+        if let Some(recorder) = &self.recorder {
+            for answer in answers {
+                recorder.message(Dir::ProxyToClient, answer, None);
+            }
         }
     }
 
@@ -68,6 +85,12 @@ impl Relay {
 
     /// A frame from the client.
     pub fn from_client(&self, frame: Frame) -> Routed {
+        let routed = self.route_client(frame);
+        self.record_answers(&routed.to_client);
+        routed
+    }
+
+    fn route_client(&self, frame: Frame) -> Routed {
         match frame {
             Frame::Line(line) => self.client_line(line),
             Frame::TooLarge { bytes, id, method } => {
@@ -76,6 +99,9 @@ impl Relay {
                     method = method.as_deref(),
                     "client message over the size limit"
                 );
+                if let Some(recorder) = &self.recorder {
+                    recorder.too_large(Dir::ClientToServer, bytes);
+                }
                 let message = format!(
                     "{} message is {bytes} bytes, over the proxy's message size limit \
                      (raise it with --max-message-bytes)",
@@ -99,6 +125,9 @@ impl Relay {
             Ok(parsed) => parsed,
             Err(err) => {
                 tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "client sent a line that is not JSON");
+                if let Some(recorder) = &self.recorder {
+                    recorder.text(Dir::ClientToServer, &line);
+                }
                 let message = format!("Parse error: {err}");
                 return Routed {
                     to_server: None,
@@ -110,13 +139,25 @@ impl Relay {
             Parsed::Single(kind) => {
                 let mut to_client = Vec::new();
                 let to_server = self.client_message(kind, &line, &mut to_client);
+                if let Some(recorder) = &self.recorder {
+                    let forwarded = to_server.as_ref().and_then(|r| r.as_deref());
+                    recorder.message(Dir::ClientToServer, &line, forwarded.map(|f| ("forwarded", f)));
+                }
                 let to_server = to_server.map(|rewritten| rewritten.unwrap_or(line));
                 Routed {
                     to_server,
                     to_client,
                 }
             }
-            Parsed::Batch(kinds) => self.client_batch(kinds, line),
+            Parsed::Batch(kinds) => {
+                let original = self.recorder.as_ref().map(|_| line.clone());
+                let routed = self.client_batch(kinds, line);
+                if let (Some(recorder), Some(original)) = (&self.recorder, original) {
+                    let changed = routed.to_server.as_deref().filter(|s| *s != original.as_slice());
+                    recorder.message(Dir::ClientToServer, &original, changed.map(|f| ("forwarded", f)));
+                }
+                routed
+            }
         }
     }
 
@@ -206,23 +247,33 @@ impl Relay {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::TooLarge { bytes, id, method } => {
-                return self.server_too_large(bytes, id, method);
+                if let Some(recorder) = &self.recorder {
+                    recorder.too_large(Dir::ServerToClient, bytes);
+                }
+                let answer = self.server_too_large(bytes, id, method);
+                self.record_answers(answer.as_slice());
+                return answer;
             }
         };
         let parsed = match message::parse(&line) {
             Ok(parsed) => parsed,
             Err(err) => {
                 tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "server wrote a line that is not JSON; dropped");
+                if let Some(recorder) = &self.recorder {
+                    recorder.text(Dir::ServerToClient, &line);
+                }
                 return None;
             }
         };
-        match parsed {
-            Parsed::Single(Kind::Response { id: Some(id) }) => {
-                Some(self.server_response(&id, &line).unwrap_or(line))
-            }
-            Parsed::Single(_) => Some(line),
-            Parsed::Batch(kinds) => Some(self.server_batch(kinds, line)),
+        let rewritten = match parsed {
+            Parsed::Single(Kind::Response { id: Some(id) }) => self.server_response(&id, &line),
+            Parsed::Single(_) => None,
+            Parsed::Batch(kinds) => self.server_batch(kinds, &line),
+        };
+        if let Some(recorder) = &self.recorder {
+            recorder.message(Dir::ServerToClient, &line, rewritten.as_deref().map(|d| ("delivered", d)));
         }
+        Some(rewritten.unwrap_or(line))
     }
 
     /// The rewritten bytes of a response, or `None` to forward it unchanged.
@@ -237,11 +288,9 @@ impl Relay {
         }
     }
 
-    fn server_batch(&self, kinds: Vec<Kind>, line: Vec<u8>) -> Vec<u8> {
-        let elements: Vec<&RawValue> = match serde_json::from_slice(&line) {
-            Ok(elements) => elements,
-            Err(_) => return line,
-        };
+    /// The rewritten batch, or `None` when no element changed.
+    fn server_batch(&self, kinds: Vec<Kind>, line: &[u8]) -> Option<Vec<u8>> {
+        let elements: Vec<&RawValue> = serde_json::from_slice(line).ok()?;
         let mut out = Vec::with_capacity(elements.len());
         let mut changed = false;
         for (kind, element) in kinds.into_iter().zip(&elements) {
@@ -259,11 +308,7 @@ impl Relay {
                 None => out.push(element.get().to_owned()),
             }
         }
-        if changed {
-            format!("[{}]", out.join(",")).into_bytes()
-        } else {
-            line
-        }
+        changed.then(|| format!("[{}]", out.join(",")).into_bytes())
     }
 
     fn server_too_large(
@@ -294,13 +339,17 @@ impl Relay {
     /// The upstream is gone: every request in flight gets an error naming `reason`, and so will
     /// every request that arrives from now on.
     pub fn close(&self, reason: &str) -> Vec<Vec<u8>> {
-        let mut state = self.state();
-        state.closed = Some(reason.to_string());
-        state
-            .pending
-            .drain()
-            .map(|(_, (id, _))| jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, reason, None))
-            .collect()
+        let errors: Vec<Vec<u8>> = {
+            let mut state = self.state();
+            state.closed = Some(reason.to_string());
+            state
+                .pending
+                .drain()
+                .map(|(_, (id, _))| jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, reason, None))
+                .collect()
+        };
+        self.record_answers(&errors);
+        errors
     }
 }
 

@@ -105,6 +105,13 @@ impl Budget {
         }
     }
 
+    /// How many items a budgeted page of `tool` holds (for reports).
+    pub fn page_len(&self, tool: &str, document: &Value) -> Option<usize> {
+        let items = self.policy.rule_for(tool)?.items.as_ref()?;
+        let path = first_list_path(document, items)?;
+        document.reference(path.as_str()).and_then(Value::as_array).map(Vec::len)
+    }
+
     /// Rewrites the tools of a `tools/list` result; returns whether anything changed.
     pub fn rewrite_tools_list(&self, result: &mut Value) -> bool {
         let Some(Value::Array(tools)) = result.get_mut("tools") else {

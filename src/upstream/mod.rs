@@ -23,6 +23,8 @@ pub enum UpstreamSpec {
     Command(Vec<String>),
     /// A Streamable HTTP endpoint.
     Http(http::HttpSpec),
+    /// A recorded server (`mcp-budget replay`).
+    Replay(std::sync::Arc<crate::replay::Replayer>),
 }
 
 /// What comes from the server.
@@ -78,6 +80,7 @@ impl Upstream {
         match spec {
             UpstreamSpec::Command(command) => Ok(Upstream::child(command, max_message_bytes)?),
             UpstreamSpec::Http(spec) => Ok(http::start(spec.clone(), max_message_bytes)?),
+            UpstreamSpec::Replay(replayer) => Ok(crate::replay::upstream(replayer.clone())),
         }
     }
 
