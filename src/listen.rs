@@ -555,7 +555,8 @@ async fn new_session(listener: &Arc<Listener>) -> Result<Arc<Session>, Refusal> 
     let session = Arc::new(Session {
         id: id.clone(),
         relay: match &listener.options.recorder {
-            Some(recorder) => Relay::new(Interceptor::shared(listener.budget.clone())).with_recorder(recorder.for_session(&id)),
+            Some(recorder) => Relay::new(Interceptor::shared(listener.budget.clone()))
+                .with_recorder(recorder.for_session(&id)),
             None => Relay::new(Interceptor::shared(listener.budget.clone())),
         },
         to_server: upstream.to_server.clone(),

@@ -11,14 +11,14 @@ use mcp_budget::budget::cursor::CursorKey;
 use std::path::PathBuf;
 
 use mcp_budget::cli::{Cli, Command, RunArgs};
-use mcp_budget::record::Recorder;
-use mcp_budget::replay::{Recording, Replayer};
-use mcp_budget::report;
 use mcp_budget::explain;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::listen;
 use mcp_budget::policy::Policy;
+use mcp_budget::record::Recorder;
 use mcp_budget::relay::Relay;
+use mcp_budget::replay::{Recording, Replayer};
+use mcp_budget::report;
 use mcp_budget::stdio::{self, Outcome};
 use mcp_budget::upstream::{Upstream, UpstreamSpec, http};
 
@@ -100,12 +100,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Record { out, run }) => proxy(run, None, Some(out)).await,
         Some(Command::Replay { file, run }) => {
             if run.upstream.is_some() || !run.server.is_empty() {
-                anyhow::bail!("replay serves the recording itself: drop --upstream and the server command");
+                anyhow::bail!(
+                    "replay serves the recording itself: drop --upstream and the server command"
+                );
             }
             let recording = Recording::load(&file)?;
             if let Some(line) = recording.cut_at {
-                tracing::warn!(line, "the recording was cut off mid-line (the recorder did not finish); replaying what came before");
-                eprintln!("mcp-budget replay: {} was cut off at line {line}; replaying the {} complete messages before it", file.display(), recording.entries.len());
+                tracing::warn!(
+                    line,
+                    "the recording was cut off mid-line (the recorder did not finish); replaying what came before"
+                );
+                eprintln!(
+                    "mcp-budget replay: {} was cut off at line {line}; replaying the {} complete messages before it",
+                    file.display(),
+                    recording.entries.len()
+                );
             }
             let replayer = Arc::new(Replayer::new(&recording));
             proxy(run, Some(UpstreamSpec::Replay(replayer)), None).await
@@ -140,7 +149,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs the proxy: `upstream` overrides the server of `run` (replay); `record` writes a recording.
-async fn proxy(run: RunArgs, upstream: Option<UpstreamSpec>, record: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+async fn proxy(
+    run: RunArgs,
+    upstream: Option<UpstreamSpec>,
+    record: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let replaying = upstream.is_some();
     let policy = match (&run.policy, replaying) {
         (Some(path), _) => Policy::load(path)?,
@@ -158,7 +171,11 @@ async fn proxy(run: RunArgs, upstream: Option<UpstreamSpec>, record: Option<Path
             let url = reqwest::Url::parse(url)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https"))
-                .with_context(|| format!("--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"))?;
+                .with_context(|| {
+                    format!(
+                        "--upstream {url:?} is not an http(s) URL; e.g. https://example.com/mcp"
+                    )
+                })?;
             let headers = run
                 .upstream_header
                 .iter()
@@ -173,7 +190,11 @@ async fn proxy(run: RunArgs, upstream: Option<UpstreamSpec>, record: Option<Path
     };
     let transport = format!(
         "{}→{}",
-        if run.listen.is_some() { "http" } else { "stdio" },
+        if run.listen.is_some() {
+            "http"
+        } else {
+            "stdio"
+        },
         match &spec {
             UpstreamSpec::Command(_) => "command",
             UpstreamSpec::Http(_) => "http",
@@ -218,7 +239,15 @@ async fn proxy(run: RunArgs, upstream: Option<UpstreamSpec>, record: Option<Path
             relay = relay.with_recorder(recorder);
         }
         let (client_in, client_out) = stdio::client_stdio();
-        let outcome = stdio::serve(client_in, client_out, upstream, Arc::new(relay), &options, shutdown_signal()).await;
+        let outcome = stdio::serve(
+            client_in,
+            client_out,
+            upstream,
+            Arc::new(relay),
+            &options,
+            shutdown_signal(),
+        )
+        .await;
         match outcome {
             Outcome::ClientClosed | Outcome::Shutdown => ExitCode::SUCCESS,
             Outcome::ServerExited => {
@@ -229,8 +258,13 @@ async fn proxy(run: RunArgs, upstream: Option<UpstreamSpec>, record: Option<Path
     };
     if let Some(writer) = writer {
         // Every recorder is gone with its session: the writer finishes the file.
-        if tokio::time::timeout(Duration::from_secs(10), writer).await.is_err() {
-            tracing::error!("the recording could not be finished in time; it stays as a .partial file");
+        if tokio::time::timeout(Duration::from_secs(10), writer)
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                "the recording could not be finished in time; it stays as a .partial file"
+            );
         }
     }
     Ok(code)

@@ -61,7 +61,9 @@ pub struct Recorder {
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder").field("session", &self.session).finish()
+        f.debug_struct("Recorder")
+            .field("session", &self.session)
+            .finish()
     }
 }
 
@@ -83,12 +85,17 @@ fn partial_path(path: &Path) -> PathBuf {
 impl Recorder {
     /// Starts recording to `path`; `transport` names the session's transports in the header.
     /// The returned task finishes the file (rename) once every `Recorder` clone is dropped.
-    pub async fn start(path: &Path, transport: &str) -> Result<(Recorder, JoinHandle<()>), RecordError> {
+    pub async fn start(
+        path: &Path,
+        transport: &str,
+    ) -> Result<(Recorder, JoinHandle<()>), RecordError> {
         let partial = partial_path(path);
-        let file = tokio::fs::File::create(&partial).await.map_err(|source| RecordError {
-            path: partial.clone(),
-            source,
-        })?;
+        let file = tokio::fs::File::create(&partial)
+            .await
+            .map_err(|source| RecordError {
+                path: partial.clone(),
+                source,
+            })?;
         let (queue, rx) = mpsc::channel(QUEUE);
         let shared = Arc::new(Shared {
             missed: AtomicU64::new(0),
@@ -99,7 +106,14 @@ impl Recorder {
             "version": env!("CARGO_PKG_VERSION"),
             "transport": transport,
         });
-        let task = tokio::spawn(write(file, rx, header.to_string(), partial, path.to_path_buf(), shared.clone()));
+        let task = tokio::spawn(write(
+            file,
+            rx,
+            header.to_string(),
+            partial,
+            path.to_path_buf(),
+            shared.clone(),
+        ));
         Ok((
             Recorder {
                 queue,
@@ -188,7 +202,10 @@ async fn write(
         if missed > reported {
             let t = shared.start.elapsed().as_micros();
             let note = format!("{{\"t\":{t},\"missed\":{}}}\n", missed - reported);
-            tracing::warn!(missed = missed - reported, "the recorder fell behind; messages are missing from the recording");
+            tracing::warn!(
+                missed = missed - reported,
+                "the recorder fell behind; messages are missing from the recording"
+            );
             reported = missed;
             result = out.write_all(note.as_bytes()).await;
         }
@@ -209,7 +226,9 @@ async fn write(
     if failed.is_none() && out.flush().await.is_ok() {
         match tokio::fs::rename(&partial, &path).await {
             Ok(()) => tracing::info!(path = %path.display(), "recording written"),
-            Err(err) => tracing::error!(%err, "cannot rename {} to {}", partial.display(), path.display()),
+            Err(err) => {
+                tracing::error!(%err, "cannot rename {} to {}", partial.display(), path.display())
+            }
         }
     }
 }

@@ -141,7 +141,11 @@ impl Relay {
                 let to_server = self.client_message(kind, &line, &mut to_client);
                 if let Some(recorder) = &self.recorder {
                     let forwarded = to_server.as_ref().and_then(|r| r.as_deref());
-                    recorder.message(Dir::ClientToServer, &line, forwarded.map(|f| ("forwarded", f)));
+                    recorder.message(
+                        Dir::ClientToServer,
+                        &line,
+                        forwarded.map(|f| ("forwarded", f)),
+                    );
                 }
                 let to_server = to_server.map(|rewritten| rewritten.unwrap_or(line));
                 Routed {
@@ -153,8 +157,15 @@ impl Relay {
                 let original = self.recorder.as_ref().map(|_| line.clone());
                 let routed = self.client_batch(kinds, line);
                 if let (Some(recorder), Some(original)) = (&self.recorder, original) {
-                    let changed = routed.to_server.as_deref().filter(|s| *s != original.as_slice());
-                    recorder.message(Dir::ClientToServer, &original, changed.map(|f| ("forwarded", f)));
+                    let changed = routed
+                        .to_server
+                        .as_deref()
+                        .filter(|s| *s != original.as_slice());
+                    recorder.message(
+                        Dir::ClientToServer,
+                        &original,
+                        changed.map(|f| ("forwarded", f)),
+                    );
                 }
                 routed
             }
@@ -271,7 +282,11 @@ impl Relay {
             Parsed::Batch(kinds) => self.server_batch(kinds, &line),
         };
         if let Some(recorder) = &self.recorder {
-            recorder.message(Dir::ServerToClient, &line, rewritten.as_deref().map(|d| ("delivered", d)));
+            recorder.message(
+                Dir::ServerToClient,
+                &line,
+                rewritten.as_deref().map(|d| ("delivered", d)),
+            );
         }
         Some(rewritten.unwrap_or(line))
     }
@@ -345,7 +360,9 @@ impl Relay {
             state
                 .pending
                 .drain()
-                .map(|(_, (id, _))| jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, reason, None))
+                .map(|(_, (id, _))| {
+                    jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, reason, None)
+                })
                 .collect()
         };
         self.record_answers(&errors);

@@ -32,7 +32,9 @@ pub enum ReplayError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is not an mcp-budget recording: its first line should be the header {{\"mcp_budget_recording\":1,…}} (make one with `mcp-budget record --out FILE`)")]
+    #[error(
+        "{path} is not an mcp-budget recording: its first line should be the header {{\"mcp_budget_recording\":1,…}} (make one with `mcp-budget record --out FILE`)"
+    )]
     NotARecording { path: PathBuf },
     #[error("{path}:{line}: not a recording line ({detail})")]
     BadLine {
@@ -92,13 +94,19 @@ impl Recording {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Recording, ReplayError> {
-        let mut lines = text.split('\n').enumerate().filter(|(_, l)| !l.trim().is_empty()).peekable();
+        let mut lines = text
+            .split('\n')
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .peekable();
         let header_ok = lines
             .next()
             .and_then(|(_, l)| serde_json::from_str::<Value>(l).ok())
             .is_some_and(|h| h.get("mcp_budget_recording").is_some());
         if !header_ok {
-            return Err(ReplayError::NotARecording { path: path.to_path_buf() });
+            return Err(ReplayError::NotARecording {
+                path: path.to_path_buf(),
+            });
         }
         let mut recording = Recording::default();
         let ends_with_newline = text.ends_with('\n');
@@ -150,7 +158,9 @@ impl Recording {
             let msg = value(raw);
             match entry.dir.as_str() {
                 "c2s" => {
-                    if let (Some(method), Some(id)) = (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+                    if let (Some(method), Some(id)) =
+                        (msg.get("method").and_then(Value::as_str), msg.get("id"))
+                    {
                         // What the server saw is what it answered.
                         let sent = entry.changed.as_deref().map_or_else(|| msg.clone(), value);
                         open.push((
@@ -172,7 +182,10 @@ impl Recording {
                 "s2c" => {
                     if msg.get("method").is_none() {
                         let key = msg.get("id").map(id_key).unwrap_or_default();
-                        if let Some(pos) = open.iter().position(|(s, k, _)| *s == entry.session && *k == key) {
+                        if let Some(pos) = open
+                            .iter()
+                            .position(|(s, k, _)| *s == entry.session && *k == key)
+                        {
                             let (_, _, mut exchange) = open.remove(pos);
                             exchange.response_bytes = raw.get().len();
                             exchange.response = Some(msg);
@@ -189,7 +202,11 @@ impl Recording {
                             .and_then(|t| {
                                 open.iter().position(|(s, _, e)| {
                                     *s == entry.session
-                                        && e.upstream_request.get("params").and_then(|p| p.get("_meta")).and_then(|m| m.get("progressToken")) == Some(t)
+                                        && e.upstream_request
+                                            .get("params")
+                                            .and_then(|p| p.get("_meta"))
+                                            .and_then(|m| m.get("progressToken"))
+                                            == Some(t)
                                 })
                             })
                             .or_else(|| open.iter().position(|(s, _, _)| *s == entry.session));
@@ -201,7 +218,10 @@ impl Recording {
                 "p2c" => {
                     // The proxy answered a request itself (a refused argument, an error).
                     let key = msg.get("id").map(id_key).unwrap_or_default();
-                    if let Some(pos) = open.iter().position(|(s, k, _)| *s == entry.session && *k == key) {
+                    if let Some(pos) = open
+                        .iter()
+                        .position(|(s, k, _)| *s == entry.session && *k == key)
+                    {
                         let (_, _, mut exchange) = open.remove(pos);
                         exchange.delivered_bytes = raw.get().len();
                         exchange.delivered = Some(msg);
@@ -216,7 +236,9 @@ impl Recording {
 }
 
 fn id_key(id: &Value) -> String {
-    crate::message::Id::from_json_text(&id.to_string()).key().to_string()
+    crate::message::Id::from_json_text(&id.to_string())
+        .key()
+        .to_string()
 }
 
 /// One request of the recording and what answered it.
@@ -300,31 +322,47 @@ impl Replayer {
 
     /// The messages answering one client message (none for notifications and responses).
     pub fn answer(&self, request: &Value) -> Vec<Value> {
-        let (Some(method), Some(id)) = (request.get("method").and_then(Value::as_str), request.get("id")) else {
+        let (Some(method), Some(id)) = (
+            request.get("method").and_then(Value::as_str),
+            request.get("id"),
+        ) else {
             return Vec::new();
         };
         let params = request.get("params");
         let key = match_key(method, params);
         let Some(candidates) = self.by_key.get(&key) else {
-            let message = format!("no recorded response for {method} {}; {}", compact(params), self.closest(method, params));
-            return vec![json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": message}})];
+            let message = format!(
+                "no recorded response for {method} {}; {}",
+                compact(params),
+                self.closest(method, params)
+            );
+            return vec![
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": message}}),
+            ];
         };
         let index = {
-            let mut served = self.served.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut served = self
+                .served
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let n = served.entry(key).or_insert(0);
             let index = (*n).min(candidates.len() - 1);
             *n += 1;
             index
         };
         let exchange = &candidates[index];
-        let token = params.and_then(|p| p.get("_meta")).and_then(|m| m.get("progressToken")).cloned();
+        let token = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .cloned();
         let mut out: Vec<Value> = exchange
             .before
             .iter()
             .filter(|m| m.get("id").is_none()) // server requests would wait for answers nobody recorded
             .map(|m| {
                 let mut m = m.clone();
-                if let (Some(token), Some(p)) = (&token, m.get_mut("params").and_then(Value::as_object_mut))
+                if let (Some(token), Some(p)) =
+                    (&token, m.get_mut("params").and_then(Value::as_object_mut))
                     && p.contains_key("progressToken")
                 {
                     p.insert("progressToken".into(), token.clone());
@@ -347,7 +385,11 @@ impl Replayer {
             .iter()
             .map(|e| {
                 let mut have = Vec::new();
-                let mut p = e.upstream_request.get("params").cloned().unwrap_or(Value::Null);
+                let mut p = e
+                    .upstream_request
+                    .get("params")
+                    .cloned()
+                    .unwrap_or(Value::Null);
                 if let Value::Object(map) = &mut p {
                     map.remove("_meta");
                 }
@@ -359,11 +401,19 @@ impl Replayer {
             .max_by_key(|(score, _)| *score);
         match best {
             Some((_, e)) => {
-                let mut p = e.upstream_request.get("params").cloned().unwrap_or(Value::Null);
+                let mut p = e
+                    .upstream_request
+                    .get("params")
+                    .cloned()
+                    .unwrap_or(Value::Null);
                 if let Value::Object(map) = &mut p {
                     map.remove("_meta");
                 }
-                format!("the closest recorded request is {} {}", e.method, compact(Some(&p)))
+                format!(
+                    "the closest recorded request is {} {}",
+                    e.method,
+                    compact(Some(&p))
+                )
             }
             None => "the recording has no requests".to_string(),
         }
@@ -412,7 +462,12 @@ pub fn upstream(replayer: Arc<Replayer>) -> Upstream {
                 _ = &mut stop_rx => break,
             }
         }
-        let _ = events.send(Event::Ended { reason: "stopped".into(), stopped: true }).await;
+        let _ = events
+            .send(Event::Ended {
+                reason: "stopped".into(),
+                stopped: true,
+            })
+            .await;
     });
     Upstream::from_parts(to_server, events_rx, stop, task)
 }

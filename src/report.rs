@@ -61,7 +61,12 @@ impl Tokenizer {
     /// message of an error.
     pub fn response(&self, message: &Value) -> usize {
         if let Some(error) = message.get("error") {
-            return self.count(error.get("message").and_then(Value::as_str).unwrap_or_default());
+            return self.count(
+                error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
         }
         let texts: Vec<&str> = message["result"]["content"]
             .as_array()
@@ -76,7 +81,9 @@ impl Tokenizer {
 fn outcome(original: &Value, budgeted: &Value, page_len: Option<usize>) -> String {
     let result = &budgeted["result"];
     if result["isError"] == json!(true)
-        && result["content"][0]["text"].as_str().is_some_and(|t| t.starts_with("result-too-large"))
+        && result["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("result-too-large"))
     {
         return "refused by the cap".into();
     }
@@ -90,14 +97,23 @@ fn outcome(original: &Value, budgeted: &Value, page_len: Option<usize>) -> Strin
             .and_then(Value::as_u64)
             .or(page_len.map(|n| n as u64))
             .unwrap_or(0);
-        let more = if structured.get("next_after").is_some() { ", more pages" } else { "" };
+        let more = if structured.get("next_after").is_some() {
+            ", more pages"
+        } else {
+            ""
+        };
         return format!("page of {shown} (total {total}{more})");
     }
     "trimmed".into()
 }
 
 /// Builds the report; `progress(done, total)` is called as calls are measured.
-pub fn build(recording: &Recording, budget: &Budget, tokenizer: &Tokenizer, mut progress: impl FnMut(usize, usize)) -> Report {
+pub fn build(
+    recording: &Recording,
+    budget: &Budget,
+    tokenizer: &Tokenizer,
+    mut progress: impl FnMut(usize, usize),
+) -> Report {
     let exchanges: Vec<_> = recording
         .exchanges()
         .into_iter()
@@ -109,10 +125,20 @@ pub fn build(recording: &Recording, budget: &Budget, tokenizer: &Tokenizer, mut 
     let mut without_rule = BTreeSet::new();
     for (index, exchange) in exchanges.iter().enumerate() {
         progress(index, total);
-        let Some(response) = &exchange.response else { continue };
+        let Some(response) = &exchange.response else {
+            continue;
+        };
         let received = exchange.received().unwrap_or(response);
-        let mut params = exchange.upstream_request.get("params").cloned().unwrap_or(Value::Null);
-        let tool = params.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let mut params = exchange
+            .upstream_request
+            .get("params")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
         let has_rule = budget.policy().rule_for(&tool).is_some();
         if !has_rule {
@@ -124,7 +150,9 @@ pub fn build(recording: &Recording, budget: &Budget, tokenizer: &Tokenizer, mut 
                 let result: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                 json!({"jsonrpc": "2.0", "id": response["id"], "result": result})
             }
-            Err(error) => json!({"jsonrpc": "2.0", "id": response["id"], "result": {"content": [{"type": "text", "text": error.to_string()}], "isError": true}}),
+            Err(error) => {
+                json!({"jsonrpc": "2.0", "id": response["id"], "result": {"content": [{"type": "text", "text": error.to_string()}], "isError": true}})
+            }
         };
         let page_len = budget.page_len(&tool, &budgeted["result"]["structuredContent"]);
         let outcome = outcome(response, &budgeted, page_len);
@@ -160,12 +188,21 @@ pub fn build(recording: &Recording, budget: &Budget, tokenizer: &Tokenizer, mut 
 /// The human-readable table.
 pub fn table(report: &Report) -> String {
     let mut out = String::new();
-    let w = report.calls.iter().map(|c| c.tool.chars().count()).max().unwrap_or(4).max(5);
+    let w = report
+        .calls
+        .iter()
+        .map(|c| c.tool.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(5);
     out.push_str(&format!(
         "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}   {}\n",
         "#", "tool", "arguments", "bytes", "tokens", "bytes", "tokens", "under the policy"
     ));
-    out.push_str(&format!("{:>4}  {:<w$} {:<28} {:>20}   {:>20}\n", "", "", "", "received", "with default arguments"));
+    out.push_str(&format!(
+        "{:>4}  {:<w$} {:<28} {:>20}   {:>20}\n",
+        "", "", "", "received", "with default arguments"
+    ));
     for call in &report.calls {
         let mut arguments = call.arguments.to_string();
         if arguments.chars().count() > 28 {
@@ -186,16 +223,39 @@ pub fn table(report: &Report) -> String {
     }
     out.push_str(&format!(
         "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}\n",
-        "", "total", format!("{} calls", report.calls.len()), report.received_bytes, report.received_tokens, report.budget_bytes, report.budget_tokens
+        "",
+        "total",
+        format!("{} calls", report.calls.len()),
+        report.received_bytes,
+        report.received_tokens,
+        report.budget_bytes,
+        report.budget_tokens
     ));
-    let list = |names: &[String]| if names.is_empty() { "none".to_string() } else { names.join(", ") };
-    out.push_str(&format!("\ntools the cap would refuse with default arguments: {}\n", list(&report.capped_tools)));
-    out.push_str(&format!("tools with no budget rule: {}\n", list(&report.tools_without_rule)));
+    let list = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    out.push_str(&format!(
+        "\ntools the cap would refuse with default arguments: {}\n",
+        list(&report.capped_tools)
+    ));
+    out.push_str(&format!(
+        "tools with no budget rule: {}\n",
+        list(&report.tools_without_rule)
+    ));
     if let Some(line) = report.cut_at_line {
-        out.push_str(&format!("note: the recording was cut off at line {line}; the report covers what came before\n"));
+        out.push_str(&format!(
+            "note: the recording was cut off at line {line}; the report covers what came before\n"
+        ));
     }
     if report.missed_messages > 0 {
-        out.push_str(&format!("note: the recorder missed {} messages\n", report.missed_messages));
+        out.push_str(&format!(
+            "note: the recorder missed {} messages\n",
+            report.missed_messages
+        ));
     }
     out
 }

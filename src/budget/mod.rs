@@ -109,7 +109,10 @@ impl Budget {
     pub fn page_len(&self, tool: &str, document: &Value) -> Option<usize> {
         let items = self.policy.rule_for(tool)?.items.as_ref()?;
         let path = first_list_path(document, items)?;
-        document.reference(path.as_str()).and_then(Value::as_array).map(Vec::len)
+        document
+            .reference(path.as_str())
+            .and_then(Value::as_array)
+            .map(Vec::len)
     }
 
     /// Rewrites the tools of a `tools/list` result; returns whether anything changed.
