@@ -57,12 +57,27 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
         proxy,
         &["--".as_ref(), me.as_os_str()],
     ));
+    let recording =
+        std::env::temp_dir().join(format!("mcp-budget-bench-{}.jsonl", std::process::id()));
+    let mut recorded = Session::start(command_on(
+        server_cpu,
+        proxy,
+        &[
+            "record".as_ref(),
+            "--out".as_ref(),
+            recording.as_os_str(),
+            "--".as_ref(),
+            me.as_os_str(),
+        ],
+    ));
     for _ in 0..WARMUP {
         direct.call();
         proxied.call();
+        recorded.call();
     }
     let mut direct_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     let mut proxied_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
+    let mut recorded_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     for _ in 0..ROUNDS {
         for _ in 0..CALLS_PER_ROUND {
             direct_samples.push(direct.call());
@@ -70,16 +85,23 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
         for _ in 0..CALLS_PER_ROUND {
             proxied_samples.push(proxied.call());
         }
+        for _ in 0..CALLS_PER_ROUND {
+            recorded_samples.push(recorded.call());
+        }
     }
     direct.stop();
     proxied.stop();
+    recorded.stop();
+    let _ = std::fs::remove_file(&recording);
     println!("\n[{name}]");
     let d = report("direct", &mut direct_samples);
     let p = report("through mcp-budget", &mut proxied_samples);
+    let r = report("…while recording", &mut recorded_samples);
     println!(
-        "added by the proxy: p50 {:+.1} µs ({:.2}× direct)",
+        "added by the proxy: p50 {:+.1} µs ({:.2}× direct); recording adds {:+.1} µs",
         (p.as_secs_f64() - d.as_secs_f64()) * 1e6,
-        p.as_secs_f64() / d.as_secs_f64()
+        p.as_secs_f64() / d.as_secs_f64(),
+        (r.as_secs_f64() - p.as_secs_f64()) * 1e6
     );
 }
 

@@ -89,6 +89,14 @@ impl Recorder {
         path: &Path,
         transport: &str,
     ) -> Result<(Recorder, JoinHandle<()>), RecordError> {
+        Recorder::start_with_queue(path, transport, QUEUE).await
+    }
+
+    async fn start_with_queue(
+        path: &Path,
+        transport: &str,
+        queue_len: usize,
+    ) -> Result<(Recorder, JoinHandle<()>), RecordError> {
         let partial = partial_path(path);
         let file = tokio::fs::File::create(&partial)
             .await
@@ -96,7 +104,7 @@ impl Recorder {
                 path: partial.clone(),
                 source,
             })?;
-        let (queue, rx) = mpsc::channel(QUEUE);
+        let (queue, rx) = mpsc::channel(queue_len);
         let shared = Arc::new(Shared {
             missed: AtomicU64::new(0),
             start: Instant::now(),
@@ -230,5 +238,63 @@ async fn write(
                 tracing::error!(%err, "cannot rename {} to {}", partial.display(), path.display())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_drops_nothing_silently_and_the_file_appears_whole() {
+        let dir = std::env::temp_dir().join(format!("mcp-budget-rec-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.jsonl");
+        let (recorder, writer) = Recorder::start_with_queue(&path, "test", 2).await.unwrap();
+        // On this single-threaded runtime the writer cannot run until we yield: the queue
+        // fills after two messages and the rest are counted as missed, never waited for.
+        for k in 0..10 {
+            recorder.message(
+                Dir::ClientToServer,
+                format!("{{\"id\":{k}}}").as_bytes(),
+                None,
+            );
+        }
+        assert!(
+            !path.exists(),
+            "the file appears only when the recording is complete"
+        );
+        recorder.message(
+            Dir::ServerToClient,
+            b"{\"id\":0,\"result\":{}}",
+            Some(("delivered", b"{}")),
+        );
+        tokio::task::yield_now().await;
+        drop(recorder);
+        writer.await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with(r#"{"mcp_budget_recording":1,"#));
+        let kept = lines.iter().filter(|l| l.contains(r#""dir":"#)).count();
+        let missed: u64 = lines
+            .iter()
+            .filter_map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .ok()?
+                    .get("missed")?
+                    .as_u64()
+            })
+            .sum();
+        assert_eq!((kept, missed), (2, 9), "{text}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.ends_with(r#","dir":"c2s","msg":{"id":0}}"#))
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+        );
     }
 }

@@ -173,6 +173,9 @@ async fn run_child(
         }
         _ = &mut reader => {
             reader_done = true;
+            // Its input was closed (every sender dropped and the writer done): exiting is
+            // what a server should do then, not a failure.
+            let input_closed = writer.is_finished();
             let status = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
             let status = match status {
                 Ok(Ok(status)) => Some(status),
@@ -182,7 +185,7 @@ async fn run_child(
                 }
             };
             child.drain_stderr(Duration::from_millis(500)).await;
-            (child::exit_reason(status, &child.stderr_tail()), false)
+            (child::exit_reason(status, &child.stderr_tail()), input_closed && status.is_some_and(|s| s.success()))
         }
         status = child.wait() => {
             child.drain_stderr(Duration::from_millis(500)).await;
