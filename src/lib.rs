@@ -19,6 +19,9 @@
 //! - [`stdio`]: a client on stdin/stdout relayed to an upstream; the tasks that move bytes.
 //! - [`listen`]: clients over Streamable HTTP, one relay and one upstream per session, with
 //!   the security checks (Host, Origin, token, limits).
+//! - [`record`]: every message of a session to a JSONL file, without blocking the relay.
+//! - [`replay`]: a recording read back, and served as an upstream that answers from it.
+//! - [`report`]: what a policy would do to the `tools/call` results of a recording.
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
 //! - [`cli`]: the command line.
 //!
@@ -29,11 +32,14 @@
 //! [`relay::Relay::from_client`], which reads its envelope with [`message::parse`], gives a
 //! `tools/call` to [`intercept::Interceptor::tools_call_request`], records id 4 as in flight and
 //! returns the bytes to send upstream — the very bytes that arrived unless the hook rewrote them.
-//! The server's reply comes back through [`relay::Relay::from_server`], which matches id 4,
-//! passes the result to [`intercept::Interceptor::tools_call_response`] — which runs
-//! [`budget::Budget::finish_call`]: the page of items the call asked for, rendered and capped —
-//! and returns the bytes for the client's writer task. Any message that is not intercepted (notifications, server
-//! requests such as sampling, unknown methods) is forwarded as the exact bytes it arrived as.
+//! They go to the [`upstream::Upstream`]'s sender: a child's stdin, or an HTTP POST.
+//! The server's reply comes back as an [`upstream::Event`] through [`relay::Relay::from_server`],
+//! which matches id 4, passes the result to [`intercept::Interceptor::tools_call_response`] —
+//! which runs [`budget::Budget::finish_call`]: the page of items the call asked for, rendered
+//! and capped — and returns the bytes for the client's writer task (or, with [`listen`], for
+//! the SSE stream of the POST that carried id 4). Any message that is not intercepted
+//! (notifications, server requests such as sampling, unknown methods) is forwarded as the exact
+//! bytes it arrived as. With a [`record::Recorder`], each step is also written to the recording.
 
 #![forbid(unsafe_code)]
 
