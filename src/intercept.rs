@@ -110,8 +110,19 @@ impl Interceptor {
         if !self.budget.is_paged(&name) {
             return forward(self.budget.plan_unpaged(name), None);
         }
-        let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
-            return forward(self.budget.plan_unpaged(name), None);
+        let mut request = match serde_json::from_slice::<Value>(message) {
+            Ok(request) => request,
+            Err(err) => {
+                // The budget cannot read its arguments, so it cannot apply the policy: refuse
+                // rather than pass an unbudgeted call through.
+                let text = format!("Parse error: the tools/call request could not be read ({err})");
+                return CallDecision::Answer(crate::jsonrpc::error_response(
+                    Some(id),
+                    crate::jsonrpc::PARSE_ERROR,
+                    &text,
+                    None,
+                ));
+            }
         };
         let Some(params) = request.get_mut("params") else {
             return forward(self.budget.plan_unpaged(name), None);

@@ -20,8 +20,10 @@ pub enum Kind {
     Notification { method: String },
     /// Has `result` or `error` and no `method`.
     Response { id: Option<Id> },
-    /// Valid JSON, but not a JSON-RPC message the relay can classify (it is forwarded as is).
+    /// A JSON object that is not a JSON-RPC message the relay can classify (forwarded as is).
     Other,
+    /// JSON that is not an object (a scalar, or an array inside a batch): never JSON-RPC.
+    Invalid,
 }
 
 /// A request id, as the peer wrote it and as a key that ignores number formatting.
@@ -70,10 +72,14 @@ pub enum Parsed {
     Batch(Vec<Kind>),
 }
 
-/// The line is not JSON (or not a JSON object or array).
+/// The line is not JSON.
 #[derive(Debug, thiserror::Error)]
-#[error("not a JSON-RPC message: {0}")]
-pub struct NotJson(#[from] serde_json::Error);
+pub enum NotJson {
+    #[error("not JSON: {0}")]
+    Syntax(#[from] serde_json::Error),
+    #[error("not UTF-8 text: {0}")]
+    Utf8(#[from] std::str::Utf8Error),
+}
 
 #[derive(Deserialize)]
 struct RawEnvelope<'a> {
@@ -115,17 +121,22 @@ fn classify(envelope: RawEnvelope<'_>) -> Kind {
 
 /// Reads the envelope of one line. The line is not copied or modified.
 pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
+    // Strings the envelope skips are not checked by serde; JSON text must be UTF-8 throughout.
+    std::str::from_utf8(line)?;
     let first = line.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
         let elements: Vec<&RawValue> = serde_json::from_slice(line)?;
         let kinds = elements
             .into_iter()
-            .map(
-                |raw| match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
+            .map(|raw| {
+                if !raw.get().trim_start().starts_with('{') {
+                    return Kind::Invalid;
+                }
+                match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
                     Ok(envelope) => classify(envelope),
                     Err(_) => Kind::Other,
-                },
-            )
+                }
+            })
             .collect();
         return Ok(Parsed::Batch(kinds));
     }
@@ -133,9 +144,9 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
         let envelope: RawEnvelope<'_> = serde_json::from_slice(line)?;
         return Ok(Parsed::Single(classify(envelope)));
     }
-    // Scalars and garbage: let serde produce the precise error, or call a bare scalar "Other".
+    // Scalars and garbage: let serde produce the precise error, or call a bare scalar invalid.
     let _: IgnoredAny = serde_json::from_slice(line)?;
-    Ok(Parsed::Single(Kind::Other))
+    Ok(Parsed::Single(Kind::Invalid))
 }
 
 /// The `params.requestId` of a `notifications/cancelled`, if the line carries one.
@@ -194,7 +205,7 @@ mod tests {
             Kind::Response { id: None }
         );
         assert_eq!(single(r#"{"hello":1}"#), Kind::Other);
-        assert_eq!(single("42"), Kind::Other);
+        assert_eq!(single("42"), Kind::Invalid);
     }
 
     #[test]
@@ -228,7 +239,7 @@ mod tests {
                     method: "ping".into()
                 },
                 Kind::Notification { method: "n".into() },
-                Kind::Other,
+                Kind::Invalid,
             ])
         );
     }

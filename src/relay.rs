@@ -135,6 +135,26 @@ impl Relay {
                 };
             }
         };
+        let invalid = match &parsed {
+            Parsed::Single(kind) => *kind == Kind::Invalid,
+            Parsed::Batch(kinds) => kinds.is_empty() || kinds.contains(&Kind::Invalid),
+        };
+        if invalid {
+            tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), "client sent JSON that is not a JSON-RPC object");
+            if let Some(recorder) = &self.recorder {
+                recorder.text(Dir::ClientToServer, &line);
+            }
+            let message = "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)";
+            return Routed {
+                to_server: None,
+                to_client: vec![jsonrpc::error_response(
+                    None,
+                    INVALID_REQUEST,
+                    message,
+                    None,
+                )],
+            };
+        }
         match parsed {
             Parsed::Single(kind) => {
                 let mut to_client = Vec::new();
@@ -218,7 +238,7 @@ impl Relay {
                 }
                 Some(None)
             }
-            Kind::Response { .. } | Kind::Other => Some(None),
+            Kind::Response { .. } | Kind::Other | Kind::Invalid => Some(None),
         }
     }
 

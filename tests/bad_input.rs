@@ -1,0 +1,216 @@
+//! Bad input never panics: random bytes and well-formed-but-wrong JSON-RPC fed to the framing,
+//! the envelope reader, the relay, the cursor decoder and the policy loader — always a typed
+//! error or a clear JSON-RPC error, never a crash.
+
+use std::path::Path;
+
+use mcp_budget::budget::Budget;
+use mcp_budget::budget::cursor::CursorKey;
+use mcp_budget::framing::{Frame, FrameReader};
+use mcp_budget::intercept::Interceptor;
+use mcp_budget::message;
+use mcp_budget::policy::Policy;
+use mcp_budget::relay::Relay;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn fleet_relay() -> Relay {
+    let policy =
+        Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml")).unwrap();
+    Relay::new(Interceptor::new(Budget::with_key(
+        policy,
+        CursorKey::from_secret(b"t"),
+    )))
+}
+
+/// Arbitrary JSON values, nested a few levels.
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+            prop::collection::btree_map(".{0,8}", inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// JSON-RPC-shaped messages with wrong parts: odd ids, methods, params, results.
+fn arb_message() -> impl Strategy<Value = Value> {
+    let method = prop_oneof![
+        Just(json!("tools/call")),
+        Just(json!("tools/list")),
+        Just(json!("initialize")),
+        Just(json!("notifications/cancelled")),
+        ".{0,10}".prop_map(Value::from),
+        arb_json(),
+    ];
+    (
+        prop::option::of(arb_json()),
+        prop::option::of(method),
+        prop::option::of(arb_json()),
+        prop::option::of(arb_json()),
+        prop::option::of(arb_json()),
+    )
+        .prop_map(|(id, method, params, result, error)| {
+            let mut m = serde_json::Map::new();
+            m.insert("jsonrpc".into(), json!("2.0"));
+            for (k, v) in [
+                ("id", id),
+                ("method", method),
+                ("params", params),
+                ("result", result),
+                ("error", error),
+            ] {
+                if let Some(v) = v {
+                    m.insert(k.into(), v);
+                }
+            }
+            Value::Object(m)
+        })
+}
+
+fn tools_call(arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fleet_show", "arguments": arguments}})
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn envelope_reader_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
+        let _ = message::parse(&bytes);
+        let _ = message::cancelled_request_id(&bytes);
+    }
+
+    #[test]
+    fn framing_never_panics_and_keeps_every_line(bytes in prop::collection::vec(any::<u8>(), 0..2000), max in 1usize..300) {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let mut reader = FrameReader::new(bytes.as_slice(), max);
+            let mut frames = 0;
+            while let Ok(Some(frame)) = reader.next_frame().await {
+                if let Frame::Line(line) = &frame {
+                    prop_assert!(line.len() <= max);
+                    prop_assert!(!line.contains(&b'\n'));
+                }
+                frames += 1;
+            }
+            prop_assert!(frames <= bytes.iter().filter(|b| **b == b'\n').count() + 1);
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn the_relay_answers_every_wrong_message_without_panicking(messages in prop::collection::vec(arb_message(), 1..8)) {
+        let relay = fleet_relay();
+        for message in messages {
+            let routed = relay.from_client(Frame::Line(message.to_string().into_bytes()));
+            for answer in routed.to_client {
+                let answer: Value = serde_json::from_slice(&answer).expect("the proxy writes JSON");
+                prop_assert_eq!(&answer["jsonrpc"], "2.0");
+            }
+            // And the same shapes coming back from a server.
+            let _ = relay.from_server(Frame::Line(message.to_string().into_bytes()));
+        }
+    }
+
+    #[test]
+    fn wrong_budget_arguments_are_tool_errors(arguments in arb_json()) {
+        let relay = fleet_relay();
+        let routed = relay.from_client(Frame::Line(tools_call(arguments).to_string().into_bytes()));
+        // Either forwarded upstream, or answered with a tool error the model can read.
+        for answer in routed.to_client {
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            prop_assert_eq!(&answer["result"]["isError"], true);
+            prop_assert!(answer["result"]["content"][0]["text"].as_str().is_some_and(|t| !t.is_empty()));
+        }
+    }
+
+    #[test]
+    fn the_cursor_decoder_refuses_random_cursors(cursor in ".{0,120}") {
+        let relay = fleet_relay();
+        let routed = relay.from_client(Frame::Line(tools_call(json!({"after": cursor})).to_string().into_bytes()));
+        prop_assert!(routed.to_server.is_none());
+        let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
+        prop_assert!(answer["result"]["content"][0]["text"].as_str().unwrap().starts_with("after is not a cursor this proxy issued"));
+    }
+
+    #[test]
+    fn the_policy_loader_returns_typed_errors(text in "(\\[\\[tool\\]\\]|\\[budget\\]|name|items|max_bytes|limit|=|\"\\$\\.x\"|\"\\[\"|[0-9]{1,3}|\n| |\\{|\\}|\\[|\\]|,|-){0,40}") {
+        let _ = Policy::parse(&text, Path::new("random.toml"));
+    }
+}
+
+#[test]
+fn deep_nesting_huge_numbers_and_invalid_utf8_get_clear_errors() {
+    let relay = fleet_relay();
+    // A 10,000-deep JSON array: refused as an invalid request, no stack overflow.
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let routed = relay.from_client(Frame::Line(deep.into_bytes()));
+    assert!(routed.to_server.is_none());
+    let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
+    assert_eq!(answer["error"]["code"], -32600);
+    assert_eq!(
+        answer["error"]["message"],
+        "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)"
+    );
+    // Deep arguments of a budgeted tool: the budget cannot read them, so it refuses the call
+    // instead of passing it through unbudgeted.
+    let deep_arguments = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"fleet_show","arguments":{{"x":{}1{}}}}}}}"#,
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let routed = relay.from_client(Frame::Line(deep_arguments.into_bytes()));
+    assert!(routed.to_server.is_none());
+    let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
+    assert_eq!(
+        (answer["id"].clone(), answer["error"]["code"].clone()),
+        (json!(7), json!(-32700))
+    );
+    assert!(
+        answer["error"]["message"].as_str().unwrap().starts_with(
+            "Parse error: the tools/call request could not be read (recursion limit exceeded"
+        ),
+        "{answer}"
+    );
+    // Huge numbers as limits.
+    for limit in ["1e300", "18446744073709551616", "-0", "100.0"] {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"fleet_show","arguments":{{"limit":{limit}}}}}}}"#
+        );
+        let routed = relay.from_client(Frame::Line(line.into_bytes()));
+        let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
+        assert_eq!(
+            answer["result"]["content"][0]["text"], "limit must be an integer between 1 and 100",
+            "limit {limit}"
+        );
+    }
+    // Invalid UTF-8 from a client.
+    let mut bytes = br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":""#.to_vec();
+    bytes.extend_from_slice(&[0xff, 0xfe]);
+    bytes.extend_from_slice(br#""}}"#);
+    let routed = relay.from_client(Frame::Line(bytes));
+    let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
+    assert_eq!(answer["error"]["code"], -32700);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid unicode")
+            || answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("UTF-8"),
+        "{answer}"
+    );
+}
