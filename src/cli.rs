@@ -43,6 +43,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "MS", default_value_t = 3000)]
     pub shutdown_grace_ms: u64,
 
+    /// Answer a request the server has not answered within this many seconds with an error,
+    /// and send the server `notifications/cancelled` for it. Default: no timeout.
+    #[arg(long, value_name = "SECS")]
+    pub request_timeout_secs: Option<f64>,
+
+    /// Restart a stdio server that crashes (`on-failure`): requests in flight get errors, the
+    /// new server is initialized with the client's original `initialize`, and the client gets
+    /// `notifications/tools/list_changed`. Default: `never` (a crash ends the session).
+    #[arg(long, value_name = "WHEN", default_value = "never", value_parser = ["never", "on-failure"])]
+    pub restart: String,
+
     /// Listen for clients over Streamable HTTP at this URL instead of stdio,
     /// e.g. http://127.0.0.1:8080/mcp (port 0 picks a free port; the address is printed).
     #[arg(long, value_name = "URL")]

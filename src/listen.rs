@@ -388,6 +388,27 @@ fn request_progress_tokens(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// Answers a session's timed-out requests and cancels them upstream, until it ends.
+async fn sweep_timeouts(session: std::sync::Weak<Session>, timeout: Duration) {
+    let mut tick = tokio::time::interval(crate::stdio::sweep_interval(timeout));
+    loop {
+        tick.tick().await;
+        let Some(session) = session.upgrade() else {
+            return;
+        };
+        if session.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        let expired = session.relay.expire(Instant::now());
+        for cancel in expired.to_server {
+            let _ = session.to_server.send(cancel).await;
+        }
+        for error in expired.to_client {
+            session.route(error).await;
+        }
+    }
+}
+
 /// Reads the upstream's messages into the session until it ends.
 async fn pump(listener: Arc<Listener>, session: Arc<Session>, mut events: mpsc::Receiver<Event>) {
     while let Some(event) = events.recv().await {
@@ -395,6 +416,14 @@ async fn pump(listener: Arc<Listener>, session: Arc<Session>, mut events: mpsc::
             Event::Frame(frame) => {
                 if let Some(bytes) = session.relay.from_server(frame) {
                     session.route(bytes).await;
+                }
+            }
+            Event::Restarting { reason } => {
+                let why = format!(
+                    "{reason}; mcp-budget is restarting the server: send the request again"
+                );
+                for error in session.relay.fail_pending(&why) {
+                    session.route(error).await;
                 }
             }
             Event::Ended { reason, stopped } => {
@@ -554,10 +583,13 @@ async fn new_session(listener: &Arc<Listener>) -> Result<Arc<Session>, Refusal> 
     let _task = upstream.take_task();
     let session = Arc::new(Session {
         id: id.clone(),
-        relay: match &listener.options.recorder {
-            Some(recorder) => Relay::new(Interceptor::shared(listener.budget.clone()))
-                .with_recorder(recorder.for_session(&id)),
-            None => Relay::new(Interceptor::shared(listener.budget.clone())),
+        relay: {
+            let relay = Relay::new(Interceptor::shared(listener.budget.clone()))
+                .with_request_timeout(listener.options.session.request_timeout);
+            match &listener.options.recorder {
+                Some(recorder) => relay.with_recorder(recorder.for_session(&id)),
+                None => relay,
+            }
         },
         to_server: upstream.to_server.clone(),
         routes: Mutex::new(Routes::default()),
@@ -568,6 +600,9 @@ async fn new_session(listener: &Arc<Listener>) -> Result<Arc<Session>, Refusal> 
         ended: AtomicBool::new(false),
     });
     tokio::spawn(pump(listener.clone(), session.clone(), upstream.events));
+    if let Some(timeout) = listener.options.session.request_timeout {
+        tokio::spawn(sweep_timeouts(Arc::downgrade(&session), timeout));
+    }
     lock(&listener.sessions).insert(id.clone(), session.clone());
     tracing::info!(session = %id, "new session");
     Ok(session)

@@ -161,9 +161,17 @@ async fn proxy(
         (None, true) => Policy::uncapped(),
         (None, false) => Policy::default(),
     };
+    let request_timeout = match run.request_timeout_secs {
+        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
+        Some(secs) => {
+            anyhow::bail!("--request-timeout-secs {secs}: give a positive number of seconds")
+        }
+        None => None,
+    };
     let options = stdio::Options {
         max_message_bytes: run.max_message_bytes,
         shutdown_grace: Duration::from_millis(run.shutdown_grace_ms),
+        request_timeout,
     };
     let spec = match (upstream, &run.upstream, run.server.is_empty()) {
         (Some(spec), _, _) => spec,
@@ -183,6 +191,9 @@ async fn proxy(
                 .collect::<Result<Vec<_>, _>>()?;
             UpstreamSpec::Http(http::HttpSpec { url, headers })
         }
+        (None, None, false) if run.restart == "on-failure" => {
+            UpstreamSpec::Supervised(run.server.clone())
+        }
         (None, None, false) => UpstreamSpec::Command(run.server.clone()),
         (None, None, true) => anyhow::bail!(
             "no server given: put its command after `--` (e.g. `mcp-budget -- npx -y @modelcontextprotocol/server-everything`), or reach it with --upstream URL"
@@ -196,7 +207,7 @@ async fn proxy(
             "stdio"
         },
         match &spec {
-            UpstreamSpec::Command(_) => "command",
+            UpstreamSpec::Command(_) | UpstreamSpec::Supervised(_) => "command",
             UpstreamSpec::Http(_) => "http",
             UpstreamSpec::Replay(_) => "replay",
         }
@@ -234,7 +245,8 @@ async fn proxy(
         ExitCode::SUCCESS
     } else {
         let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
-        let mut relay = Relay::new(Interceptor::shared(budget));
+        let mut relay =
+            Relay::new(Interceptor::shared(budget)).with_request_timeout(options.request_timeout);
         if let Some(recorder) = recorder {
             relay = relay.with_recorder(recorder);
         }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 
@@ -33,9 +34,18 @@ enum Pending {
     Other,
 }
 
+/// A client request waiting for its response.
+struct InFlight {
+    id: Id,
+    method: String,
+    pending: Pending,
+    /// When the request times out (`--request-timeout-secs`).
+    deadline: Option<Instant>,
+}
+
 #[derive(Default)]
 struct State {
-    pending: HashMap<Box<str>, (Id, Pending)>,
+    pending: HashMap<Box<str>, InFlight>,
     /// Set once the upstream is gone: new requests are answered with this reason.
     closed: Option<String>,
 }
@@ -45,6 +55,16 @@ pub struct Relay {
     interceptor: Interceptor,
     state: Mutex<State>,
     recorder: Option<Recorder>,
+    request_timeout: Option<Duration>,
+}
+
+/// What a timeout sweep produced.
+#[derive(Debug, Default)]
+pub struct Expired {
+    /// Errors for the client, one per timed-out request.
+    pub to_client: Vec<Vec<u8>>,
+    /// `notifications/cancelled` for the server, one per timed-out request.
+    pub to_server: Vec<Vec<u8>>,
 }
 
 impl Relay {
@@ -53,7 +73,71 @@ impl Relay {
             interceptor,
             state: Mutex::new(State::default()),
             recorder: None,
+            request_timeout: None,
         }
+    }
+
+    /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
+    /// [`Relay::expire`]).
+    pub fn with_request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Times out the requests whose deadline passed by `now`.
+    pub fn expire(&self, now: Instant) -> Expired {
+        let Some(timeout) = self.request_timeout else {
+            return Expired::default();
+        };
+        let expired: Vec<InFlight> = {
+            let mut state = self.state();
+            let keys: Vec<Box<str>> = state
+                .pending
+                .iter()
+                .filter(|(_, f)| f.deadline.is_some_and(|d| d <= now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter()
+                .filter_map(|k| state.pending.remove(k))
+                .collect()
+        };
+        let mut out = Expired::default();
+        for flight in expired {
+            let seconds = timeout.as_secs_f64();
+            tracing::warn!(id = flight.id.raw(), method = %flight.method, seconds, "request timed out; cancelling it upstream");
+            let message = format!(
+                "the server did not answer {} within {seconds} s (--request-timeout-secs); the request was cancelled",
+                flight.method
+            );
+            out.to_client.push(jsonrpc::error_response(
+                Some(&flight.id),
+                UPSTREAM_ERROR,
+                &message,
+                None,
+            ));
+            out.to_server.push(
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{},"reason":"mcp-budget: no answer within {seconds} s"}}}}"#,
+                    flight.id.raw()
+                )
+                .into_bytes(),
+            );
+        }
+        self.record_answers(&out.to_client);
+        out
+    }
+
+    /// Every request in flight gets an error naming `reason` (the upstream was restarted);
+    /// new requests are accepted as before.
+    pub fn fail_pending(&self, reason: &str) -> Vec<Vec<u8>> {
+        let errors: Vec<Vec<u8>> = self
+            .state()
+            .pending
+            .drain()
+            .map(|(_, f)| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
+            .collect();
+        self.record_answers(&errors);
+        errors
     }
 
     /// Records every message of this session.
@@ -226,7 +310,16 @@ impl Relay {
                     ));
                     return None;
                 }
-                state.pending.insert(id.key().into(), (id, pending));
+                let deadline = self.request_timeout.map(|t| Instant::now() + t);
+                state.pending.insert(
+                    id.key().into(),
+                    InFlight {
+                        id,
+                        method,
+                        pending,
+                        deadline,
+                    },
+                );
                 Some(rewritten)
             }
             Kind::Notification { method } => {
@@ -313,13 +406,13 @@ impl Relay {
 
     /// The rewritten bytes of a response, or `None` to forward it unchanged.
     fn server_response(&self, id: &Id, bytes: &[u8]) -> Option<Vec<u8>> {
-        let pending = self.state().pending.remove(id.key());
+        let pending = self.state().pending.remove(id.key()).map(|f| f.pending);
         match pending {
-            Some((_, Pending::ToolsList)) => self.interceptor.tools_list_response(bytes),
-            Some((_, Pending::ToolsCall(context))) => {
+            Some(Pending::ToolsList) => self.interceptor.tools_list_response(bytes),
+            Some(Pending::ToolsCall(context)) => {
                 self.interceptor.tools_call_response(context, bytes)
             }
-            Some((_, Pending::Other)) | None => None,
+            Some(Pending::Other) | None => None,
         }
     }
 
@@ -358,7 +451,7 @@ impl Relay {
             "server message over the size limit; dropped"
         );
         let id = id?;
-        let (id, _) = self.state().pending.remove(id.key())?;
+        let id = self.state().pending.remove(id.key())?.id;
         let message = format!(
             "the server's response is {bytes} bytes, over the proxy's message size limit \
              (raise it with --max-message-bytes, or narrow the request)"
@@ -380,9 +473,7 @@ impl Relay {
             state
                 .pending
                 .drain()
-                .map(|(_, (id, _))| {
-                    jsonrpc::error_response(Some(&id), UPSTREAM_ERROR, reason, None)
-                })
+                .map(|(_, f)| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()
         };
         self.record_answers(&errors);

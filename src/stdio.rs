@@ -56,6 +56,8 @@ pub struct Options {
     pub max_message_bytes: usize,
     /// How long the server may take to exit by itself once its stdin is closed.
     pub shutdown_grace: Duration,
+    /// Requests unanswered this long get an error and are cancelled upstream.
+    pub request_timeout: Option<Duration>,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
         Options {
             max_message_bytes: crate::framing::DEFAULT_MAX_MESSAGE_BYTES,
             shutdown_grace: Duration::from_secs(3),
+            request_timeout: None,
         }
     }
 }
@@ -113,6 +116,14 @@ where
         upstream.to_server.clone(),
         client_tx.clone(),
     ));
+    let sweeper = options.request_timeout.map(|timeout| {
+        tokio::spawn(sweep_timeouts(
+            relay.clone(),
+            timeout,
+            upstream.to_server.clone(),
+            client_tx.clone(),
+        ))
+    });
     drop(upstream.to_server);
     let mut server_reader = tokio::spawn(server_to_client(
         upstream.events,
@@ -152,6 +163,9 @@ where
         );
     }
     client_reader.abort();
+    if let Some(sweeper) = &sweeper {
+        sweeper.abort();
+    }
     stopper.stop(options.shutdown_grace);
     if ended.is_none() {
         // The server may still answer what is in flight during the grace period.
@@ -179,6 +193,33 @@ where
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
     outcome
+}
+
+/// How often timeouts are checked, at most.
+pub(crate) fn sweep_interval(timeout: Duration) -> Duration {
+    (timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
+
+/// Answers timed-out requests and cancels them upstream, until the session ends.
+async fn sweep_timeouts(
+    relay: Arc<Relay>,
+    timeout: Duration,
+    to_server: mpsc::Sender<Vec<u8>>,
+    to_client: mpsc::Sender<Vec<u8>>,
+) {
+    let mut tick = tokio::time::interval(sweep_interval(timeout));
+    loop {
+        tick.tick().await;
+        let expired = relay.expire(tokio::time::Instant::now().into_std());
+        for cancel in expired.to_server {
+            let _ = to_server.send(cancel).await;
+        }
+        for error in expired.to_client {
+            if to_client.send(error).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 async fn client_to_server<R: AsyncRead + Unpin>(
@@ -229,6 +270,16 @@ async fn server_to_client(
                 }
             }
             Event::Ended { reason, stopped } => return Some((reason, stopped)),
+            Event::Restarting { reason } => {
+                let why = format!(
+                    "{reason}; mcp-budget is restarting the server: send the request again"
+                );
+                for error in relay.fail_pending(&why) {
+                    if to_client.send(error).await.is_err() {
+                        return None;
+                    }
+                }
+            }
         }
     }
     None

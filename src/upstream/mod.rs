@@ -6,6 +6,7 @@
 
 pub mod child;
 pub mod http;
+pub mod supervise;
 
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use child::{ChildServer, SpawnError};
 pub enum UpstreamSpec {
     /// A command to start, speaking MCP on its stdio.
     Command(Vec<String>),
+    /// A command restarted when it crashes (`--restart on-failure`).
+    Supervised(Vec<String>),
     /// A Streamable HTTP endpoint.
     Http(http::HttpSpec),
     /// A recorded server (`mcp-budget replay`).
@@ -35,6 +38,10 @@ pub enum Event {
     Ended {
         reason: String,
         stopped: bool,
+    },
+    /// The server crashed and is being restarted: the requests in flight are lost.
+    Restarting {
+        reason: String,
     },
 }
 
@@ -79,12 +86,18 @@ impl Upstream {
     ) -> Result<Upstream, StartError> {
         match spec {
             UpstreamSpec::Command(command) => Ok(Upstream::child(command, max_message_bytes)?),
+            UpstreamSpec::Supervised(command) => {
+                Ok(supervise::start(command.clone(), max_message_bytes)?)
+            }
             UpstreamSpec::Http(spec) => Ok(http::start(spec.clone(), max_message_bytes)?),
             UpstreamSpec::Replay(replayer) => Ok(crate::replay::upstream(replayer.clone())),
         }
     }
 
-    fn child(command: &[String], max_message_bytes: usize) -> Result<Upstream, SpawnError> {
+    pub(crate) fn child(
+        command: &[String],
+        max_message_bytes: usize,
+    ) -> Result<Upstream, SpawnError> {
         let (child, pipes) = ChildServer::spawn(command)?;
         let (to_server, to_server_rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (events_tx, events) = mpsc::channel(CHANNEL_CAPACITY);

@@ -1,0 +1,187 @@
+//! `--restart on-failure`: a child server restarted when it crashes.
+//!
+//! The supervisor sits between the session and the current child. When the child dies
+//! unexpectedly it tells the session (whose requests in flight then get errors — they are lost
+//! with the process), waits with exponential backoff, starts a new child, initializes it with
+//! the client's original `initialize` (and `notifications/initialized`), and sends the client
+//! `notifications/tools/list_changed` so that it reads the tools again. Messages the client sends
+//! meanwhile wait in the queue. More than five crashes in a minute end the session.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::child::SpawnError;
+use super::{CHANNEL_CAPACITY, Event, Upstream};
+use crate::framing::Frame;
+use crate::message::{self, Kind, Parsed};
+
+const MAX_CRASHES: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+const INIT_TIMEOUT: Duration = Duration::from_secs(10);
+const LIST_CHANGED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
+const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// Starts the first child now (so that a bad command fails at once), then supervises.
+pub fn start(command: Vec<String>, max_message_bytes: usize) -> Result<Upstream, SpawnError> {
+    let first = Upstream::child(&command, max_message_bytes)?;
+    let (to_server, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (events, events_rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (stop, stop_rx) = oneshot::channel();
+    let task = tokio::spawn(supervise(
+        command,
+        max_message_bytes,
+        first,
+        rx,
+        events,
+        stop_rx,
+    ));
+    Ok(Upstream::from_parts(to_server, events_rx, stop, task))
+}
+
+fn kind(bytes: &[u8]) -> Option<Kind> {
+    match message::parse(bytes) {
+        Ok(Parsed::Single(kind)) => Some(kind),
+        _ => None,
+    }
+}
+
+async fn supervise(
+    command: Vec<String>,
+    max_message_bytes: usize,
+    mut current: Upstream,
+    mut messages: mpsc::Receiver<Vec<u8>>,
+    events: mpsc::Sender<Event>,
+    stop: oneshot::Receiver<Duration>,
+) {
+    let mut initialize: Option<Vec<u8>> = None;
+    let mut initialized = false;
+    let mut crashes: VecDeque<Instant> = VecDeque::new();
+    let mut stopper = current.stopper();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            message = messages.recv() => {
+                let Some(bytes) = message else {
+                    // The session is gone: stop the child the ordinary way.
+                    stopper.stop(Duration::from_secs(3));
+                    drain_until_ended(&mut current, &events).await;
+                    return;
+                };
+                match kind(&bytes) {
+                    Some(Kind::Request { method, .. }) if method == "initialize" && initialize.is_none() => {
+                        initialize = Some(bytes.clone());
+                    }
+                    Some(Kind::Notification { method }) if method == "notifications/initialized" => initialized = true,
+                    _ => {}
+                }
+                let _ = current.to_server.send(bytes).await;
+            }
+            grace = &mut stop => {
+                stopper.stop(grace.unwrap_or(Duration::ZERO));
+                drain_until_ended(&mut current, &events).await;
+                return;
+            }
+            event = current.events.recv() => match event {
+                Some(Event::Frame(frame)) => {
+                    if events.send(Event::Frame(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Event::Ended { reason, stopped: false }) => {
+                    let now = Instant::now();
+                    crashes.push_back(now);
+                    while crashes.front().is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW) {
+                        crashes.pop_front();
+                    }
+                    if crashes.len() > MAX_CRASHES {
+                        let reason = format!("{reason} (it crashed {} times within a minute; not restarting it again)", crashes.len());
+                        let _ = events.send(Event::Ended { reason, stopped: false }).await;
+                        return;
+                    }
+                    tracing::warn!(%reason, restarts = crashes.len(), "the server crashed; restarting it");
+                    let _ = events.send(Event::Restarting { reason: reason.clone() }).await;
+                    let backoff = Duration::from_millis(250 * (1 << (crashes.len() - 1).min(5)));
+                    tokio::time::sleep(backoff).await;
+                    match restart(&command, max_message_bytes, initialize.as_deref(), initialized).await {
+                        Ok(fresh) => {
+                            current = fresh;
+                            stopper = current.stopper();
+                            tracing::info!("the server was restarted and re-initialized");
+                            let _ = events.send(Event::Frame(Frame::Line(LIST_CHANGED.to_vec()))).await;
+                        }
+                        Err(why) => {
+                            let _ = events.send(Event::Ended { reason: format!("{reason}; restarting it failed: {why}"), stopped: false }).await;
+                            return;
+                        }
+                    }
+                }
+                Some(ended @ Event::Ended { .. }) => {
+                    let _ = events.send(ended).await;
+                    return;
+                }
+                Some(Event::Restarting { .. }) => {}
+                None => {
+                    let _ = events.send(Event::Ended { reason: "the server's events ended".into(), stopped: false }).await;
+                    return;
+                }
+            },
+        }
+    }
+}
+
+async fn drain_until_ended(current: &mut Upstream, events: &mpsc::Sender<Event>) {
+    while let Some(event) = current.events.recv().await {
+        let ended = matches!(event, Event::Ended { .. });
+        let _ = events.send(event).await;
+        if ended {
+            return;
+        }
+    }
+}
+
+/// A new child, initialized like the first one was.
+async fn restart(
+    command: &[String],
+    max_message_bytes: usize,
+    initialize: Option<&[u8]>,
+    initialized: bool,
+) -> Result<Upstream, String> {
+    let mut fresh = Upstream::child(command, max_message_bytes).map_err(|e| e.to_string())?;
+    let Some(initialize) = initialize else {
+        return Ok(fresh);
+    };
+    let Some(Kind::Request { id, .. }) = kind(initialize) else {
+        return Ok(fresh);
+    };
+    fresh
+        .to_server
+        .send(initialize.to_vec())
+        .await
+        .map_err(|_| "the new server closed its input".to_string())?;
+    let answered = tokio::time::timeout(INIT_TIMEOUT, async {
+        while let Some(event) = fresh.events.recv().await {
+            match event {
+                // Its answer to the replayed initialize is ours: the client already has one.
+                Event::Frame(Frame::Line(line)) if matches!(kind(&line), Some(Kind::Response { id: Some(ref got) }) if got.key() == id.key()) => {
+                    return Ok(());
+                }
+                Event::Ended { reason, .. } => return Err(reason),
+                _ => {}
+            }
+        }
+        Err("the new server ended".to_string())
+    })
+    .await
+    .map_err(|_| format!("the new server did not answer initialize within {} s", INIT_TIMEOUT.as_secs()))?;
+    answered?;
+    if initialized {
+        fresh
+            .to_server
+            .send(INITIALIZED.to_vec())
+            .await
+            .map_err(|_| "the new server closed its input".to_string())?;
+    }
+    Ok(fresh)
+}
