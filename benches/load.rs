@@ -9,7 +9,11 @@ use std::path::PathBuf;
 
 fn fleet_server() -> PathBuf {
     let exe = std::env::current_exe().expect("own path");
-    let release = exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf();
+    let release = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf();
     let fleet = release.join("examples").join("fleet_server");
     if !fleet.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -23,10 +27,19 @@ fn fleet_server() -> PathBuf {
 }
 
 fn main() {
-    let sessions: usize = std::env::var("LOAD_SESSIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
-    let calls: usize = std::env::var("LOAD_CALLS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    let sessions: usize = std::env::var("LOAD_SESSIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let calls: usize = std::env::var("LOAD_CALLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
     let policy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let report = runtime.block_on(load::run(
         std::path::Path::new(env!("CARGO_BIN_EXE_mcp-budget")),
         &fleet_server(),
@@ -35,7 +48,9 @@ fn main() {
         calls,
     ));
     let total = report.latencies.len();
-    println!("load: {sessions} concurrent HTTP sessions × {calls} tools/call (fleet_show limit 5 / stream_detail), fleet policy");
+    println!(
+        "load: {sessions} concurrent HTTP sessions × {calls} tools/call (fleet_show limit 5 / stream_detail), fleet policy"
+    );
     println!(
         "  {total} calls in {:.1} s: {:.0} calls/s; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         report.wall.as_secs_f64(),
@@ -54,5 +69,8 @@ fn main() {
     for error in report.errors.iter().take(5) {
         println!("  error: {error}");
     }
-    assert!(report.errors.is_empty() && report.servers_left == 0, "the load run failed");
+    assert!(
+        report.errors.is_empty() && report.servers_left == 0,
+        "the load run failed"
+    );
 }

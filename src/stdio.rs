@@ -182,10 +182,21 @@ where
         (Outcome::ServerExited, None) => "the upstream server stopped taking messages".to_string(),
         _ => "the server was stopped because the client closed its input before this request was answered".to_string(),
     };
-    for error in relay.close(&reason) {
-        if client_tx.send(error).await.is_err() {
-            break;
+    let errors = relay.close(&reason);
+    // A client that closed its input is done: like a server that exits on EOF, the proxy then
+    // writes nothing of its own (clients such as the Python SDK fail on a message after
+    // closing). A client still listening when the server died gets an answer to every request.
+    if outcome == Outcome::ServerExited {
+        for error in errors {
+            if client_tx.send(error).await.is_err() {
+                break;
+            }
         }
+    } else if !errors.is_empty() {
+        tracing::info!(
+            unanswered = errors.len(),
+            "the client closed its input with requests unanswered"
+        );
     }
     drop(client_tx);
     let _ = client_writer.await;

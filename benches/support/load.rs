@@ -38,7 +38,10 @@ fn children(pid: u32) -> Vec<u32> {
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for task in tasks.flatten() {
             if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
-                out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
             }
         }
     }
@@ -57,7 +60,11 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn session(client: reqwest::Client, url: String, calls: usize) -> Result<Vec<Duration>, String> {
+async fn session(
+    client: reqwest::Client,
+    url: String,
+    calls: usize,
+) -> Result<Vec<Duration>, String> {
     let post = |body: String, session: Option<String>| {
         let mut request = client
             .post(&url)
@@ -70,7 +77,9 @@ async fn session(client: reqwest::Client, url: String, calls: usize) -> Result<V
         request.send()
     };
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "load", "version": "1"}}});
-    let response = post(init.to_string(), None).await.map_err(|e| e.to_string())?;
+    let response = post(init.to_string(), None)
+        .await
+        .map_err(|e| e.to_string())?;
     let id = response
         .headers()
         .get("mcp-session-id")
@@ -78,15 +87,21 @@ async fn session(client: reqwest::Client, url: String, calls: usize) -> Result<V
         .map(String::from)
         .ok_or_else(|| format!("initialize: HTTP {}", response.status()))?;
     let _ = response.bytes().await;
-    post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(), Some(id.clone()))
-        .await
-        .map_err(|e| e.to_string())?;
+    post(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+        Some(id.clone()),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let mut latencies = Vec::with_capacity(calls);
     for k in 1..=calls {
         let (tool, arguments) = if k % 2 == 0 {
             ("fleet_show", json!({"limit": 5}))
         } else {
-            ("stream_detail", json!({"stream_id": format!("st-{:04}", k % 20)}))
+            (
+                "stream_detail",
+                json!({"stream_id": format!("st-{:04}", k % 20)}),
+            )
         };
         let request = json!({"jsonrpc": "2.0", "id": k, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
         let start = Instant::now();
@@ -103,13 +118,19 @@ async fn session(client: reqwest::Client, url: String, calls: usize) -> Result<V
             && result["isError"] == json!(false)
             && match tool {
                 "fleet_show" => {
-                    result["structuredContent"]["streams"].as_array().map(Vec::len) == Some(5)
+                    result["structuredContent"]["streams"]
+                        .as_array()
+                        .map(Vec::len)
+                        == Some(5)
                         && result["structuredContent"]["total_count"] == json!(20)
                 }
                 _ => result["structuredContent"]["stream"]["stream_id"] == arguments["stream_id"],
             };
         if !ok {
-            return Err(format!("call {k} ({tool}) got a wrong answer: {}", &reply.to_string()[..reply.to_string().len().min(300)]));
+            return Err(format!(
+                "call {k} ({tool}) got a wrong answer: {}",
+                &reply.to_string()[..reply.to_string().len().min(300)]
+            ));
         }
     }
     client
@@ -122,7 +143,13 @@ async fn session(client: reqwest::Client, url: String, calls: usize) -> Result<V
 }
 
 /// Runs the load and stops everything it started.
-pub async fn run(proxy: &Path, fleet: &Path, policy: &Path, sessions: usize, calls: usize) -> LoadReport {
+pub async fn run(
+    proxy: &Path,
+    fleet: &Path,
+    policy: &Path,
+    sessions: usize,
+    calls: usize,
+) -> LoadReport {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut child = tokio::process::Command::new(proxy)
         .args(["--listen", "http://127.0.0.1:0/mcp", "--max-sessions"])
@@ -138,9 +165,16 @@ pub async fn run(proxy: &Path, fleet: &Path, policy: &Path, sessions: usize, cal
         .expect("start the proxy");
     let pid = child.id().expect("pid");
     let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let line = lines.next_line().await.expect("read").expect("the listening line");
+    let line = lines
+        .next_line()
+        .await
+        .expect("read")
+        .expect("the listening line");
     let url = line.trim_start_matches("listening on ").to_string();
-    let client = reqwest::Client::builder().pool_max_idle_per_host(sessions).build().expect("client");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(sessions)
+        .build()
+        .expect("client");
     let servers_seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let watcher = {
         let seen = servers_seen.clone();
