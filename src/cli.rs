@@ -73,12 +73,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub auth_token_env: Option<String>,
 
-    /// With --listen: another Host header value to accept (besides localhost, 127.0.0.1, [::1]
+    /// With --listen: another Host header value to accept (besides localhost, 127.0.0.1, `[::1]`
     /// and the listen address). Repeatable.
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
 
-    /// With --listen: another Origin to accept (besides http(s)://localhost, 127.0.0.1, [::1]
+    /// With --listen: another Origin to accept (besides http(s)://localhost, 127.0.0.1, `[::1]`
     /// on any port). Repeatable.
     #[arg(long, value_name = "ORIGIN")]
     pub allow_origin: Vec<String>,
