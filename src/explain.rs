@@ -19,6 +19,10 @@ pub fn summary(policy: &Policy) -> String {
     for rule in &policy.rules {
         let names = rule.names.join(", ");
         match &rule.items {
+            None if rule.text.is_some() => lines.push(format!(
+                "{names}: text paged by lines, at most {} bytes a page",
+                rule.text.as_ref().map_or(0, |t| t.page_bytes)
+            )),
             None => lines.push(format!("{names}: capped, not paged")),
             Some(items) => {
                 let mut parts = vec![format!("items {}", items.path_text)];

@@ -83,6 +83,15 @@ struct ToolFile {
     /// Added arguments that the upstream tool also takes (forwarded instead of stripped).
     #[serde(default)]
     passthrough: Vec<Spanned<String>>,
+    /// Page a long plain-text result by lines (instead of `items`).
+    text: Option<TextFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextFile {
+    /// At most this many bytes of text per page. Default 20000.
+    page_bytes: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,9 +157,20 @@ impl Default for Policy {
 #[derive(Debug)]
 pub struct Rule {
     pub names: Vec<String>,
-    /// `None`: the tool is capped, not paged.
+    /// How its item list is paged; `None` (and no `text`): the tool is capped, not paged.
     pub items: Option<Items>,
+    /// How its long text result is paged.
+    pub text: Option<TextPaging>,
 }
+
+/// Paging a long plain-text result by lines.
+#[derive(Debug)]
+pub struct TextPaging {
+    pub page_bytes: usize,
+}
+
+/// The default text page size.
+pub const DEFAULT_PAGE_BYTES: usize = 20_000;
 
 /// How to find, narrow and page a tool's item list.
 #[derive(Debug)]
@@ -300,6 +320,21 @@ impl Resolver<'_> {
                 "tool.name must be a tool name, a glob such as \"fleet_*\", or a list of them",
             ));
         }
+        if let (Some(items), Some(_)) = (&tool.items, &tool.text) {
+            return Err(self.error(
+                items.span(),
+                "a rule pages either `items` (a JSON list) or `text` (lines of text), not both",
+            ));
+        }
+        let text = match &tool.text {
+            Some(text) => Some(TextPaging {
+                page_bytes: match &text.page_bytes {
+                    Some(v) => self.positive(v, "text.page_bytes")?,
+                    None => DEFAULT_PAGE_BYTES,
+                },
+            }),
+            None => None,
+        };
         let Some(items) = tool.items else {
             let paged_only = [
                 tool.horizon.as_ref().map(|h| ("horizon", h.field.span())),
@@ -310,7 +345,11 @@ impl Resolver<'_> {
             if let Some((what, span)) = paged_only.into_iter().flatten().next() {
                 return Err(self.error(span, format!("{what} needs `items`: say where the item list is, e.g. items = \"$.streams\"")));
             }
-            return Ok(Rule { names, items: None });
+            return Ok(Rule {
+                names,
+                items: None,
+                text,
+            });
         };
         let path_text = items.get_ref().clone();
         let path = jsonpath_rust::parser::parse_json_path(&path_text).map_err(|err| {
@@ -391,6 +430,7 @@ impl Resolver<'_> {
         }
         Ok(Rule {
             names,
+            text: None,
             items: Some(Items {
                 path_text,
                 path,

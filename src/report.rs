@@ -90,6 +90,21 @@ fn outcome(original: &Value, budgeted: &Value, page_len: Option<usize>) -> Strin
     if original["result"] == *result {
         return "unchanged".into();
     }
+    if let Some(notice) = result["content"][1]["text"].as_str()
+        && notice.starts_with("Lines ")
+    {
+        let lines = notice
+            .split(" (")
+            .next()
+            .unwrap_or(notice)
+            .trim_start_matches("Lines ");
+        let more = if notice.contains("More remain") {
+            ", more pages"
+        } else {
+            ""
+        };
+        return format!("text page: lines {lines}{more}");
+    }
     let structured = &result["structuredContent"];
     if let Some(total) = structured.get("total_count").and_then(Value::as_u64) {
         let shown = structured

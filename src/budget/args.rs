@@ -168,20 +168,10 @@ pub fn take(
     }));
     let after = match &after_value {
         None => None,
-        Some(Value::String(text)) => Some(key.verify(text, &digest).map_err(|err| {
-            match err {
-                CursorError::Invalid => ArgError(
-                    "after is not a cursor this proxy issued (it is malformed or was altered); \
-                 call again without after to start from the first page"
-                        .into(),
-                ),
-                CursorError::OtherQuery => ArgError(format!(
-                    "after belongs to a different query (another tool, other arguments, horizon or \
-                 filters); repeat the exact arguments of the {tool} call that returned it, or \
-                 call again without after to start from the first page"
-                )),
-            }
-        })?),
+        Some(Value::String(text)) => Some(
+            key.verify(text, &digest)
+                .map_err(|err| cursor_error(err, tool))?,
+        ),
         Some(_) => {
             return Err(ArgError(
                 "after must be the next_after string of a previous page; call again without after to start from the first page".into(),
@@ -200,4 +190,55 @@ pub fn take(
         filters,
         digest,
     })
+}
+
+/// The budget arguments of a text-paged call: only `after`.
+#[derive(Debug, Clone)]
+pub struct TextArgs {
+    /// Byte offset where the page starts.
+    pub after: Option<usize>,
+    pub digest: SelectionDigest,
+}
+
+/// Reads (and strips) `after` for a text-paged tool and verifies it.
+pub fn take_text(
+    tool: &str,
+    arguments: &mut Map<String, Value>,
+    key: &CursorKey,
+) -> Result<TextArgs, ArgError> {
+    let after_value = arguments.remove("after");
+    let digest = cursor::digest(&json!({
+        "tool": tool,
+        "arguments": Value::Object(arguments.clone()),
+        "text": true,
+    }));
+    let after = match &after_value {
+        None => None,
+        Some(Value::String(text)) => Some(
+            key.verify(text, &digest)
+                .map_err(|err| cursor_error(err, tool))?
+                .offset,
+        ),
+        Some(_) => {
+            return Err(ArgError(
+                "after must be the next_after string of a previous page; call again without after to start from the first page".into(),
+            ));
+        }
+    };
+    Ok(TextArgs { after, digest })
+}
+
+fn cursor_error(err: CursorError, tool: &str) -> ArgError {
+    match err {
+        CursorError::Invalid => ArgError(
+            "after is not a cursor this proxy issued (it is malformed or was altered); \
+             call again without after to start from the first page"
+                .into(),
+        ),
+        CursorError::OtherQuery => ArgError(format!(
+            "after belongs to a different query (another tool, other arguments, horizon or \
+             filters); repeat the exact arguments of the {tool} call that returned it, or \
+             call again without after to start from the first page"
+        )),
+    }
 }

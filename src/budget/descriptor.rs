@@ -18,6 +18,10 @@ pub fn rewrite(tool: &mut Map<String, Value>, rule: &Rule, policy: &Policy) {
     if let Value::Object(meta) = meta {
         meta.insert(META_KEY.into(), json!(policy.max_result_size_chars));
     }
+    if let Some(text) = &rule.text {
+        rewrite_text(tool, text.page_bytes);
+        return;
+    }
     let Some(items) = &rule.items else { return };
     let description = tool
         .get("description")
@@ -49,6 +53,39 @@ pub fn rewrite(tool: &mut Map<String, Value>, rule: &Rule, policy: &Policy) {
     }
     if let Some(output) = tool.get_mut("outputSchema") {
         rewrite_output_schema(output, items);
+    }
+}
+
+/// A text-paged tool: `after`, and a description of the pages.
+fn rewrite_text(tool: &mut Map<String, Value>, page_bytes: usize) {
+    let addition = format!(
+        "Budgeted by mcp-budget: a long text result comes in pages of whole lines, at most {page_bytes} bytes each. \
+         A later text block says which lines of how many were returned and, when more remain, gives next_after: \
+         pass it as after (with the same other arguments) for the next page. The pages concatenate to the whole text."
+    );
+    let description = tool
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .trim_end()
+        .to_string();
+    let joined = if description.is_empty() {
+        addition
+    } else {
+        format!("{description}\n\n{addition}")
+    };
+    tool.insert("description".into(), json!(joined));
+    let schema = tool
+        .entry("inputSchema")
+        .or_insert_with(|| json!({"type": "object"}));
+    if let Value::Object(schema) = schema {
+        let properties = schema.entry("properties").or_insert_with(|| json!({}));
+        if let Value::Object(properties) = properties {
+            properties.insert(
+                "after".into(),
+                json!({"type": "string", "description": "The next_after value of the previous page of this text, to get the page after it. Keep the other arguments unchanged."}),
+            );
+        }
     }
 }
 

@@ -22,6 +22,7 @@ pub mod notice;
 pub mod page;
 pub mod project;
 pub mod render;
+pub mod text;
 
 use jsonpath_rust::query::{js_path_process, queryable::Queryable};
 use serde_json::{Map, Value, json};
@@ -42,8 +43,15 @@ pub struct Budget {
 #[derive(Debug)]
 pub struct CallPlan {
     pub tool: String,
-    /// Index of the rule in the policy, and the call's budget arguments (paged tools only).
-    rule: Option<(usize, Option<CallArgs>)>,
+    /// Index of the rule in the policy, and how the call is paged (paged tools only).
+    rule: Option<(usize, Option<Paging>)>,
+}
+
+/// How one call's result is paged.
+#[derive(Debug)]
+enum Paging {
+    Items(CallArgs),
+    Text(args::TextArgs),
 }
 
 impl CallPlan {
@@ -94,7 +102,7 @@ impl Budget {
     pub fn is_paged(&self, tool: &str) -> bool {
         self.policy
             .rule_for(tool)
-            .is_some_and(|rule| rule.items.is_some())
+            .is_some_and(|rule| rule.items.is_some() || rule.text.is_some())
     }
 
     /// The plan of a call whose result is only capped.
@@ -147,21 +155,25 @@ impl Budget {
         let Some(index) = self.rule_index(&tool) else {
             return Ok(CallPlan { tool, rule: None });
         };
-        let Some(items) = &self.policy.rules[index].items else {
+        let rule = &self.policy.rules[index];
+        if rule.items.is_none() && rule.text.is_none() {
             return Ok(CallPlan {
                 tool,
                 rule: Some((index, None)),
             });
-        };
+        }
         let mut empty = Map::new();
         let arguments = match params.get_mut("arguments") {
             Some(Value::Object(arguments)) => arguments,
             _ => &mut empty,
         };
-        let args = args::take(&tool, arguments, items, &self.key)?;
+        let paging = match &rule.items {
+            Some(items) => Paging::Items(args::take(&tool, arguments, items, &self.key)?),
+            None => Paging::Text(args::take_text(&tool, arguments, &self.key)?),
+        };
         Ok(CallPlan {
             tool,
-            rule: Some((index, Some(args))),
+            rule: Some((index, Some(paging))),
         })
     }
 
@@ -179,11 +191,18 @@ impl Budget {
             .as_ref()
             .map(|(i, args)| (&self.policy.rules[*i], args.as_ref()));
         let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
-        if let Some((rule, Some(args))) = rule
-            && !is_error
-            && let Some(items) = &rule.items
-        {
-            self.run_pipeline(&plan.tool, items, args, &mut result);
+        match rule {
+            Some((rule, Some(Paging::Items(args)))) if !is_error => {
+                if let Some(items) = &rule.items {
+                    self.run_pipeline(&plan.tool, items, args, &mut result);
+                }
+            }
+            Some((rule, Some(Paging::Text(args)))) if !is_error => {
+                if let Some(text) = &rule.text {
+                    self.run_text(&plan.tool, text.page_bytes, args, &mut result);
+                }
+            }
+            _ => {}
         }
         let bytes = serde_json::to_vec(&result).unwrap_or_default();
         if !cap::exceeds(bytes.len(), self.policy.max_bytes) {
@@ -205,12 +224,13 @@ impl Budget {
         serde_json::to_vec(&refusal_result(&text)).unwrap_or_default()
     }
 
-    fn moves(&self, rule: Option<(&Rule, Option<&CallArgs>)>) -> cap::Moves {
+    fn moves(&self, rule: Option<(&Rule, Option<&Paging>)>) -> cap::Moves {
         match rule {
             None => cap::Moves {
                 no_rule: true,
                 ..cap::Moves::default()
             },
+            Some((_, Some(Paging::Text(_)))) => cap::Moves::default(),
             Some((Rule { items: None, .. }, _)) | Some((_, None)) => cap::Moves {
                 not_paged: true,
                 ..cap::Moves::default()
@@ -219,7 +239,7 @@ impl Budget {
                 Rule {
                     items: Some(items), ..
                 },
-                Some(args),
+                Some(Paging::Items(args)),
             )) => cap::Moves {
                 filters: items.filters.iter().map(|(name, _)| name.clone()).collect(),
                 limit: Some(args.limit),
@@ -234,6 +254,42 @@ impl Budget {
                 }),
                 ..cap::Moves::default()
             },
+        }
+    }
+
+    /// Pages the first text block of a result by lines; the page replaces it (and the same
+    /// text in `structuredContent`), and a notice block follows it.
+    fn run_text(&self, tool: &str, page_bytes: usize, args: &args::TextArgs, result: &mut Value) {
+        let Some((index, whole)) = text_blocks(result).next().map(|(i, t)| (i, t.to_string()))
+        else {
+            return;
+        };
+        let start = args.after.unwrap_or(0);
+        if start == 0 && whole.len() <= page_bytes {
+            return; // fits: untouched
+        }
+        let page = text::page(&whole, start, page_bytes);
+        let next = (page.end < whole.len()).then(|| {
+            self.key.mint(
+                &page::Position {
+                    offset: page.end,
+                    key: None,
+                },
+                &args.digest,
+            )
+        });
+        let notice = text::notice(&page, whole.len(), tool, next.as_deref(), page_bytes);
+        let slice = whole[page.start..page.end].to_string();
+        if let Some(Value::Object(structured)) = result.get_mut("structuredContent") {
+            for value in structured.values_mut() {
+                if value.as_str() == Some(whole.as_str()) {
+                    *value = json!(slice);
+                }
+            }
+        }
+        if let Some(content) = content_mut(result) {
+            content[index]["text"] = json!(slice);
+            content.insert(index + 1, json!({"type": "text", "text": notice}));
         }
     }
 

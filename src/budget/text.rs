@@ -18,7 +18,11 @@ pub struct TextPage {
 }
 
 fn line_number(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset].iter().filter(|b| **b == b'\n').count() + 1
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
 }
 
 /// The page of `text` starting at byte `start` (clamped to a character boundary), at most
@@ -33,7 +37,10 @@ pub fn page(text: &str, start: usize, budget: usize) -> TextPage {
     let (end, split_line) = if limit == text.len() {
         (limit, false)
     } else {
-        match text.as_bytes()[start..limit].iter().rposition(|b| *b == b'\n') {
+        match text.as_bytes()[start..limit]
+            .iter()
+            .rposition(|b| *b == b'\n')
+        {
             Some(newline) => (start + newline + 1, false),
             None => {
                 // One line longer than the budget: split it where a character ends.
@@ -63,7 +70,13 @@ pub fn page(text: &str, start: usize, budget: usize) -> TextPage {
 }
 
 /// The notice that follows a page.
-pub fn notice(page: &TextPage, total_bytes: usize, tool: &str, next_after: Option<&str>, budget: usize) -> String {
+pub fn notice(
+    page: &TextPage,
+    total_bytes: usize,
+    tool: &str,
+    next_after: Option<&str>,
+    budget: usize,
+) -> String {
     let mut text = format!(
         "Lines {}-{} of {} (bytes {}-{} of {}).",
         page.first_line, page.last_line, page.total_lines, page.start, page.end, total_bytes
@@ -108,7 +121,14 @@ mod tests {
         let joined: String = pages.iter().map(|p| &text[p.start..p.end]).collect();
         assert_eq!(joined, text);
         assert_eq!(&text[pages[0].start..pages[0].end], "alpha\nbeta\n");
-        assert_eq!((pages[0].first_line, pages[0].last_line, pages[0].total_lines), (1, 2, 4));
+        assert_eq!(
+            (
+                pages[0].first_line,
+                pages[0].last_line,
+                pages[0].total_lines
+            ),
+            (1, 2, 4)
+        );
         assert_eq!(&text[pages[1].start..pages[1].end], "gamma\ndelta\n");
         assert_eq!((pages[1].first_line, pages[1].last_line), (3, 4));
     }
@@ -128,12 +148,29 @@ mod tests {
 
     #[test]
     fn notices() {
-        let p = TextPage { start: 0, end: 120, first_line: 1, last_line: 10, total_lines: 40, split_line: false };
+        let p = TextPage {
+            start: 0,
+            end: 120,
+            first_line: 1,
+            last_line: 10,
+            total_lines: 40,
+            split_line: false,
+        };
         assert_eq!(
             notice(&p, 500, "read_text_file", Some("CUR"), 120),
             "Lines 1-10 of 40 (bytes 0-120 of 500). More remain: call read_text_file again with after:\"CUR\" and the same other arguments for the next page (the pages concatenate to the whole text)."
         );
-        let last = TextPage { start: 400, end: 500, first_line: 31, last_line: 40, total_lines: 40, split_line: false };
-        assert_eq!(notice(&last, 500, "t", None, 120), "Lines 31-40 of 40 (bytes 400-500 of 500). This is the last page.");
+        let last = TextPage {
+            start: 400,
+            end: 500,
+            first_line: 31,
+            last_line: 40,
+            total_lines: 40,
+            split_line: false,
+        };
+        assert_eq!(
+            notice(&last, 500, "t", None, 120),
+            "Lines 31-40 of 40 (bytes 400-500 of 500). This is the last page."
+        );
     }
 }

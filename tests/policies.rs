@@ -1,0 +1,265 @@
+//! The shipped policies, against recordings of the real servers (tests/fixtures): a large
+//! directory tree, a large file and a long git log come back paged under the budget, and the
+//! page chain reassembles the full content exactly.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{Peer, handshake};
+use serde_json::{Value, json};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn behind(policy: &str, fixture: &str) -> Peer {
+    let bin = common::proxy_bin();
+    let policy: PathBuf = root().join("policies").join(policy);
+    let fixture: PathBuf = root().join("tests/fixtures").join(fixture);
+    Peer::spawn(
+        &bin,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+            "replay",
+            fixture.to_str().unwrap(),
+        ],
+    )
+}
+
+/// The text the server sent for the recorded call to `tool` with `arguments`.
+fn recorded_text(fixture: &str, tool: &str) -> String {
+    let text = std::fs::read_to_string(root().join("tests/fixtures").join(fixture)).unwrap();
+    let entries: Vec<Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let id = entries
+        .iter()
+        .find(|e| e["dir"] == "c2s" && e["msg"]["params"]["name"] == tool)
+        .map(|e| e["msg"]["id"].clone())
+        .unwrap();
+    let response = entries
+        .iter()
+        .find(|e| e["dir"] == "s2c" && e["msg"]["id"] == id && e["msg"].get("result").is_some())
+        .unwrap();
+    response["msg"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Follows the page chain of one call; returns (pages, notices).
+async fn chain(
+    peer: &mut Peer,
+    tool: &str,
+    arguments: Value,
+    budget: usize,
+) -> (Vec<String>, Vec<String>) {
+    let mut pages = Vec::new();
+    let mut notices = Vec::new();
+    let mut arguments = arguments;
+    for id in 100.. {
+        assert!(id < 300, "the chain does not end");
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+        peer.send(&request.to_string()).await;
+        let reply = peer.recv_json().await;
+        assert_eq!(reply["id"], id, "{reply}");
+        let result = &reply["result"];
+        assert_ne!(result["isError"], true, "{reply}");
+        let page = result["content"][0]["text"].as_str().unwrap().to_string();
+        assert!(
+            page.len() <= budget,
+            "a page of {} bytes, over the {budget}-byte budget",
+            page.len()
+        );
+        // structuredContent carries the same page as the text block.
+        if let Some(content) = result["structuredContent"]["content"].as_str() {
+            assert_eq!(content, page);
+        }
+        let notice = result["content"][1]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        pages.push(page);
+        notices.push(notice.clone());
+        match notice
+            .split("after:\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+        {
+            Some(cursor) => arguments["after"] = json!(cursor),
+            None => break,
+        }
+    }
+    (pages, notices)
+}
+
+#[tokio::test]
+async fn filesystem_a_large_file_a_large_tree_and_many_search_hits_come_back_in_pages_that_reassemble()
+ {
+    let mut peer = behind("filesystem.toml", "filesystem.jsonl");
+    handshake(&mut peer).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let tools = peer.recv_json().await;
+    let read = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "read_text_file")
+        .unwrap();
+    assert!(read["inputSchema"]["properties"]["after"].is_object());
+    assert!(
+        read["description"]
+            .as_str()
+            .unwrap()
+            .contains("pages of whole lines, at most 20000 bytes")
+    );
+
+    let cases = [
+        (
+            "read_text_file",
+            json!({"path": "/tmp/mcp-budget-fs-fixture/big.log"}),
+            20_000,
+        ),
+        (
+            "directory_tree",
+            json!({"path": "/tmp/mcp-budget-fs-fixture"}),
+            16_000,
+        ),
+        (
+            "search_files",
+            json!({"path": "/tmp/mcp-budget-fs-fixture", "pattern": "**/*.txt"}),
+            16_000,
+        ),
+    ];
+    for (tool, arguments, budget) in cases {
+        let whole = recorded_text("filesystem.jsonl", tool);
+        assert!(
+            whole.len() > 2 * budget,
+            "{tool}: the recording must be large"
+        );
+        let (pages, notices) = chain(&mut peer, tool, arguments, budget).await;
+        assert!(pages.len() > 2, "{tool}: {} pages", pages.len());
+        assert_eq!(
+            pages.concat(),
+            whole,
+            "{tool}: the pages do not reassemble the original"
+        );
+        assert!(notices[0].starts_with("Lines 1-"), "{}", notices[0]);
+        assert!(
+            notices.last().unwrap().ends_with("This is the last page."),
+            "{}",
+            notices.last().unwrap()
+        );
+        // Pages end on line boundaries, except where one line is longer than a page.
+        for (page, notice) in pages.iter().zip(&notices).take(pages.len() - 1) {
+            assert!(
+                page.ends_with('\n') || notice.contains("is longer than the page budget"),
+                "{tool}: {notice}"
+            );
+        }
+    }
+    // big.log holds one line of 15,000 é (30,000 bytes): split, at character boundaries, and said so.
+    let (pages, notices) = chain(
+        &mut peer,
+        "read_text_file",
+        json!({"path": "/tmp/mcp-budget-fs-fixture/big.log"}),
+        20_000,
+    )
+    .await;
+    assert!(notices.iter().any(|n| {
+        n.contains("is longer than the page budget of 20000 bytes, so it is split across pages")
+    }));
+    assert!(pages.iter().all(|p| !p.contains('\u{fffd}')));
+    // A small result is untouched: no notice block.
+    peer.send(r#"{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"list_directory","arguments":{"path":"/tmp/mcp-budget-fs-fixture"}}}"#).await;
+    let small = peer.recv_json().await;
+    assert_eq!(small["result"]["content"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn git_a_long_log_and_a_large_diff_come_back_in_pages_that_reassemble() {
+    let mut peer = behind("git.toml", "git.jsonl");
+    handshake(&mut peer).await;
+    for (tool, arguments) in [
+        (
+            "git_log",
+            json!({"repo_path": "/tmp/mcp-budget-git-fixture", "max_count": 300}),
+        ),
+        (
+            "git_diff_unstaged",
+            json!({"repo_path": "/tmp/mcp-budget-git-fixture"}),
+        ),
+    ] {
+        let whole = recorded_text("git.jsonl", tool);
+        let (pages, notices) = chain(&mut peer, tool, arguments, 16_000).await;
+        assert!(pages.len() >= 5, "{tool}: {} pages", pages.len());
+        assert_eq!(
+            pages.concat(),
+            whole,
+            "{tool}: the pages do not reassemble the original"
+        );
+        assert!(
+            notices[0].contains(&format!(" of {})", whole.len())),
+            "{}",
+            notices[0]
+        );
+    }
+    // A cursor of one log is refused for another call.
+    peer.send(r#"{"jsonrpc":"2.0","id":60,"method":"tools/call","params":{"name":"git_log","arguments":{"repo_path":"/tmp/mcp-budget-git-fixture","max_count":300}}}"#).await;
+    let first = peer.recv_json().await;
+    let notice = first["result"]["content"][1]["text"].as_str().unwrap();
+    let cursor = notice
+        .split("after:\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let other = json!({"jsonrpc": "2.0", "id": 61, "method": "tools/call", "params": {"name": "git_diff_unstaged", "arguments": {"repo_path": "/tmp/mcp-budget-git-fixture", "after": cursor}}});
+    peer.send(&other.to_string()).await;
+    let refused = peer.recv_json().await;
+    assert!(
+        refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("after belongs to a different query")
+    );
+}
+
+#[tokio::test]
+async fn everything_small_results_pass_unchanged_under_its_policy() {
+    let mut peer = behind("everything.toml", "everything.jsonl");
+    let first = handshake(&mut peer).await;
+    assert!(first.contains("list_changed"));
+    assert_eq!(peer.recv_json().await["id"], 1);
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let tools = peer.recv_json().await;
+    let annotated = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "get-annotated-message")
+        .unwrap();
+    assert_eq!(annotated["_meta"]["anthropic/maxResultSizeChars"], 200000);
+    let echo = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap();
+    assert!(
+        echo.get("_meta").is_none(),
+        "tools without a rule are unchanged"
+    );
+    peer.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get-annotated-message","arguments":{"messageType":"success","includeImage":true}}}"#).await;
+    let reply = peer.recv_json().await;
+    assert_eq!(reply["result"]["content"][1]["type"], "image");
+}
