@@ -135,6 +135,14 @@ pub enum Command {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Propose a starting policy (commented TOML) from a recording.
+    Suggest {
+        /// The recording (from `mcp-budget record`).
+        file: PathBuf,
+        /// Tools whose largest result is smaller than this get no rule.
+        #[arg(long, value_name = "BYTES", default_value_t = 10_000)]
+        min_bytes: usize,
+    },
     /// Bytes and tokens of every tools/call in a recording, as received and under a policy.
     Report {
         /// The recording (from `mcp-budget record`).

@@ -22,6 +22,7 @@
 //! - [`record`]: every message of a session to a JSONL file, without blocking the relay.
 //! - [`replay`]: a recording read back, and served as an upstream that answers from it.
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
+//! - [`suggest`]: a starting policy proposed from a recording.
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
 //! - [`cli`]: the command line.
 //!
@@ -57,4 +58,5 @@ pub mod relay;
 pub mod replay;
 pub mod report;
 pub mod stdio;
+pub mod suggest;
 pub mod upstream;

@@ -119,6 +119,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let replayer = Arc::new(Replayer::new(&recording));
             proxy(run, Some(UpstreamSpec::Replay(replayer)), None).await
         }
+        Some(Command::Suggest { file, min_bytes }) => {
+            let recording = Recording::load(&file)?;
+            print!("{}", mcp_budget::suggest::suggest(&recording, min_bytes));
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Report { file, policy, json }) => {
             let policy = match &policy {
                 Some(path) => Policy::load(path)?,

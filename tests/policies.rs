@@ -263,3 +263,101 @@ async fn everything_small_results_pass_unchanged_under_its_policy() {
     let reply = peer.recv_json().await;
     assert_eq!(reply["result"]["content"][1]["type"], "image");
 }
+
+fn suggest(fixture: &str) -> String {
+    let out = std::process::Command::new(common::proxy_bin())
+        .args([
+            "suggest",
+            root()
+                .join("tests/fixtures")
+                .join(fixture)
+                .to_str()
+                .unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn check(policy_text: &str, name: &str) {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-suggest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, policy_text).unwrap();
+    let out = std::process::Command::new(common::proxy_bin())
+        .arg("check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "suggested policy fails check: {}\n{policy_text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn suggest_finds_what_the_fleet_policy_uses_and_its_output_passes_check() {
+    let text = suggest("fleet-68.jsonl");
+    let policy: toml::Table = toml::from_str(&text).unwrap();
+    let rule = &policy["tool"].as_array().unwrap()[0];
+    assert_eq!(
+        rule["name"].as_array().unwrap(),
+        &vec![
+            toml::Value::from("fleet_show"),
+            toml::Value::from("wave_show")
+        ]
+    );
+    // What policies/fleet.toml uses.
+    let fleet: toml::Table =
+        toml::from_str(&std::fs::read_to_string(root().join("policies/fleet.toml")).unwrap())
+            .unwrap();
+    let shipped = &fleet["tool"].as_array().unwrap()[0];
+    assert_eq!(rule["items"], shipped["items"]);
+    assert_eq!(rule["key"], shipped["key"]);
+    assert_eq!(rule["horizon"]["field"], shipped["horizon"]["field"]);
+    let mut terminal: Vec<String> = rule["horizon"]["terminal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    terminal.sort();
+    assert_eq!(terminal, vec!["closed-without-merge", "merged"]);
+    // The bulkiest fields are proposed for leaving out of the summary.
+    let summary: Vec<&str> = rule["detail"]["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        !summary.contains(&"gate_history")
+            && summary.contains(&"stream_id")
+            && summary.contains(&"state"),
+        "{summary:?}"
+    );
+    assert!(text.contains("# the heaviest fields, left out of the summary: gate_history"));
+    check(&text, "fleet.toml");
+}
+
+#[test]
+fn suggest_proposes_text_paging_for_long_text_and_passes_check() {
+    for fixture in ["filesystem.jsonl", "git.jsonl", "everything.jsonl"] {
+        let text = suggest(fixture);
+        check(&text, &format!("{fixture}.toml"));
+        if fixture != "everything.jsonl" {
+            assert!(text.contains("[tool.text]"), "{fixture}: {text}");
+        }
+    }
+    let git = suggest("git.jsonl");
+    assert!(
+        git.contains(r#"name = ["git_diff_unstaged", "git_log"]"#),
+        "{git}"
+    );
+}
