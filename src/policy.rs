@@ -177,6 +177,9 @@ pub const DEFAULT_PAGE_BYTES: usize = 20_000;
 pub struct Items {
     pub path_text: String,
     pub path: JpQuery,
+    /// For `$.outer[*].field`: the outer list is paged (this path), while horizon, filters and
+    /// detail apply to the `field` list of each outer item.
+    pub nested: Option<(JpQuery, String)>,
     pub key: Option<FieldPath>,
     pub noun: String,
     pub horizon: Option<Horizon>,
@@ -428,12 +431,25 @@ impl Resolver<'_> {
             }
             passthrough.push(arg.get_ref().clone());
         }
+        let nested = nested_split(&path_text)
+            .map(|(outer, field)| {
+                jsonpath_rust::parser::parse_json_path(&outer)
+                    .map(|q| (q, field))
+                    .map_err(|err| {
+                        self.error(
+                            items.span(),
+                            format!("items: {outer:?} is not a valid JSONPath ({err})"),
+                        )
+                    })
+            })
+            .transpose()?;
         Ok(Rule {
             names,
             text: None,
             items: Some(Items {
                 path_text,
                 path,
+                nested,
                 key,
                 noun: tool.noun.unwrap_or_else(|| "items".into()),
                 horizon,
@@ -446,6 +462,20 @@ impl Resolver<'_> {
             }),
         })
     }
+}
+
+/// `$.a[*].b` → (`$.a`, `b`): an item list nested one level inside an outer list.
+fn nested_split(path: &str) -> Option<(String, String)> {
+    let (outer, field) = path.rsplit_once("[*].").or_else(|| {
+        let (outer, rest) = path.rsplit_once("[*]['")?;
+        Some((outer, rest.strip_suffix("']")?))
+    })?;
+    let simple = !field.is_empty()
+        && field
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    (simple && outer.starts_with('$') && !outer.contains("[*]") && !outer.contains(".."))
+        .then(|| (outer.to_string(), field.to_string()))
 }
 
 /// The arguments the proxy itself adds to a paged tool.

@@ -382,3 +382,127 @@ proptest! {
         prop_assert_eq!(seen, expected);
     }
 }
+
+fn run(budget: &Budget, tool: &str, arguments: Value, result: Value) -> Value {
+    let mut params = json!({"name": tool, "arguments": arguments});
+    match budget.prepare_call(&mut params) {
+        Err(error) => json!({"error": error.to_string()}),
+        Ok(plan) => serde_json::from_slice(&budget.finish_call(&plan, result)).unwrap(),
+    }
+}
+
+#[test]
+fn a_root_array_is_paged_and_wrapped_in_an_envelope() {
+    let b = budget(
+        "[[tool]]\nname = \"list\"\nitems = \"$\"\nkey = \"id\"\nnoun = \"entries\"\nlimit = { default = 2, max = 5 }\n",
+    );
+    let entries: Vec<Value> = (0..5)
+        .map(|i| json!({"id": i, "name": format!("e{i}")}))
+        .collect();
+    let result =
+        json!({"content": [{"type": "text", "text": Value::Array(entries.clone()).to_string()}]});
+    let mut seen = Vec::new();
+    let mut arguments = json!({});
+    for _ in 0..5 {
+        let out = run(&b, "list", arguments.clone(), result.clone());
+        let page: Value = serde_json::from_str(text(&out, 0)).unwrap();
+        assert_eq!(page["total_count"], 5);
+        seen.extend(page["entries"].as_array().unwrap().iter().cloned());
+        match page["next_after"].as_str() {
+            Some(next) => arguments = json!({"after": next}),
+            None => break,
+        }
+    }
+    assert_eq!(seen, entries);
+}
+
+#[test]
+fn nested_lists_get_the_horizon_and_the_outer_list_is_paged() {
+    let b = budget(
+        "[[tool]]\nname = \"waves\"\nitems = \"$.waves[*].streams\"\nkey = \"wave\"\nnoun = \"streams\"\nlimit = { default = 2, max = 10 }\n\
+         [tool.horizon]\nfield = \"state\"\nterminal = [\"merged\"]\n[tool.detail]\nsummary = [\"id\", \"state\"]\n",
+    );
+    let waves: Vec<Value> = (1..=3)
+        .map(|w| {
+            json!({"wave": format!("w{w}"), "opened": "2026-11-01", "streams": [
+                {"id": format!("s{w}a"), "state": "running", "prose": "long"},
+                {"id": format!("s{w}b"), "state": "merged", "prose": "long"},
+            ]})
+        })
+        .collect();
+    let document = json!({"fleet": "atlas", "waves": waves});
+    let result = json!({"content": [{"type": "text", "text": document.to_string()}], "structuredContent": document});
+    let first = run(&b, "waves", json!({}), result.clone());
+    let page = &first["structuredContent"];
+    assert_eq!(page["total_count"], 3, "total_count counts the outer list");
+    assert_eq!(
+        page["waves"],
+        json!([
+            {"wave": "w1", "opened": "2026-11-01", "streams": [{"id": "s1a", "state": "running"}]},
+            {"wave": "w2", "opened": "2026-11-01", "streams": [{"id": "s2a", "state": "running"}]},
+        ])
+    );
+    assert!(
+        page["notices"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("This query used the default live-only horizon")
+    );
+    let next = page["next_after"].as_str().unwrap();
+    let second = run(
+        &b,
+        "waves",
+        json!({"after": next, "horizon": "all", "detail": "full"}),
+        result.clone(),
+    );
+    assert!(
+        second.get("error").is_some(),
+        "another horizon is another query: {second}"
+    );
+    let second = run(
+        &b,
+        "waves",
+        json!({"after": next, "detail": "full"}),
+        result,
+    );
+    assert_eq!(second["structuredContent"]["waves"][0]["wave"], "w3");
+    assert_eq!(
+        second["structuredContent"]["waves"][0]["streams"],
+        json!([{"id": "s3a", "state": "running", "prose": "long"}])
+    );
+}
+
+#[test]
+fn items_spread_over_text_blocks_are_paged_as_blocks() {
+    let b = budget(
+        "[[tool]]\nname = \"hits\"\nitems = \"$\"\nkey = \"id\"\nnoun = \"hits\"\nlimit = { default = 2, max = 5 }\n[tool.format]\ncolumns = [\"id\"]\n",
+    );
+    let blocks: Vec<Value> = (0..5).map(|i| json!({"type": "text", "text": json!({"id": format!("h{i}"), "score": i}).to_string()})).collect();
+    let result = json!({"content": blocks});
+    let out = run(&b, "hits", json!({}), result.clone());
+    let content = out["content"].as_array().unwrap();
+    assert_eq!(
+        content.len(),
+        3,
+        "two item blocks and the continuation: {out}"
+    );
+    assert_eq!(content[0]["text"], r#"{"id":"h0","score":0}"#);
+    assert_eq!(content[1]["text"], r#"{"id":"h1","score":1}"#);
+    let tail: Value = serde_json::from_str(content[2]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(tail["total_count"], 5);
+    let mut seen = vec![content[0]["text"].clone(), content[1]["text"].clone()];
+    let mut next = tail["next_after"].as_str().map(String::from);
+    while let Some(cursor) = next {
+        let out = run(&b, "hits", json!({"after": cursor}), result.clone());
+        let content = out["content"].as_array().unwrap();
+        let (items, last) = content.split_at(content.len() - 1);
+        seen.extend(items.iter().map(|b| b["text"].clone()));
+        next =
+            serde_json::from_str::<Value>(last[0]["text"].as_str().unwrap()).unwrap()["next_after"]
+                .as_str()
+                .map(String::from);
+    }
+    assert_eq!(seen.len(), 5);
+    let csv = run(&b, "hits", json!({"format": "csv", "limit": 5}), result);
+    assert_eq!(text(&csv, 0), "id\nh0\nh1\nh2\nh3\nh4\n");
+}

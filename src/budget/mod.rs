@@ -66,6 +66,8 @@ enum Source {
     Structured,
     /// The index of the text content block holding the JSON.
     Text(usize),
+    /// Several text blocks, one JSON object each: the items themselves.
+    Blocks(Vec<usize>),
 }
 
 impl Budget {
@@ -315,15 +317,46 @@ impl Budget {
         };
         let total_count = list.len();
         let mut notices = Vec::new();
-        // 3: horizon, then filters.
-        if let (Some(HorizonArg::Live), Some(h)) = (args.horizon, &items.horizon) {
-            let dropped = horizon::apply(&mut list, h);
-            if dropped > 0 && args.horizon_defaulted {
-                notices.push(notice::horizon(h, &items.noun));
+        let filters: Vec<filter::Filter> = args.filters.iter().map(|(_, f)| f.clone()).collect();
+        let summary = match (args.detail, &items.summary, args.format) {
+            (Some(Detail::Summary), Some(summary), Format::Json) => Some(summary),
+            _ => None,
+        };
+        // 3: horizon, then filters — on the items, or on each outer item's nested list.
+        let mut dropped = 0;
+        match &items.nested {
+            None => {
+                if let (Some(HorizonArg::Live), Some(h)) = (args.horizon, &items.horizon) {
+                    dropped = horizon::apply(&mut list, h);
+                }
+                filter::apply(&mut list, &filters);
+            }
+            Some((_, field)) => {
+                let selection = summary.map(|s| project::Selection::from_paths(s));
+                for outer in &mut list {
+                    let Some(Value::Array(inner)) = outer.get_mut(field.as_str()) else {
+                        continue;
+                    };
+                    if let (Some(HorizonArg::Live), Some(h)) = (args.horizon, &items.horizon) {
+                        dropped += horizon::apply(inner, h);
+                    }
+                    filter::apply(inner, &filters);
+                    if let Some(selection) = &selection {
+                        let taken = std::mem::take(inner);
+                        *inner = taken
+                            .into_iter()
+                            .map(|item| project::apply(item, selection))
+                            .collect();
+                    }
+                }
             }
         }
-        let filters: Vec<filter::Filter> = args.filters.iter().map(|(_, f)| f.clone()).collect();
-        filter::apply(&mut list, &filters);
+        if dropped > 0
+            && args.horizon_defaulted
+            && let Some(h) = &items.horizon
+        {
+            notices.push(notice::horizon(h, &items.noun));
+        }
         let matching = list.len();
         // 4: page.
         let page::Page {
@@ -331,15 +364,15 @@ impl Budget {
             start: skipped,
             next,
         } = page::apply(list, args.after.as_ref(), args.limit, items.key.as_ref());
-        // 5: project (a table has its own fixed columns).
-        if let (Some(Detail::Summary), Some(summary), Format::Json) =
-            (args.detail, &items.summary, args.format)
-        {
-            let selection = project::Selection::from_paths(summary);
-            page = page
-                .into_iter()
-                .map(|item| project::apply(item, &selection))
-                .collect();
+        // 5: project (a table has its own fixed columns; nested items were projected above).
+        if let Some(summary) = summary {
+            if items.nested.is_none() {
+                let selection = project::Selection::from_paths(summary);
+                page = page
+                    .into_iter()
+                    .map(|item| project::apply(item, &selection))
+                    .collect();
+            }
             if args.detail_defaulted && !page.is_empty() {
                 notices.push(notice::detail(summary, &items.noun));
             }
@@ -361,6 +394,39 @@ impl Budget {
             notices,
         };
         // 6: render.
+        if let Source::Blocks(indices) = &source {
+            // The items were text blocks: the page is blocks too, then the continuation.
+            let at = remove_blocks(result, indices);
+            let mut blocks: Vec<Value> = match args.format {
+                Format::Json => page
+                    .iter()
+                    .map(|item| json!({"type": "text", "text": item.to_string()}))
+                    .collect(),
+                Format::Csv | Format::Tsv => {
+                    let delimiter = if args.format == Format::Csv {
+                        b','
+                    } else {
+                        b'\t'
+                    };
+                    let columns = items.columns.as_deref().unwrap_or_default();
+                    vec![json!({"type": "text", "text": render::table(&page, columns, delimiter)})]
+                }
+            };
+            let text = match args.format {
+                Format::Json => {
+                    let mut tail = Map::new();
+                    render::decorate(&mut tail, &continuation);
+                    Value::Object(tail).to_string()
+                }
+                _ => render::table_continuation(&continuation, page.len(), tool, &items.noun),
+            };
+            blocks.push(json!({"type": "text", "text": text}));
+            if let Some(content) = content_mut(result) {
+                let at = at.min(content.len());
+                content.splice(at..at, blocks);
+            }
+            return;
+        }
         match args.format {
             Format::Json => {
                 let envelope = if path == "$" {
@@ -419,9 +485,14 @@ fn text_blocks(result: &Value) -> impl Iterator<Item = (usize, &str)> {
         .filter_map(|(i, block)| block.get("text").and_then(Value::as_str).map(|t| (i, t)))
 }
 
-/// The JSONPath of the first list the rule's path finds in `document`.
+/// The JSONPath of the first list the rule pages in `document` (the outer list of a nested
+/// rule).
 fn first_list_path(document: &Value, items: &Items) -> Option<String> {
-    let found = js_path_process(&items.path, document).ok()?;
+    let query = items
+        .nested
+        .as_ref()
+        .map_or(&items.path, |(outer, _)| outer);
+    let found = js_path_process(query, document).ok()?;
     found
         .into_iter()
         .find(|hit| hit.clone().val().is_array())
@@ -437,6 +508,7 @@ fn locate(result: &mut Value, items: &Items) -> Option<(Source, Value)> {
         let document = result.get_mut("structuredContent").map(std::mem::take)?;
         return Some((Source::Structured, document));
     }
+    let mut objects = Vec::new();
     for (index, text) in text_blocks(result) {
         if !looks_like_json(text) {
             continue;
@@ -447,6 +519,15 @@ fn locate(result: &mut Value, items: &Items) -> Option<(Source, Value)> {
         if first_list_path(&document, items).is_some() {
             return Some((Source::Text(index), document));
         }
+        if document.is_object() {
+            objects.push((index, document));
+        }
+    }
+    // A result spread over several text blocks, one object each: with `items = "$"` the
+    // blocks are the items.
+    if items.path_text == "$" && objects.len() >= 2 {
+        let (indices, documents): (Vec<usize>, Vec<Value>) = objects.into_iter().unzip();
+        return Some((Source::Blocks(indices), Value::Array(documents)));
     }
     None
 }
@@ -455,6 +536,19 @@ fn restore(result: &mut Value, source: Source, document: Value) {
     if let Source::Structured = source {
         result["structuredContent"] = document;
     }
+}
+
+/// Removes the item blocks; returns where they began.
+fn remove_blocks(result: &mut Value, indices: &[usize]) -> usize {
+    let first = indices.first().copied().unwrap_or(0);
+    if let Some(content) = content_mut(result) {
+        for index in indices.iter().rev() {
+            if *index < content.len() {
+                content.remove(*index);
+            }
+        }
+    }
+    first
 }
 
 fn content_mut(result: &mut Value) -> Option<&mut Vec<Value>> {
@@ -481,6 +575,7 @@ fn put_json(result: &mut Value, source: Source, envelope: Value) {
                 content[i]["text"] = json!(text);
             }
         }
+        Source::Blocks(_) => {} // rendered by the caller
     }
 }
 
@@ -494,6 +589,7 @@ fn put_table(
 ) {
     let index = match source {
         Source::Text(i) => Some(i),
+        Source::Blocks(_) => None, // rendered by the caller
         Source::Structured => {
             result["structuredContent"] = structured;
             text_blocks(result)
