@@ -314,6 +314,63 @@ async def main():
             listener.terminate()
             listener.wait(10)
 
+    # The shipped policies against the live servers: page chains reassemble the direct result.
+    policies = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "policies")
+
+    async def text_of(session, tool, arguments):
+        result = await session.call_tool(tool, arguments)
+        return result.content[0].text, result
+
+    async def page_chain(session, tool, arguments, budget):
+        pages, args, sizes = [], dict(arguments), []
+        for _ in range(500):
+            result = await session.call_tool(tool, args)
+            page = result.content[0].text
+            pages.append(page)
+            sizes.append(len(page.encode()))
+            notice = result.content[1].text if len(result.content) > 1 else ""
+            if 'after:"' not in notice:
+                return pages, sizes
+            args = dict(arguments, after=notice.split('after:"')[1].split('"')[0])
+        return pages, sizes
+
+    async def policy_check(label, policy, server_args, tool, arguments, budget, opener_direct):
+        try:
+            async with opener_direct as direct_session:
+                await direct_session.initialize()
+                whole, _ = await text_of(direct_session, tool, arguments)
+            async with stdio_session(proxy, ["--policy", os.path.join(policies, policy), "--"] + server_args) as session:
+                await session.initialize()
+                pages, sizes = await page_chain(session, tool, arguments, budget)
+            ok = "".join(pages) == whole and len(pages) > 1 and max(sizes) <= budget
+            check(f"{label}: {len(whole.encode())} bytes direct, {len(pages)} pages of at most {max(sizes)} bytes through {policy}, reassembled exactly", ok, f"{len(pages)} pages, sizes {sizes[:5]}")
+        except Exception as error:
+            check(label, False, f"{type(error).__name__}: {error}")
+
+    with tempfile.TemporaryDirectory() as root:
+        root = os.path.realpath(root)
+        with open(os.path.join(root, "big.log"), "w") as f:
+            for i in range(4000):
+                f.write(f"2026-11-20T12:00:{i % 60:02d}Z worker-{i % 7} stream st-{i % 240:04d} état ok — line {i}\n")
+        await policy_check("filesystem read_text_file (live)", "filesystem.toml", [node, filesystem, root], "read_text_file", {"path": os.path.join(root, "big.log")}, 20000, stdio_session(node, [filesystem, root]))
+    # A realistic environment is a few KB; make sure this one is, whatever the machine.
+    for i in range(60):
+        os.environ[f"MCP_BUDGET_DEMO_{i:02d}"] = "value-" + "x" * 50
+    await policy_check("everything get-env (live)", "everything.toml", [node, everything], "get-env", {}, 2000, stdio_session(node, [everything]))
+    git_server = os.environ.get("MCP_BUDGET_GIT_SERVER")
+    if git_server:
+        with tempfile.TemporaryDirectory() as repo:
+            env = dict(os.environ, GIT_AUTHOR_NAME="Fleet Bot", GIT_AUTHOR_EMAIL="bot@example.com", GIT_COMMITTER_NAME="Fleet Bot", GIT_COMMITTER_EMAIL="bot@example.com")
+            subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env)
+            for i in range(150):
+                with open(os.path.join(repo, "ledger.txt"), "a") as f:
+                    f.write(f"entry {i}\n")
+                subprocess.run(["git", "-C", repo, "add", "ledger.txt"], check=True, env=env)
+                subprocess.run(["git", "-C", repo, "commit", "-q", "-m", f"Record entry {i}: the reviewer confirmed the change and the liveness probe"], check=True, env=env)
+            await policy_check("git git_log (live)", "git.toml", [git_server, "--repository", repo], "git_log", {"repo_path": repo, "max_count": 150}, 16000, stdio_session(git_server, ["--repository", repo]))
+    else:
+        check("git git_log (live)", False, "MCP_BUDGET_GIT_SERVER is not set (run through tests/interop/run.sh)")
+
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

@@ -12,6 +12,7 @@ cache="${MCP_BUDGET_INTEROP_CACHE:-$HOME/.cache/mcp-budget-interop}"
 python_mcp="mcp==1.30.0"
 npm_everything="@modelcontextprotocol/server-everything@2026.8.31"
 npm_filesystem="@modelcontextprotocol/server-filesystem@2026.8.31"
+python_git="mcp-server-git==2026.10.19"  # in a venv of its own: it needs a newer mcp than the client
 
 fail() { echo "interop: $*" >&2; exit 1; }
 
@@ -20,13 +21,16 @@ command -v npm >/dev/null || fail "npm is not installed (needed to install the r
 command -v python3 >/dev/null || fail "python3 is not installed (needed for the Python SDK client)"
 
 mkdir -p "$cache"
-stamp="$cache/installed-$(echo "$python_mcp $npm_everything $npm_filesystem" | sha256sum | cut -c1-16)"
+stamp="$cache/installed-$(echo "$python_mcp $npm_everything $npm_filesystem $python_git" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "interop: installing $python_mcp, $npm_everything, $npm_filesystem into $cache"
-  rm -rf "$cache/venv" "$cache/npm"
+  rm -rf "$cache/venv" "$cache/git-venv" "$cache/npm"
   python3 -m venv "$cache/venv" || fail "cannot create a Python virtual environment in $cache/venv"
   "$cache/venv/bin/pip" install --quiet --disable-pip-version-check "$python_mcp" \
     || fail "cannot install $python_mcp from PyPI (is the package registry reachable?)"
+  python3 -m venv "$cache/git-venv" || fail "cannot create a Python virtual environment in $cache/git-venv"
+  "$cache/git-venv/bin/pip" install --quiet --disable-pip-version-check "$python_git" \
+    || fail "cannot install $python_git from PyPI (is the package registry reachable?)"
   mkdir -p "$cache/npm"
   (cd "$cache/npm" && npm install --silent --no-audit --no-fund --no-save "$npm_everything" "$npm_filesystem") \
     || fail "cannot install $npm_everything and $npm_filesystem from the npm registry (is it reachable?)"
@@ -42,6 +46,10 @@ proxy="${MCP_BUDGET_BIN:-$root/target/debug/mcp-budget}"
 if [ ! -x "$proxy" ]; then
   (cd "$root" && cargo build --quiet --bin mcp-budget) || fail "cannot build mcp-budget"
 fi
+
+command -v git >/dev/null || fail "git is not installed (needed by mcp-server-git)"
+export MCP_BUDGET_GIT_SERVER="$cache/git-venv/bin/mcp-server-git"
+[ -x "$MCP_BUDGET_GIT_SERVER" ] || fail "mcp-server-git is missing from $cache/git-venv (delete $stamp to reinstall)"
 
 cd "$(mktemp -d)"
 exec "$cache/venv/bin/python" "$here/client.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem"
