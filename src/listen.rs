@@ -334,15 +334,7 @@ impl Session {
     }
 
     fn remember_protocol(&self, bytes: &[u8]) {
-        let version = serde_json::from_slice::<serde_json::Value>(bytes)
-            .ok()
-            .and_then(|m| {
-                m.get("result")?
-                    .get("protocolVersion")?
-                    .as_str()
-                    .map(String::from)
-            });
-        if let Some(version) = version {
+        if let Some(version) = message::protocol_version(bytes) {
             *lock(&self.protocol) = Some(version);
         }
     }
@@ -766,7 +758,7 @@ async fn handle_post(
     let mut answers = Vec::new();
     while !guard.pending.is_empty() {
         let Some(bytes) = rx.recv().await else { break };
-        for key in response_keys(&bytes) {
+        for key in message::response_keys(&bytes) {
             guard.pending.remove(&key);
         }
         answers.push(bytes);
@@ -787,21 +779,6 @@ async fn handle_post(
     (StatusCode::OK, response_headers, body).into_response()
 }
 
-fn response_keys(bytes: &[u8]) -> Vec<String> {
-    let kinds = match message::parse(bytes) {
-        Ok(Parsed::Single(kind)) => vec![kind],
-        Ok(Parsed::Batch(kinds)) => kinds,
-        Err(_) => Vec::new(),
-    };
-    kinds
-        .into_iter()
-        .filter_map(|k| match k {
-            Kind::Response { id: Some(id) } => Some(id.key().to_string()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The SSE stream of one POST: related messages, then the responses; it ends after the last.
 fn answer_stream(
     rx: mpsc::Receiver<Vec<u8>>,
@@ -812,7 +789,7 @@ fn answer_stream(
             return None;
         }
         let bytes = rx.recv().await?;
-        for key in response_keys(&bytes) {
+        for key in message::response_keys(&bytes) {
             guard.pending.remove(&key);
         }
         let event = SseEvent::default().data(String::from_utf8_lossy(&bytes));

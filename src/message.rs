@@ -149,6 +149,39 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
     Ok(Parsed::Single(Kind::Invalid))
 }
 
+/// The id keys of the responses in a line (one message or a batch).
+pub fn response_keys(line: &[u8]) -> Vec<String> {
+    let kinds = match parse(line) {
+        Ok(Parsed::Single(kind)) => vec![kind],
+        Ok(Parsed::Batch(kinds)) => kinds,
+        Err(_) => Vec::new(),
+    };
+    kinds
+        .into_iter()
+        .filter_map(|kind| match kind {
+            Kind::Response { id: Some(id) } => Some(id.key().to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `result.protocolVersion` of an `initialize` response.
+pub fn protocol_version(line: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Response {
+        result: Option<Initialized>,
+    }
+    #[derive(Deserialize)]
+    struct Initialized {
+        #[serde(rename = "protocolVersion")]
+        protocol_version: Option<String>,
+    }
+    serde_json::from_slice::<Response>(line)
+        .ok()?
+        .result?
+        .protocol_version
+}
+
 /// The `params.requestId` of a `notifications/cancelled`, if the line carries one.
 pub fn cancelled_request_id(line: &[u8]) -> Option<Id> {
     #[derive(Deserialize)]

@@ -181,12 +181,7 @@ impl Recording {
                 }
                 "s2c" => {
                     if msg.get("method").is_none() {
-                        let key = msg.get("id").map(id_key).unwrap_or_default();
-                        if let Some(pos) = open
-                            .iter()
-                            .position(|(s, k, _)| *s == entry.session && *k == key)
-                        {
-                            let (_, _, mut exchange) = open.remove(pos);
+                        if let Some(mut exchange) = take_open(&mut open, entry, &msg) {
                             exchange.response_bytes = raw.get().len();
                             exchange.response = Some(msg);
                             let delivered = entry.changed.as_deref().unwrap_or(raw);
@@ -217,12 +212,7 @@ impl Recording {
                 }
                 "p2c" => {
                     // The proxy answered a request itself (a refused argument, an error).
-                    let key = msg.get("id").map(id_key).unwrap_or_default();
-                    if let Some(pos) = open
-                        .iter()
-                        .position(|(s, k, _)| *s == entry.session && *k == key)
-                    {
-                        let (_, _, mut exchange) = open.remove(pos);
+                    if let Some(mut exchange) = take_open(&mut open, entry, &msg) {
                         exchange.delivered_bytes = raw.get().len();
                         exchange.delivered = Some(msg);
                         done.push(exchange);
@@ -233,6 +223,19 @@ impl Recording {
         }
         done
     }
+}
+
+/// The open exchange that `msg` (a response) answers, removed from `open`.
+fn take_open(
+    open: &mut Vec<(Option<String>, String, Exchange)>,
+    entry: &Entry,
+    msg: &Value,
+) -> Option<Exchange> {
+    let key = msg.get("id").map(id_key).unwrap_or_default();
+    let pos = open
+        .iter()
+        .position(|(s, k, _)| *s == entry.session && *k == key)?;
+    Some(open.remove(pos).2)
 }
 
 fn id_key(id: &Value) -> String {

@@ -23,34 +23,8 @@ pub fn rewrite(tool: &mut Map<String, Value>, rule: &Rule, policy: &Policy) {
         return;
     }
     let Some(items) = &rule.items else { return };
-    let description = tool
-        .get("description")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .trim_end()
-        .to_string();
-    let addition = budget_description(items);
-    let joined = if description.is_empty() {
-        addition
-    } else {
-        format!("{description}\n\n{addition}")
-    };
-    tool.insert("description".into(), json!(joined));
-
-    let schema = tool
-        .entry("inputSchema")
-        .or_insert_with(|| json!({"type": "object"}));
-    if let Value::Object(schema) = schema {
-        let properties = schema.entry("properties").or_insert_with(|| json!({}));
-        if let Value::Object(properties) = properties {
-            for (name, property) in added_properties(items) {
-                if properties.contains_key(&name) && !items.passthrough.contains(&name) {
-                    tracing::warn!(argument = %name, "the upstream tool already has this argument; the budget's meaning replaces it (list it in `passthrough` to forward it)");
-                }
-                properties.insert(name, property);
-            }
-        }
-    }
+    append_description(tool, &budget_description(items));
+    add_properties(tool, added_properties(items), &items.passthrough);
     if let Some(output) = tool.get_mut("outputSchema") {
         rewrite_output_schema(output, items);
     }
@@ -63,29 +37,47 @@ fn rewrite_text(tool: &mut Map<String, Value>, page_bytes: usize) {
          A later text block says which lines of how many were returned and, when more remain, gives next_after: \
          pass it as after (with the same other arguments) for the next page. The pages concatenate to the whole text."
     );
+    append_description(tool, &addition);
+    let after = json!({"type": "string", "description": "The next_after value of the previous page of this text, to get the page after it. Keep the other arguments unchanged."});
+    add_properties(tool, vec![("after".to_string(), after)], &[]);
+}
+
+/// Appends a paragraph to a tool's description.
+fn append_description(tool: &mut Map<String, Value>, addition: &str) {
     let description = tool
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or("")
-        .trim_end()
-        .to_string();
+        .trim_end();
     let joined = if description.is_empty() {
-        addition
+        addition.to_string()
     } else {
         format!("{description}\n\n{addition}")
     };
     tool.insert("description".into(), json!(joined));
+}
+
+/// Adds properties to a tool's input schema (creating the schema if it has none).
+fn add_properties(
+    tool: &mut Map<String, Value>,
+    added: Vec<(String, Value)>,
+    passthrough: &[String],
+) {
     let schema = tool
         .entry("inputSchema")
         .or_insert_with(|| json!({"type": "object"}));
-    if let Value::Object(schema) = schema {
-        let properties = schema.entry("properties").or_insert_with(|| json!({}));
-        if let Value::Object(properties) = properties {
-            properties.insert(
-                "after".into(),
-                json!({"type": "string", "description": "The next_after value of the previous page of this text, to get the page after it. Keep the other arguments unchanged."}),
-            );
+    let Value::Object(schema) = schema else {
+        return;
+    };
+    let properties = schema.entry("properties").or_insert_with(|| json!({}));
+    let Value::Object(properties) = properties else {
+        return;
+    };
+    for (name, property) in added {
+        if properties.contains_key(&name) && !passthrough.contains(&name) {
+            tracing::warn!(argument = %name, "the upstream tool already has this argument; the budget's meaning replaces it (list it in `passthrough` to forward it)");
         }
+        properties.insert(name, property);
     }
 }
 

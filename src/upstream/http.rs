@@ -14,7 +14,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode, Url};
-use serde_json::Value;
 use sse_stream::SseStream;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -346,7 +345,7 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         if initialize {
             remember_protocol(shared, &data);
         }
-        for key in response_keys(&data) {
+        for key in message::response_keys(&data) {
             unanswered.retain(|id| id.key() != key);
         }
         shared.emit(data).await;
@@ -413,30 +412,8 @@ async fn read_limited(response: Response, limit: usize) -> Result<Bytes, String>
     Ok(Bytes::from(body))
 }
 
-/// The id keys of the responses in a message (single or batch).
-fn response_keys(data: &[u8]) -> Vec<String> {
-    let kinds = match message::parse(data) {
-        Ok(Parsed::Single(kind)) => vec![kind],
-        Ok(Parsed::Batch(kinds)) => kinds,
-        Err(_) => Vec::new(),
-    };
-    kinds
-        .into_iter()
-        .filter_map(|kind| match kind {
-            Kind::Response { id: Some(id) } => Some(id.key().to_string()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn remember_protocol(shared: &Shared, data: &[u8]) {
-    let version = serde_json::from_slice::<Value>(data).ok().and_then(|m| {
-        m.get("result")?
-            .get("protocolVersion")?
-            .as_str()
-            .map(String::from)
-    });
-    if let Some(version) = version {
+    if let Some(version) = message::protocol_version(data) {
         shared.state().protocol = Some(version);
     }
 }

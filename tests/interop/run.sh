@@ -23,7 +23,7 @@ command -v python3 >/dev/null || fail "python3 is not installed (needed for the 
 mkdir -p "$cache"
 stamp="$cache/installed-$(echo "$python_mcp $npm_everything $npm_filesystem $python_git" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  echo "interop: installing $python_mcp, $npm_everything, $npm_filesystem into $cache"
+  echo "interop: installing $python_mcp, $npm_everything, $npm_filesystem, $python_git into $cache"
   rm -rf "$cache/venv" "$cache/git-venv" "$cache/npm"
   python3 -m venv "$cache/venv" || fail "cannot create a Python virtual environment in $cache/venv"
   "$cache/venv/bin/pip" install --quiet --disable-pip-version-check "$python_mcp" \
