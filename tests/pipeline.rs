@@ -506,3 +506,28 @@ fn items_spread_over_text_blocks_are_paged_as_blocks() {
     let csv = run(&b, "hits", json!({"format": "csv", "limit": 5}), result);
     assert_eq!(text(&csv, 0), "id\nh0\nh1\nh2\nh3\nh4\n");
 }
+
+#[test]
+fn budget_arguments_are_stripped_before_the_call_goes_upstream_unless_passed_through() {
+    let stripped = budget("[[tool]]\nname = \"t\"\nitems = \"$.items\"\n");
+    let mut params = json!({"name": "t", "arguments": {"q": "x", "limit": 5, "after": null}});
+    let refused = stripped.prepare_call(&mut params);
+    assert!(refused.is_err(), "after:null is not a cursor");
+    let mut params = json!({"name": "t", "arguments": {"q": "x", "limit": 5}});
+    stripped.prepare_call(&mut params).unwrap();
+    assert_eq!(params["arguments"], json!({"q": "x"}));
+    let passed = budget("[[tool]]\nname = \"t\"\nitems = \"$.items\"\npassthrough = [\"limit\"]\n");
+    let mut params = json!({"name": "t", "arguments": {"q": "x", "limit": 5}});
+    passed.prepare_call(&mut params).unwrap();
+    assert_eq!(params["arguments"], json!({"q": "x", "limit": 5}));
+    let err = Policy::parse(
+        "[[tool]]\nname = \"t\"\nitems = \"$.items\"\npassthrough = [\"nope\"]\n",
+        Path::new("p.toml"),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("passthrough: \"nope\" is not an argument the proxy adds"),
+        "{err}"
+    );
+}
