@@ -284,6 +284,15 @@ fn match_key(method: &str, params: Option<&Value>) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A request's params without `_meta` (progress tokens and the like differ from run to run).
+fn params_without_meta(request: &Value) -> Value {
+    let mut params = request.get("params").cloned().unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut params {
+        map.remove("_meta");
+    }
+    params
+}
+
 /// Key=value pairs of a value, for closeness.
 fn flatten(prefix: &str, value: &Value, out: &mut Vec<String>) {
     match value {
@@ -388,36 +397,17 @@ impl Replayer {
             .iter()
             .map(|e| {
                 let mut have = Vec::new();
-                let mut p = e
-                    .upstream_request
-                    .get("params")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                if let Value::Object(map) = &mut p {
-                    map.remove("_meta");
-                }
-                flatten("", &p, &mut have);
+                flatten("", &params_without_meta(&e.upstream_request), &mut have);
                 let common = have.iter().filter(|h| wanted.contains(h)).count();
-                let score = (usize::from(e.method == method), common);
-                (score, e)
+                ((usize::from(e.method == method), common), e)
             })
             .max_by_key(|(score, _)| *score);
         match best {
-            Some((_, e)) => {
-                let mut p = e
-                    .upstream_request
-                    .get("params")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                if let Value::Object(map) = &mut p {
-                    map.remove("_meta");
-                }
-                format!(
-                    "the closest recorded request is {} {}",
-                    e.method,
-                    compact(Some(&p))
-                )
-            }
+            Some((_, e)) => format!(
+                "the closest recorded request is {} {}",
+                e.method,
+                compact(Some(&params_without_meta(&e.upstream_request)))
+            ),
             None => "the recording has no requests".to_string(),
         }
     }
