@@ -6,7 +6,8 @@
 //! No SDK: an SDK would normalize exactly the details under test.
 //!
 //! Tools: `report` (progress, logging, a sampling request, then a rich result), `slow` (answers
-//! only `notifications/cancelled`, by logging it), `crash` (exits 3 mid-call), `noise` (writes a
+//! only `notifications/cancelled`, by logging it), `ticking` (progress every 100 ms, then the
+//! answer), `crash` (exits 3 mid-call), `noise` (writes a
 //! non-JSON line first), `big` (a result of `arguments.bytes` bytes), `spawn` (starts a
 //! `sleep` grandchild and reports its pid), `list_changed` (emits
 //! `notifications/tools/list_changed`).
@@ -109,6 +110,25 @@ fn main() {
                         awaiting_sampling = Some((id, token));
                     }
                     "slow" => {} // answered only by cancellation, below
+                    "ticking" => {
+                        // Progress every 100 ms, `arguments.ticks` times, then the answer.
+                        let ticks = params["arguments"]["ticks"].as_u64().unwrap_or(3);
+                        for k in 1..=ticks {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                            send(
+                                &mut out,
+                                &format!(
+                                    r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":{k},"total":{ticks}}}}}"#
+                                ),
+                            );
+                        }
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"ticked {ticks}"}}]}}}}"#
+                            ),
+                        );
+                    }
                     "crash" => {
                         eprintln!("quirky: about to fail");
                         eprintln!("fatal: simulated crash in tool `crash`");

@@ -322,7 +322,7 @@ impl Session {
         let target = match &kind {
             Some(Kind::Response { id: Some(id) }) => routes.waiting.remove(id.key()),
             Some(Kind::Notification { method }) if method == "notifications/progress" => {
-                progress_token(bytes)
+                message::progress_token(bytes, "")
                     .and_then(|token| routes.progress.get(&token).copied())
                     .and_then(|n| routes.streams.get(&n).cloned())
             }
@@ -353,11 +353,6 @@ impl Session {
         routes.streams.clear();
         routes.get = None;
     }
-}
-
-fn progress_token(bytes: &[u8]) -> Option<String> {
-    let message: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    Some(message.get("params")?.get("progressToken")?.to_string())
 }
 
 /// The progress tokens of the requests in a client message.

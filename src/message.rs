@@ -149,6 +149,19 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
     Ok(Parsed::Single(Kind::Invalid))
 }
 
+/// The progress token (as JSON text) of a message: `params.<within>.progressToken`, or
+/// `params.progressToken` when `within` is empty.
+pub fn progress_token(line: &[u8], within: &str) -> Option<String> {
+    let message: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let params = message.get("params")?;
+    let holder = if within.is_empty() {
+        params
+    } else {
+        params.get(within)?
+    };
+    Some(holder.get("progressToken")?.to_string())
+}
+
 /// The id keys of the responses in a line (one message or a batch).
 pub fn response_keys(line: &[u8]) -> Vec<String> {
     let kinds = match parse(line) {

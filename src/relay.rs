@@ -41,6 +41,9 @@ struct InFlight {
     pending: Pending,
     /// When the request times out (`--request-timeout-secs`).
     deadline: Option<Instant>,
+    /// Its `_meta.progressToken` (JSON text), read only when timeouts are on: progress for
+    /// it restarts the timeout.
+    progress_token: Option<String>,
 }
 
 #[derive(Default)]
@@ -125,6 +128,23 @@ impl Relay {
         }
         self.record_answers(&out.to_client);
         out
+    }
+
+    /// Progress for a request in flight restarts its timeout: the server is working on it.
+    fn progress_seen(&self, line: &[u8]) {
+        let (Some(token), Some(timeout)) =
+            (message::progress_token(line, ""), self.request_timeout)
+        else {
+            return;
+        };
+        let mut state = self.state();
+        if let Some(flight) = state
+            .pending
+            .values_mut()
+            .find(|f| f.progress_token.as_deref() == Some(token.as_str()))
+        {
+            flight.deadline = Some(Instant::now() + timeout);
+        }
     }
 
     /// Every request in flight gets an error naming `reason` (the upstream was restarted);
@@ -311,6 +331,9 @@ impl Relay {
                     return None;
                 }
                 let deadline = self.request_timeout.map(|t| Instant::now() + t);
+                let progress_token = self
+                    .request_timeout
+                    .and_then(|_| message::progress_token(bytes, "_meta"));
                 state.pending.insert(
                     id.key().into(),
                     InFlight {
@@ -318,6 +341,7 @@ impl Relay {
                         method,
                         pending,
                         deadline,
+                        progress_token,
                     },
                 );
                 Some(rewritten)
@@ -391,6 +415,12 @@ impl Relay {
         };
         let rewritten = match parsed {
             Parsed::Single(Kind::Response { id: Some(id) }) => self.server_response(&id, &line),
+            Parsed::Single(Kind::Notification { method })
+                if method == "notifications/progress" && self.request_timeout.is_some() =>
+            {
+                self.progress_seen(&line);
+                None
+            }
             Parsed::Single(_) => None,
             Parsed::Batch(kinds) => self.server_batch(kinds, &line),
         };

@@ -35,6 +35,21 @@ async fn a_hung_request_times_out_and_the_server_is_told_to_cancel_it() {
 }
 
 #[tokio::test]
+async fn progress_keeps_a_long_request_alive_past_the_timeout() {
+    let mut peer = Peer::proxy(&["--request-timeout-secs", "1"], &[&quirky()]);
+    handshake(&mut peer).await;
+    // Fifteen ticks of 100 ms: 1.5 s in all, but never a second without a sign of life.
+    peer.send(r#"{"jsonrpc":"2.0","id":"t1","method":"tools/call","params":{"name":"ticking","arguments":{"ticks":15},"_meta":{"progressToken":"tk"}}}"#).await;
+    for k in 1..=15 {
+        let progress = peer.recv_json().await;
+        assert_eq!(progress["params"]["progress"], k, "{progress}");
+    }
+    let done = peer.recv_json().await;
+    assert_eq!(done["id"], "t1");
+    assert_eq!(done["result"]["content"][0]["text"], "ticked 15");
+}
+
+#[tokio::test]
 async fn a_100_mb_result_gets_a_clear_error_and_the_relay_goes_on() {
     let mut peer = Peer::proxy(&[], &[&quirky()]);
     handshake(&mut peer).await;
