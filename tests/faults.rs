@@ -3,12 +3,9 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use common::{Peer, example, gone, handshake};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 fn quirky() -> String {
     example("quirky_server").to_str().unwrap().to_string()
@@ -143,63 +140,12 @@ async fn requests_in_flight_when_the_server_crashes_get_errors_under_restart() {
     );
 }
 
-async fn listen(args: &[&str]) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(common::proxy_bin())
-        .args(["--listen", "http://127.0.0.1:0/mcp"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(common::PATIENCE, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    (child, line.trim_start_matches("listening on ").to_string())
-}
-
-fn post(
-    client: &reqwest::Client,
-    url: &str,
-    session: Option<&str>,
-    body: &str,
-) -> reqwest::RequestBuilder {
-    let mut request = client
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    request
-}
-
-async fn initialize(client: &reqwest::Client, url: &str) -> String {
-    let response = post(client, url, None, common::INITIALIZE)
-        .send()
-        .await
-        .unwrap();
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _ = response.text().await;
-    post(client, url, Some(&session), common::INITIALIZED)
-        .send()
-        .await
-        .unwrap();
-    session
-}
-
 #[tokio::test]
 async fn an_http_client_that_disconnects_mid_call_cancels_it_upstream_and_leaks_nothing() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let (proxy, url) = listen(&["--max-sessions", "1", "--", &quirky()]).await;
+    let (proxy, url) = common::listen(&["--max-sessions", "1", "--", &quirky()], &[]).await;
     let client = reqwest::Client::new();
-    let session = initialize(&client, &url).await;
+    let session = common::mcp_initialize(&client, &url).await;
     // The GET stream receives what belongs to no open request: the server's log of the cancel.
     let get = client
         .get(&url)
@@ -209,7 +155,7 @@ async fn an_http_client_that_disconnects_mid_call_cancels_it_upstream_and_leaks_
         .await
         .unwrap();
     let mut server_events = sse_stream::SseStream::from_bytes_stream(get.bytes_stream());
-    let call = post(
+    let call = common::mcp_post(
         &client,
         &url,
         Some(&session),
@@ -246,7 +192,7 @@ async fn an_http_client_that_disconnects_mid_call_cancels_it_upstream_and_leaks_
         common::children(proxy.id().unwrap()).is_empty(),
         "no server process left"
     );
-    let again = post(&client, &url, None, common::INITIALIZE)
+    let again = common::mcp_post(&client, &url, None, common::INITIALIZE)
         .send()
         .await
         .unwrap();
@@ -260,11 +206,11 @@ async fn an_http_client_that_disconnects_mid_call_cancels_it_upstream_and_leaks_
 #[tokio::test]
 async fn one_sessions_crash_leaves_the_others_serving() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let (_proxy, url) = listen(&["--", &quirky()]).await;
+    let (_proxy, url) = common::listen(&["--", &quirky()], &[]).await;
     let client = reqwest::Client::new();
-    let a = initialize(&client, &url).await;
-    let b = initialize(&client, &url).await;
-    let crash = post(
+    let a = common::mcp_initialize(&client, &url).await;
+    let b = common::mcp_initialize(&client, &url).await;
+    let crash = common::mcp_post(
         &client,
         &url,
         Some(&a),
@@ -277,7 +223,7 @@ async fn one_sessions_crash_leaves_the_others_serving() {
     .await
     .unwrap();
     assert!(crash.contains("exit status: 3"), "{crash}");
-    let ping = post(
+    let ping = common::mcp_post(
         &client,
         &url,
         Some(&b),
@@ -294,7 +240,7 @@ async fn one_sessions_crash_leaves_the_others_serving() {
         "{ping}"
     );
     // The crashed session is gone: its client is told to start a new one.
-    let after = post(
+    let after = common::mcp_post(
         &client,
         &url,
         Some(&a),

@@ -8,7 +8,6 @@ mod common;
 mod record;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use common::{Peer, example, gone, handshake};
@@ -21,7 +20,6 @@ use rmcp::transport::streamable_http_server::{
 };
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
 
@@ -43,34 +41,21 @@ fn shared_key_policy() -> PathBuf {
     path
 }
 
-/// mcp-budget listening on 127.0.0.1:0; returns the process and its URL.
+/// mcp-budget listening on 127.0.0.1:0, with the test environment; the process and its URL.
 async fn listen(options: &[&str], server: &[&str]) -> (tokio::process::Child, String) {
-    let mut command = tokio::process::Command::new(common::proxy_bin());
-    command
-        .args(["--listen", "http://127.0.0.1:0/mcp"])
-        .args(options)
-        .env("MCP_BUDGET_TEST_KEY", "shared secret")
-        .env("MCP_TEST_TOKEN", "s3cret")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
+    let mut args: Vec<&str> = options.to_vec();
     if !server.is_empty() {
-        command.arg("--").args(server);
+        args.push("--");
+        args.extend_from_slice(server);
     }
-    let mut child = command.spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(common::PATIENCE, lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let url = line
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_string();
-    (child, url)
+    common::listen(
+        &args,
+        &[
+            ("MCP_BUDGET_TEST_KEY", "shared secret"),
+            ("MCP_TEST_TOKEN", "s3cret"),
+        ],
+    )
+    .await
 }
 
 /// reqwest here is built without a default TLS provider (the proxy installs ring at start).
@@ -371,35 +356,11 @@ fn http() -> reqwest::Client {
 }
 
 fn post(url: &str, session: Option<&str>, body: &str) -> reqwest::RequestBuilder {
-    let mut request = http()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    request
+    common::mcp_post(&http(), url, session, body)
 }
 
 async fn initialize(url: &str) -> String {
-    let response = post(url, None, INIT).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _ = response.text().await.unwrap();
-    let ack = post(
-        url,
-        Some(&session),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(ack.status(), 202);
-    session
+    common::mcp_initialize(&http(), url).await
 }
 
 #[tokio::test]

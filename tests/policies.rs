@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{Peer, handshake};
 use serde_json::{Value, json};
@@ -14,19 +14,9 @@ fn root() -> &'static Path {
 }
 
 fn behind(policy: &str, fixture: &str) -> Peer {
-    let bin = common::proxy_bin();
-    let policy: PathBuf = root().join("policies").join(policy);
-    let fixture: PathBuf = root().join("tests/fixtures").join(fixture);
-    Peer::spawn(
-        &bin,
-        &[
-            "--policy",
-            policy.to_str().unwrap(),
-            "--",
-            bin.to_str().unwrap(),
-            "replay",
-            fixture.to_str().unwrap(),
-        ],
+    common::replay_behind(
+        &root().join("policies").join(policy),
+        &root().join("tests/fixtures").join(fixture),
     )
 }
 

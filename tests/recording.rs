@@ -42,17 +42,8 @@ fn proxy_command(args: &[&str]) -> tokio::process::Command {
     command
 }
 
-/// `mcp-budget --policy P -- mcp-budget replay FILE`: a recorded server behind a policy.
 fn replay_behind(policy: &Path, recording: &Path) -> Peer {
-    let bin = common::proxy_bin();
-    Peer::from_command(proxy_command(&[
-        "--policy",
-        policy.to_str().unwrap(),
-        "--",
-        bin.to_str().unwrap(),
-        "replay",
-        recording.to_str().unwrap(),
-    ]))
+    common::replay_behind(policy, recording)
 }
 
 async fn call(peer: &mut Peer, id: u64, tool: &str, arguments: Value) -> Value {

@@ -202,3 +202,84 @@ pub async fn wait_for_child(pid: u32) -> u32 {
     }
     panic!("process {pid} started no child");
 }
+
+/// mcp-budget listening on 127.0.0.1:0 with `args` (then `--` and the server, if any) and
+/// extra environment; returns the process and the URL it printed.
+pub async fn listen(args: &[&str], env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    let mut command = Command::new(proxy_bin());
+    command
+        .args(["--listen", "http://127.0.0.1:0/mcp"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("start mcp-budget --listen");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("the listening line in time")
+        .expect("read")
+        .expect("a line");
+    let url = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_string();
+    (child, url)
+}
+
+/// A POST of one JSON-RPC message to an MCP endpoint, accepting JSON or SSE.
+pub fn mcp_post(
+    client: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    request
+}
+
+/// `initialize` then `notifications/initialized` over HTTP; the session id.
+pub async fn mcp_initialize(client: &reqwest::Client, url: &str) -> String {
+    let response = mcp_post(client, url, None, INITIALIZE)
+        .send()
+        .await
+        .expect("initialize");
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .expect("session id")
+        .to_string();
+    let _ = response.text().await;
+    let ack = mcp_post(client, url, Some(&session), INITIALIZED)
+        .send()
+        .await
+        .expect("initialized");
+    assert_eq!(ack.status(), 202);
+    session
+}
+
+/// `mcp-budget --policy P -- mcp-budget replay FILE`: a recorded server behind a policy (with
+/// `MCP_BUDGET_TEST_KEY` set, for policies that share their cursor key through it).
+pub fn replay_behind(policy: &std::path::Path, recording: &std::path::Path) -> Peer {
+    let bin = proxy_bin();
+    let mut command = Command::new(&bin);
+    command
+        .env("MCP_BUDGET_TEST_KEY", "k")
+        .arg("--policy")
+        .arg(policy)
+        .arg("--")
+        .arg(&bin)
+        .arg("replay")
+        .arg(recording);
+    Peer::from_command(command)
+}
