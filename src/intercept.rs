@@ -75,10 +75,6 @@ impl Interceptor {
         Interceptor::new(Budget::new(Policy::default()))
     }
 
-    pub fn budget(&self) -> &Budget {
-        &self.budget
-    }
-
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.
     pub fn tools_list_response(&self, message: &[u8]) -> Option<Vec<u8>> {
         if self.budget.policy().rules.is_empty() {

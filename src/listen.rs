@@ -267,7 +267,13 @@ impl Session {
     /// Sends a server message to the client stream it belongs to, waiting while that stream
     /// is full (a slow client slows its own session, nothing else).
     async fn route(&self, bytes: Vec<u8>) {
-        let target = self.target(&bytes);
+        let kind = classify(&bytes);
+        self.route_kind(bytes, kind).await;
+    }
+
+    /// `route`, for a message whose envelope was already read.
+    async fn route_kind(&self, bytes: Vec<u8>, kind: Option<Kind>) {
+        let target = self.target(&bytes, kind);
         let bytes = match target {
             Some(tx) => match tx.send(bytes).await {
                 Ok(()) => return,
@@ -280,7 +286,8 @@ impl Session {
 
     /// Like `route`, without waiting: a full stream gets the message in the backlog.
     fn route_now(&self, bytes: Vec<u8>) {
-        let bytes = match self.target(&bytes) {
+        let kind = classify(&bytes);
+        let bytes = match self.target(&bytes, kind) {
             Some(tx) => match tx.try_send(bytes) {
                 Ok(()) => return,
                 Err(
@@ -305,14 +312,7 @@ impl Session {
 
     /// Where a server message goes: the POST waiting for it, the stream of the request whose
     /// progress it reports, else the GET stream, else the newest POST stream.
-    fn target(&self, bytes: &[u8]) -> Option<mpsc::Sender<Vec<u8>>> {
-        let kind = match message::parse(bytes) {
-            Ok(Parsed::Single(kind)) => Some(kind),
-            Ok(Parsed::Batch(kinds)) => kinds
-                .into_iter()
-                .find(|k| matches!(k, Kind::Response { id: Some(_) })),
-            Err(_) => None,
-        };
+    fn target(&self, bytes: &[u8], kind: Option<Kind>) -> Option<mpsc::Sender<Vec<u8>>> {
         if let Some(Kind::Response { id: Some(id) }) = &kind
             && lock(&self.initialize_key).as_deref() == Some(id.key())
         {
@@ -396,13 +396,24 @@ async fn sweep_timeouts(session: std::sync::Weak<Session>, timeout: Duration) {
     }
 }
 
+/// The envelope a message is routed by (for a batch, its first response).
+fn classify(bytes: &[u8]) -> Option<Kind> {
+    match message::parse(bytes) {
+        Ok(Parsed::Single(kind)) => Some(kind),
+        Ok(Parsed::Batch(kinds)) => kinds
+            .into_iter()
+            .find(|k| matches!(k, Kind::Response { id: Some(_) })),
+        Err(_) => None,
+    }
+}
+
 /// Reads the upstream's messages into the session until it ends.
 async fn pump(listener: Arc<Listener>, session: Arc<Session>, mut events: mpsc::Receiver<Event>) {
     while let Some(event) = events.recv().await {
         match event {
             Event::Frame(frame) => {
-                if let Some(bytes) = session.relay.from_server(frame) {
-                    session.route(bytes).await;
+                if let Some((bytes, kind)) = session.relay.from_server_classified(frame) {
+                    session.route_kind(bytes, kind).await;
                 }
             }
             Event::Restarting { reason } => {

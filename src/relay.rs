@@ -392,6 +392,12 @@ impl Relay {
 
     /// A frame from the server: the bytes to send to the client, if any.
     pub fn from_server(&self, frame: Frame) -> Option<Vec<u8>> {
+        self.from_server_classified(frame).map(|(bytes, _)| bytes)
+    }
+
+    /// Like [`Relay::from_server`], with the envelope read on the way (for a batch, its first
+    /// response), so a transport that routes by it need not parse the message again.
+    pub fn from_server_classified(&self, frame: Frame) -> Option<(Vec<u8>, Option<Kind>)> {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::TooLarge { bytes, id, method } => {
@@ -400,7 +406,7 @@ impl Relay {
                 }
                 let answer = self.server_too_large(bytes, id, method);
                 self.record_answers(answer.as_slice());
-                return answer;
+                return answer.map(|bytes| (bytes, None));
             }
         };
         let parsed = match message::parse(&line) {
@@ -412,6 +418,13 @@ impl Relay {
                 }
                 return None;
             }
+        };
+        let kind = match &parsed {
+            Parsed::Single(kind) => Some(kind.clone()),
+            Parsed::Batch(kinds) => kinds
+                .iter()
+                .find(|k| matches!(k, Kind::Response { id: Some(_) }))
+                .cloned(),
         };
         let rewritten = match parsed {
             Parsed::Single(Kind::Response { id: Some(id) }) => self.server_response(&id, &line),
@@ -431,7 +444,7 @@ impl Relay {
                 rewritten.as_deref().map(|d| ("delivered", d)),
             );
         }
-        Some(rewritten.unwrap_or(line))
+        Some((rewritten.unwrap_or(line), kind))
     }
 
     /// The rewritten bytes of a response, or `None` to forward it unchanged.

@@ -455,24 +455,14 @@ fn text_of(result: &Value) -> String {
 
 #[tokio::test]
 async fn check_and_explain() {
-    let out = std::process::Command::new(common::proxy_bin())
-        .arg("check")
-        .arg(fleet_policy())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = common::run_ok([std::ffi::OsStr::new("check"), fleet_policy().as_os_str()]);
     assert!(stdout.contains("fleet_show, wave_show: paged"), "{stdout}");
 
     let dir = std::env::temp_dir().join(format!("mcp-budget-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "[[tool]]\nname = \"t\"\nitems = \"$.[x\"\n").unwrap();
-    let out = std::process::Command::new(common::proxy_bin())
-        .arg("check")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = common::run([std::ffi::OsStr::new("check"), bad.as_os_str()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -483,33 +473,25 @@ async fn check_and_explain() {
         "{stderr}"
     );
     // The proxy refuses to start on a bad policy too.
-    let out = std::process::Command::new(common::proxy_bin())
-        .arg("--policy")
-        .arg(&bad)
-        .arg("--")
-        .arg("true")
-        .output()
-        .unwrap();
+    let out = common::run([
+        std::ffi::OsStr::new("--policy"),
+        bad.as_os_str(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
 
     let fleet = example("fleet_server");
-    let out = std::process::Command::new(common::proxy_bin())
-        .args([
-            "explain",
-            fleet_policy().to_str().unwrap(),
-            "--tool",
-            "wave_show",
-            "--",
-        ])
-        .arg(&fleet)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let descriptor: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let policy = fleet_policy();
+    let stdout = common::run_ok([
+        "explain".as_ref(),
+        policy.as_os_str(),
+        "--tool".as_ref(),
+        "wave_show".as_ref(),
+        "--".as_ref(),
+        fleet.as_os_str(),
+    ]);
+    let descriptor: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(descriptor["name"], "wave_show");
     assert!(descriptor["inputSchema"]["properties"]["wave"].is_object());
     assert_eq!(
@@ -523,17 +505,14 @@ async fn check_and_explain() {
         r#"{"tools":[{"name":"fleet_show","inputSchema":{"type":"object"}}]}"#,
     )
     .unwrap();
-    let out = std::process::Command::new(common::proxy_bin())
-        .args([
-            "explain",
-            fleet_policy().to_str().unwrap(),
-            "--tool",
-            "nope",
-            "--descriptor",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = common::run([
+        "explain".as_ref(),
+        policy.as_os_str(),
+        "--tool".as_ref(),
+        "nope".as_ref(),
+        "--descriptor".as_ref(),
+        file.as_os_str(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr)

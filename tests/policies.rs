@@ -255,23 +255,10 @@ async fn everything_small_results_pass_unchanged_under_its_policy() {
 }
 
 fn suggest(fixture: &str) -> String {
-    let out = std::process::Command::new(common::proxy_bin())
-        .args([
-            "suggest",
-            root()
-                .join("tests/fixtures")
-                .join(fixture)
-                .to_str()
-                .unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::run_ok([
+        "suggest".as_ref(),
+        root().join("tests/fixtures").join(fixture).as_os_str(),
+    ])
 }
 
 fn check(policy_text: &str, name: &str) {
@@ -279,11 +266,7 @@ fn check(policy_text: &str, name: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, policy_text).unwrap();
-    let out = std::process::Command::new(common::proxy_bin())
-        .arg("check")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = common::run([std::ffi::OsStr::new("check"), path.as_os_str()]);
     assert!(
         out.status.success(),
         "suggested policy fails check: {}\n{policy_text}",

@@ -328,22 +328,16 @@ async fn a_recording_cut_mid_line_replays_up_to_the_cut_and_says_so() {
 
 #[tokio::test]
 async fn the_report_of_the_fleet_recording() {
-    let out = std::process::Command::new(common::proxy_bin())
-        .args([
-            "report",
-            "--policy",
-            fleet_policy().to_str().unwrap(),
-            "--json",
-            fixture("fleet-68.jsonl").to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let policy = fleet_policy();
+    let recording = fixture("fleet-68.jsonl");
+    let stdout = common::run_ok([
+        "report".as_ref(),
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--json".as_ref(),
+        recording.as_os_str(),
+    ]);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
     let calls = report["calls"].as_array().unwrap();
     let row = |k: usize| {
         let c = &calls[k];
@@ -406,11 +400,7 @@ async fn the_report_of_the_fleet_recording() {
     assert_eq!(report["tools_without_rule"], json!([]));
 
     // Without a policy: the built-in cap would refuse fleet_show and wave_show w5 has no rule.
-    let out = std::process::Command::new(common::proxy_bin())
-        .args(["report", fixture("fleet-68.jsonl").to_str().unwrap()])
-        .output()
-        .unwrap();
-    let table = String::from_utf8(out.stdout).unwrap();
+    let table = common::run_ok(["report".as_ref(), recording.as_os_str()]);
     assert!(
         table.contains("tools the cap would refuse with default arguments: fleet_show"),
         "{table}"

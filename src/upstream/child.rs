@@ -94,11 +94,6 @@ impl ChildServer {
         ))
     }
 
-    /// The process id, while the child runs.
-    pub fn id(&self) -> Option<u32> {
-        self.child.id()
-    }
-
     /// Waits for the child to exit (cancel-safe; returns the same status once known).
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         if let Some(status) = self.status {

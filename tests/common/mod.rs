@@ -283,3 +283,30 @@ pub fn replay_behind(policy: &std::path::Path, recording: &std::path::Path) -> P
         .arg(recording);
     Peer::from_command(command)
 }
+
+/// Runs the mcp-budget binary to completion.
+pub fn run<I, S>(args: I) -> std::process::Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    std::process::Command::new(proxy_bin())
+        .args(args)
+        .output()
+        .expect("run mcp-budget")
+}
+
+/// Runs the mcp-budget binary, asserts it succeeded, and returns its stdout.
+pub fn run_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "mcp-budget failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
