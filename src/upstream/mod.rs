@@ -205,6 +205,8 @@ async fn run_child(
             (child::exit_reason(status.ok(), &child.stderr_tail()), false)
         }
     };
+    // However the server ended, nothing it started outlives it: end its process group.
+    child.signal_group(nix::sys::signal::Signal::SIGTERM);
     if !stopped {
         tracing::error!(%reason, "upstream server ended");
     }
