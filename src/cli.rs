@@ -2,7 +2,17 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// When a stdio server is restarted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Restart {
+    /// A crash ends the session.
+    #[default]
+    Never,
+    /// A crash restarts the server (at most five times a minute).
+    OnFailure,
+}
 
 /// Put a response budget in front of any MCP server.
 ///
@@ -51,8 +61,23 @@ pub struct RunArgs {
     /// Restart a stdio server that crashes (`on-failure`): requests in flight get errors, the
     /// new server is initialized with the client's original `initialize`, and the client gets
     /// `notifications/tools/list_changed`. Default: `never` (a crash ends the session).
-    #[arg(long, value_name = "WHEN", default_value = "never", value_parser = ["never", "on-failure"])]
-    pub restart: String,
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = Restart::Never)]
+    pub restart: Restart,
+
+    /// Answer `initialize` with an error when the server has not answered it within this many
+    /// seconds (a server that never comes up must not hang its client).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub initialize_timeout_secs: f64,
+
+    /// At most this many requests in flight per session; more get an error until answers come.
+    #[arg(long, value_name = "N", default_value_t = crate::relay::DEFAULT_MAX_IN_FLIGHT)]
+    pub max_in_flight: usize,
+
+    /// With --upstream: once the server begins sending a message (a JSON body or one SSE
+    /// event), it must finish within this many seconds; else the connection is dropped and the
+    /// requests it carried get an error.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub upstream_read_timeout_secs: f64,
 
     /// Listen for clients over Streamable HTTP at this URL instead of stdio,
     /// e.g. http://127.0.0.1:8080/mcp (port 0 picks a free port; the address is printed).
@@ -69,9 +94,10 @@ pub struct RunArgs {
     pub upstream_header: Vec<String>,
 
     /// With --listen: require `Authorization: Bearer <token>`, the token read from this
-    /// environment variable.
+    /// environment variable. Repeatable: each variable holds one accepted token, and a session
+    /// stays bound to the token that opened it.
     #[arg(long, value_name = "NAME")]
-    pub auth_token_env: Option<String>,
+    pub auth_token_env: Vec<String>,
 
     /// With --listen: another Host header value to accept (besides localhost, 127.0.0.1, `[::1]`
     /// and the listen address). Repeatable.
@@ -86,6 +112,24 @@ pub struct RunArgs {
     /// With --listen: at most this many client sessions at once (503 beyond).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_sessions: usize,
+
+    /// With --listen: at most this many sessions for one client (one token, or one address
+    /// when no token is required), so that no client can hold every slot (429 beyond).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_sessions_per_client: usize,
+
+    /// With --listen: at most this many open connections; more are refused at once (503).
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub max_connections: usize,
+
+    /// With --listen: a connection must send a request's headers within this many seconds,
+    /// and an idle connection is closed after it.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub header_timeout_secs: f64,
+
+    /// With --listen: a request body must arrive within this many seconds (408 beyond).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub body_timeout_secs: f64,
 
     /// With --listen: end a session (and its upstream) after this long without a request.
     #[arg(long, value_name = "SECS", default_value_t = 1800)]

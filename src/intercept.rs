@@ -129,17 +129,7 @@ impl Interceptor {
         match self.budget.prepare_call(params) {
             Err(error) => {
                 tracing::debug!(tool = %name, %error, "budget argument refused");
-                let result = serde_json::json!({
-                    "content": [{"type": "text", "text": error.to_string()}],
-                    "isError": true,
-                });
-                CallDecision::Answer(
-                    format!(
-                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{result}}}",
-                        id.raw()
-                    )
-                    .into_bytes(),
-                )
+                CallDecision::Answer(crate::jsonrpc::tool_error(id, &error.to_string()))
             }
             Ok(plan) => {
                 let after = params

@@ -1,4 +1,7 @@
-//! JSON-RPC messages the proxy writes itself: error responses and the codes it uses.
+//! JSON-RPC messages the proxy writes itself: every one comes from a builder here.
+//!
+//! Ids are echoed as the peer wrote them ([`Id::raw`]); strings are escaped by serde_json, so
+//! no builder can write invalid JSON whatever text it is handed.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -9,6 +12,8 @@ use crate::message::Id;
 pub const PARSE_ERROR: i64 = -32700;
 /// The message is not a valid request (here: it exceeds the size limit).
 pub const INVALID_REQUEST: i64 = -32600;
+/// The method is not known (here: by a recorded server).
+pub const METHOD_NOT_FOUND: i64 = -32601;
 /// The upstream server is gone, timed out, or answered with something unusable.
 pub const UPSTREAM_ERROR: i64 = -32000;
 
@@ -30,6 +35,53 @@ pub fn error_response(id: Option<&Id>, code: i64, message: &str, data: Option<&V
     .unwrap_or_else(|_| format!("{{\"code\":{code},\"message\":\"error\"}}"));
     let id = id.map_or("null", Id::raw);
     format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}").into_bytes()
+}
+
+/// A JSON string literal for `text`.
+fn quote(text: &str) -> String {
+    // Serializing a `&str` cannot fail; the fallback keeps the output valid JSON regardless.
+    serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
+}
+
+/// `notifications/cancelled` for request `id`, with a reason.
+pub fn cancelled(id: &Id, reason: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{},"reason":{}}}}}"#,
+        id.raw(),
+        quote(reason)
+    )
+    .into_bytes()
+}
+
+/// `notifications/initialized`, as the proxy sends it when it re-initializes a server.
+pub fn initialized() -> Vec<u8> {
+    br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_vec()
+}
+
+/// `notifications/tools/list_changed`, sent when the tools a client sees may have changed.
+pub fn tools_list_changed() -> Vec<u8> {
+    br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.to_vec()
+}
+
+/// `notifications/message` from the proxy itself (logger `mcp-budget`).
+pub fn log_message(level: &str, text: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":{},"logger":"mcp-budget","data":{}}}}}"#,
+        quote(level),
+        quote(text)
+    )
+    .into_bytes()
+}
+
+/// A `tools/call` result that is a tool execution error (`isError: true`) with `text`, for
+/// problems the model can fix itself (MCP 2025-11-25: those are results, not JSON-RPC errors).
+pub fn tool_error(id: &Id, text: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":{}}}],"isError":true}}}}"#,
+        id.raw(),
+        quote(text)
+    )
+    .into_bytes()
 }
 
 /// A short, printable excerpt of a line for logs and error messages.
@@ -58,6 +110,25 @@ mod tests {
         assert_eq!(
             String::from_utf8(bytes).unwrap(),
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x","data":{"a":1}}}"#
+        );
+    }
+
+    #[test]
+    fn builders_write_valid_json_whatever_the_text() {
+        let id = Id::from_json_text(r#""a\"b""#);
+        for bytes in [
+            cancelled(&id, "quote \" and \n newline"),
+            tool_error(&id, "limit must be an integer between 1 and 100"),
+            log_message("warning", "\u{0}"),
+            initialized(),
+            tools_list_changed(),
+        ] {
+            let value: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(value["jsonrpc"], "2.0");
+        }
+        assert_eq!(
+            String::from_utf8(cancelled(&Id::from_json_text("5"), "gone")).unwrap(),
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5,"reason":"gone"}}"#
         );
     }
 

@@ -53,6 +53,7 @@ pub mod jsonrpc;
 pub mod listen;
 pub mod message;
 pub mod policy;
+pub mod queue;
 pub mod record;
 pub mod relay;
 pub mod replay;

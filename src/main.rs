@@ -10,13 +10,12 @@ use mcp_budget::budget::Budget;
 use mcp_budget::budget::cursor::CursorKey;
 use std::path::PathBuf;
 
-use mcp_budget::cli::{Cli, Command, RunArgs};
+use mcp_budget::cli::{Cli, Command, Restart, RunArgs};
 use mcp_budget::explain;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::listen;
 use mcp_budget::policy::Policy;
 use mcp_budget::record::Recorder;
-use mcp_budget::relay::Relay;
 use mcp_budget::replay::{Recording, Replayer};
 use mcp_budget::report;
 use mcp_budget::stdio::{self, Outcome};
@@ -166,17 +165,16 @@ async fn proxy(
         (None, true) => Policy::uncapped(),
         (None, false) => Policy::default(),
     };
-    let request_timeout = match run.request_timeout_secs {
-        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
-        Some(secs) => {
-            anyhow::bail!("--request-timeout-secs {secs}: give a positive number of seconds")
-        }
-        None => None,
-    };
+    let request_timeout = run
+        .request_timeout_secs
+        .map(|secs| seconds("--request-timeout-secs", secs))
+        .transpose()?;
     let options = stdio::Options {
         max_message_bytes: run.max_message_bytes,
         shutdown_grace: Duration::from_millis(run.shutdown_grace_ms),
         request_timeout,
+        initialize_timeout: seconds("--initialize-timeout-secs", run.initialize_timeout_secs)?,
+        max_in_flight: run.max_in_flight,
     };
     let spec = match (upstream, &run.upstream, run.server.is_empty()) {
         (Some(spec), _, _) => spec,
@@ -194,9 +192,16 @@ async fn proxy(
                 .iter()
                 .map(|h| http::parse_header(h))
                 .collect::<Result<Vec<_>, _>>()?;
-            UpstreamSpec::Http(http::HttpSpec { url, headers })
+            UpstreamSpec::Http(http::HttpSpec {
+                url,
+                headers,
+                read_timeout: seconds(
+                    "--upstream-read-timeout-secs",
+                    run.upstream_read_timeout_secs,
+                )?,
+            })
         }
-        (None, None, false) if run.restart == "on-failure" => {
+        (None, None, false) if run.restart == Restart::OnFailure => {
             UpstreamSpec::Supervised(run.server.clone())
         }
         (None, None, false) => UpstreamSpec::Command(run.server.clone()),
@@ -227,31 +232,38 @@ async fn proxy(
     let budget = Arc::new(Budget::new(policy));
     let code = if let Some(listen_url) = &run.listen {
         let (url, addr) = listen::parse_listen_url(listen_url)?;
-        let auth_token = match &run.auth_token_env {
-            Some(name) => Some(
-                std::env::var(name)
-                    .ok()
-                    .filter(|t| !t.is_empty())
-                    .with_context(|| format!("--auth-token-env {name}: the environment variable {name} is not set or empty"))?,
-            ),
-            None => None,
-        };
+        let mut auth_tokens = Vec::new();
+        for name in &run.auth_token_env {
+            let token = std::env::var(name)
+                .ok()
+                .filter(|t| !t.is_empty())
+                .with_context(|| format!("--auth-token-env {name}: the environment variable {name} is not set or empty"))?;
+            auth_tokens.push(token);
+        }
+        let (tcp, url) = listen::bind(&url, addr).await?;
         let listen_options = listen::ListenOptions {
-            url,
             allow_hosts: run.allow_host.clone(),
             allow_origins: run.allow_origin.clone(),
-            auth_token,
+            auth_tokens,
             max_sessions: run.max_sessions,
+            max_sessions_per_client: run.max_sessions_per_client,
+            max_connections: run.max_connections,
+            header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
+            body_timeout: seconds("--body-timeout-secs", run.body_timeout_secs)?,
             idle: Duration::from_secs(run.session_idle_secs),
             session: options,
             recorder,
+            ..listen::ListenOptions::new(url.clone())
         };
-        listen::serve(listen_options, addr, spec, budget, shutdown_signal()).await?;
+        // The address clients use (with the port picked for port 0): tests and scripts read it.
+        println!("listening on {url}");
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        listen::serve(tcp, listen_options, spec, budget, shutdown_signal()).await?;
         ExitCode::SUCCESS
     } else {
         let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
-        let mut relay =
-            Relay::new(Interceptor::shared(budget)).with_request_timeout(options.request_timeout);
+        let mut relay = options.relay(Interceptor::shared(budget));
         if let Some(recorder) = recorder {
             relay = relay.with_recorder(recorder);
         }
@@ -285,6 +297,15 @@ async fn proxy(
         }
     }
     Ok(code)
+}
+
+/// A duration given in seconds on the command line: positive and finite.
+fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    if secs.is_finite() && secs > 0.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        anyhow::bail!("{flag} {secs}: give a positive number of seconds")
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

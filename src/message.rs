@@ -72,6 +72,35 @@ pub enum Parsed {
     Batch(Vec<Kind>),
 }
 
+impl Parsed {
+    /// The envelope a message is routed by: the message's own, or a batch's first response.
+    pub fn single(self) -> Option<Kind> {
+        match self {
+            Parsed::Single(kind) => Some(kind),
+            Parsed::Batch(kinds) => kinds
+                .into_iter()
+                .find(|k| matches!(k, Kind::Response { id: Some(_) })),
+        }
+    }
+
+    /// Whether this is something no JSON-RPC peer may send: a scalar, an empty batch, or a
+    /// batch with a scalar in it.
+    pub fn is_invalid(&self) -> bool {
+        match self {
+            Parsed::Single(kind) => *kind == Kind::Invalid,
+            Parsed::Batch(kinds) => kinds.is_empty() || kinds.contains(&Kind::Invalid),
+        }
+    }
+
+    /// Every message's envelope.
+    pub fn kinds(&self) -> &[Kind] {
+        match self {
+            Parsed::Single(kind) => std::slice::from_ref(kind),
+            Parsed::Batch(kinds) => kinds,
+        }
+    }
+}
+
 /// The line is not JSON.
 #[derive(Debug, thiserror::Error)]
 pub enum NotJson {
@@ -149,17 +178,55 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
     Ok(Parsed::Single(Kind::Invalid))
 }
 
-/// The progress token (as JSON text) of a message: `params.<within>.progressToken`, or
-/// `params.progressToken` when `within` is empty.
-pub fn progress_token(line: &[u8], within: &str) -> Option<String> {
-    let message: serde_json::Value = serde_json::from_slice(line).ok()?;
-    let params = message.get("params")?;
-    let holder = if within.is_empty() {
-        params
-    } else {
-        params.get(within)?
+#[derive(Deserialize)]
+struct ProgressParams<'a> {
+    #[serde(borrow)]
+    params: Option<TokenHolder<'a>>,
+}
+
+#[derive(Deserialize)]
+struct MetaParams<'a> {
+    #[serde(borrow)]
+    params: Option<MetaHolder<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TokenHolder<'a> {
+    #[serde(borrow, rename = "progressToken")]
+    progress_token: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct MetaHolder<'a> {
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<TokenHolder<'a>>,
+}
+
+/// The progress token (JSON text) of a `notifications/progress`: `params.progressToken`.
+pub fn progress_token(line: &[u8]) -> Option<String> {
+    let message: ProgressParams<'_> = serde_json::from_slice(line).ok()?;
+    Some(message.params?.progress_token?.get().to_string())
+}
+
+/// The progress token (JSON text) a request asks for: `params._meta.progressToken`.
+pub fn request_progress_token(line: &[u8]) -> Option<String> {
+    let message: MetaParams<'_> = serde_json::from_slice(line).ok()?;
+    Some(message.params?.meta?.progress_token?.get().to_string())
+}
+
+/// The progress tokens (JSON text) the requests of a line (one message or a batch) ask for.
+pub fn request_progress_tokens(line: &[u8]) -> Vec<String> {
+    let first = line.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    if first != Some(b'[') {
+        return request_progress_token(line).into_iter().collect();
+    }
+    let Ok(elements) = serde_json::from_slice::<Vec<&RawValue>>(line) else {
+        return Vec::new();
     };
-    Some(holder.get("progressToken")?.to_string())
+    elements
+        .iter()
+        .filter_map(|raw| request_progress_token(raw.get().as_bytes()))
+        .collect()
 }
 
 /// The id keys of the responses in a line (one message or a batch).
@@ -294,6 +361,19 @@ mod tests {
     fn garbage_is_an_error() {
         assert!(parse(b"not json").is_err());
         assert!(parse(br#"{"id":1,"#).is_err());
+    }
+
+    #[test]
+    fn progress_tokens_are_read_as_written() {
+        assert_eq!(
+            progress_token(br#"{"method":"notifications/progress","params":{"progressToken":"t 1","progress":1}}"#).as_deref(),
+            Some(r#""t 1""#)
+        );
+        assert_eq!(
+            request_progress_token(br#"{"id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":7}}}"#).as_deref(),
+            Some("7")
+        );
+        assert_eq!(request_progress_token(br#"{"id":1,"method":"ping"}"#), None);
     }
 
     #[test]

@@ -5,9 +5,14 @@
 //! that responses can be matched to the `tools/list` and `tools/call` hooks, and so that every
 //! waiting request gets an error — never silence — when the server goes away.
 //!
-//! Ids are never rewritten: one relay serves one client and one upstream.
+//! Ids are never rewritten: one relay serves one client and one upstream. So that a response
+//! can never reach the wrong request, an id is taken by one request at a time: a request whose
+//! id is in flight (compared as JSON-RPC compares them: `1` and `1.0` are one id), or whose
+//! earlier request the proxy answered itself (timed out, cancelled) and the server may still
+//! answer, is refused; and a response the server sends for an id that is not in flight is
+//! dropped, never forwarded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -26,7 +31,26 @@ pub struct Routed {
     pub to_server: Option<Vec<u8>>,
     /// Messages the proxy answers the client with directly (errors, intercepted calls).
     pub to_client: Vec<Vec<u8>>,
+    /// The requests now in flight, waiting for the server's answer.
+    pub accepted: Vec<Id>,
 }
+
+/// What happens to one client message.
+enum Forward {
+    /// Nothing goes upstream (the proxy answered it).
+    Drop,
+    /// The bytes go upstream as they arrived.
+    Unchanged,
+    /// These bytes go upstream instead.
+    Rewritten(Vec<u8>),
+}
+
+/// The default bound on requests in flight in one session.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+/// How long `initialize` may go unanswered by default (the server never came up).
+pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many answered-by-the-proxy ids are remembered (their late answers are dropped).
+const RETIRED: usize = 4096;
 
 enum Pending {
     ToolsList,
@@ -46,9 +70,47 @@ struct InFlight {
     progress_token: Option<String>,
 }
 
+/// Ids of requests the proxy answered itself (timed out, cancelled by the client) that the
+/// server may still answer: oldest first, bounded.
+#[derive(Default)]
+struct Retired {
+    order: VecDeque<Box<str>>,
+    set: HashSet<Box<str>>,
+}
+
+impl Retired {
+    fn add(&mut self, key: Box<str>) {
+        if self.set.insert(key.clone()) {
+            self.order.push_back(key);
+        }
+        while self.order.len() > RETIRED {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.set.contains(key)
+    }
+
+    /// Forgets `key`: its late answer came.
+    fn take(&mut self, key: &str) -> bool {
+        if self.set.remove(key) {
+            self.order.retain(|k| &**k != key);
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     pending: HashMap<Box<str>, InFlight>,
+    retired: Retired,
+    /// Whether the client sent `initialize` in this session.
+    initialized: bool,
     /// Set once the upstream is gone: new requests are answered with this reason.
     closed: Option<String>,
 }
@@ -59,6 +121,23 @@ pub struct Relay {
     state: Mutex<State>,
     recorder: Option<Recorder>,
     request_timeout: Option<Duration>,
+    initialize_timeout: Duration,
+    max_in_flight: usize,
+}
+
+/// What reaches the client of one server message.
+enum Delivery {
+    Unchanged,
+    Rewritten(Vec<u8>),
+    /// Nothing: the server answered an id that is not in flight.
+    Drop,
+}
+
+fn delivery_bytes(delivery: &Delivery) -> Option<&[u8]> {
+    match delivery {
+        Delivery::Rewritten(bytes) => Some(bytes),
+        _ => None,
+    }
 }
 
 /// What a timeout sweep produced.
@@ -77,7 +156,27 @@ impl Relay {
             state: Mutex::new(State::default()),
             recorder: None,
             request_timeout: None,
+            initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
+    }
+
+    /// At most `max` requests in flight; more are refused with an error until answers come.
+    pub fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max.max(1);
+        self
+    }
+
+    /// How long `initialize` may go unanswered (whatever `--request-timeout-secs` says).
+    pub fn with_initialize_timeout(mut self, timeout: Duration) -> Self {
+        self.initialize_timeout = timeout;
+        self
+    }
+
+    /// The shortest timeout in force: how often [`Relay::expire`] is worth calling.
+    pub fn shortest_timeout(&self) -> Duration {
+        self.request_timeout
+            .map_or(self.initialize_timeout, |t| t.min(self.initialize_timeout))
     }
 
     /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
@@ -89,9 +188,6 @@ impl Relay {
 
     /// Times out the requests whose deadline passed by `now`.
     pub fn expire(&self, now: Instant) -> Expired {
-        let Some(timeout) = self.request_timeout else {
-            return Expired::default();
-        };
         let expired: Vec<InFlight> = {
             let mut state = self.state();
             let keys: Vec<Box<str>> = state
@@ -100,16 +196,27 @@ impl Relay {
                 .filter(|(_, f)| f.deadline.is_some_and(|d| d <= now))
                 .map(|(k, _)| k.clone())
                 .collect();
-            keys.iter()
-                .filter_map(|k| state.pending.remove(k))
-                .collect()
+            let mut expired = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Some(flight) = state.pending.remove(&key) {
+                    state.retired.add(key);
+                    expired.push(flight);
+                }
+            }
+            expired
         };
         let mut out = Expired::default();
         for flight in expired {
-            let seconds = timeout.as_secs_f64();
+            let (seconds, flag) = match (flight.method.as_str(), self.request_timeout) {
+                ("initialize", _) | (_, None) => (
+                    self.initialize_timeout.as_secs_f64(),
+                    "--initialize-timeout-secs",
+                ),
+                (_, Some(timeout)) => (timeout.as_secs_f64(), "--request-timeout-secs"),
+            };
             tracing::warn!(id = flight.id.raw(), method = %flight.method, seconds, "request timed out; cancelling it upstream");
             let message = format!(
-                "the server did not answer {} within {seconds} s (--request-timeout-secs); the request was cancelled",
+                "the server did not answer {} within {seconds} s ({flag}); the request was cancelled",
                 flight.method
             );
             out.to_client.push(jsonrpc::error_response(
@@ -118,13 +225,10 @@ impl Relay {
                 &message,
                 None,
             ));
-            out.to_server.push(
-                format!(
-                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{},"reason":"mcp-budget: no answer within {seconds} s"}}}}"#,
-                    flight.id.raw()
-                )
-                .into_bytes(),
-            );
+            out.to_server.push(jsonrpc::cancelled(
+                &flight.id,
+                &format!("mcp-budget: no answer within {seconds} s"),
+            ));
         }
         self.record_answers(&out.to_client);
         out
@@ -132,8 +236,7 @@ impl Relay {
 
     /// Progress for a request in flight restarts its timeout: the server is working on it.
     fn progress_seen(&self, line: &[u8]) {
-        let (Some(token), Some(timeout)) =
-            (message::progress_token(line, ""), self.request_timeout)
+        let (Some(token), Some(timeout)) = (message::progress_token(line), self.request_timeout)
         else {
             return;
         };
@@ -150,12 +253,17 @@ impl Relay {
     /// Every request in flight gets an error naming `reason` (the upstream was restarted);
     /// new requests are accepted as before.
     pub fn fail_pending(&self, reason: &str) -> Vec<Vec<u8>> {
-        let errors: Vec<Vec<u8>> = self
-            .state()
-            .pending
-            .drain()
-            .map(|(_, f)| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
-            .collect();
+        let errors: Vec<Vec<u8>> = {
+            let mut state = self.state();
+            let flights: Vec<(Box<str>, InFlight)> = state.pending.drain().collect();
+            flights
+                .into_iter()
+                .map(|(key, f)| {
+                    state.retired.add(key);
+                    jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None)
+                })
+                .collect()
+        };
         self.record_answers(&errors);
         errors
     }
@@ -212,13 +320,13 @@ impl Relay {
                     method.as_deref().unwrap_or("the")
                 );
                 Routed {
-                    to_server: None,
                     to_client: vec![jsonrpc::error_response(
                         id.as_ref(),
                         INVALID_REQUEST,
                         &message,
                         None,
                     )],
+                    ..Routed::default()
                 }
             }
         }
@@ -234,48 +342,44 @@ impl Relay {
                 }
                 let message = format!("Parse error: {err}");
                 return Routed {
-                    to_server: None,
                     to_client: vec![jsonrpc::error_response(None, PARSE_ERROR, &message, None)],
+                    ..Routed::default()
                 };
             }
         };
-        let invalid = match &parsed {
-            Parsed::Single(kind) => *kind == Kind::Invalid,
-            Parsed::Batch(kinds) => kinds.is_empty() || kinds.contains(&Kind::Invalid),
-        };
-        if invalid {
+        if parsed.is_invalid() {
             tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), "client sent JSON that is not a JSON-RPC object");
             if let Some(recorder) = &self.recorder {
                 recorder.text(Dir::ClientToServer, &line);
             }
             let message = "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)";
             return Routed {
-                to_server: None,
                 to_client: vec![jsonrpc::error_response(
                     None,
                     INVALID_REQUEST,
                     message,
                     None,
                 )],
+                ..Routed::default()
             };
         }
         match parsed {
             Parsed::Single(kind) => {
-                let mut to_client = Vec::new();
-                let to_server = self.client_message(kind, &line, &mut to_client);
+                let mut routed = Routed::default();
+                let forward = self.client_message(kind, &line, &mut routed);
                 if let Some(recorder) = &self.recorder {
-                    let forwarded = to_server.as_ref().and_then(|r| r.as_deref());
-                    recorder.message(
-                        Dir::ClientToServer,
-                        &line,
-                        forwarded.map(|f| ("forwarded", f)),
-                    );
+                    let forwarded = match &forward {
+                        Forward::Rewritten(bytes) => Some(("forwarded", bytes.as_slice())),
+                        _ => None,
+                    };
+                    recorder.message(Dir::ClientToServer, &line, forwarded);
                 }
-                let to_server = to_server.map(|rewritten| rewritten.unwrap_or(line));
-                Routed {
-                    to_server,
-                    to_client,
-                }
+                routed.to_server = match forward {
+                    Forward::Drop => None,
+                    Forward::Unchanged => Some(line),
+                    Forward::Rewritten(bytes) => Some(bytes),
+                };
+                routed
             }
             Parsed::Batch(kinds) => {
                 let original = self.recorder.as_ref().map(|_| line.clone());
@@ -296,98 +400,163 @@ impl Relay {
         }
     }
 
-    /// Handles one client message. Returns `None` when nothing goes upstream, `Some(None)` to
-    /// forward the bytes unchanged, `Some(Some(bytes))` to forward rewritten bytes.
-    fn client_message(
-        &self,
-        kind: Kind,
-        bytes: &[u8],
-        to_client: &mut Vec<Vec<u8>>,
-    ) -> Option<Option<Vec<u8>>> {
+    /// Handles one client message: what goes upstream; answers and accepted ids go to `routed`.
+    fn client_message(&self, kind: Kind, bytes: &[u8], routed: &mut Routed) -> Forward {
         match kind {
             Kind::Request { id, method } => {
                 tracing::debug!(id = id.raw(), %method, "request");
-                let (pending, rewritten) = match method.as_str() {
-                    "tools/list" => (Pending::ToolsList, None),
+                if let Err(refusal) = self.admit(&id, &method) {
+                    routed.to_client.push(refusal);
+                    return Forward::Drop;
+                }
+                let (pending, forward) = match method.as_str() {
+                    "tools/list" => (Pending::ToolsList, Forward::Unchanged),
                     "tools/call" => match self.interceptor.tools_call_request(&id, bytes) {
                         CallDecision::Answer(answer) => {
-                            to_client.push(answer);
-                            return None;
+                            routed.to_client.push(answer);
+                            return Forward::Drop;
                         }
-                        CallDecision::Forward { rewritten, context } => {
-                            (Pending::ToolsCall(context), rewritten)
-                        }
+                        CallDecision::Forward { rewritten, context } => (
+                            Pending::ToolsCall(context),
+                            rewritten.map_or(Forward::Unchanged, Forward::Rewritten),
+                        ),
                     },
-                    _ => (Pending::Other, None),
+                    _ => (Pending::Other, Forward::Unchanged),
                 };
-                let mut state = self.state();
-                if let Some(reason) = &state.closed {
-                    to_client.push(jsonrpc::error_response(
-                        Some(&id),
-                        UPSTREAM_ERROR,
-                        reason,
-                        None,
-                    ));
-                    return None;
-                }
-                let deadline = self.request_timeout.map(|t| Instant::now() + t);
+                let now = Instant::now();
+                let deadline = if method == "initialize" {
+                    Some(now + self.initialize_timeout)
+                } else {
+                    self.request_timeout.map(|t| now + t)
+                };
                 let progress_token = self
                     .request_timeout
-                    .and_then(|_| message::progress_token(bytes, "_meta"));
+                    .and_then(|_| message::request_progress_token(bytes));
+                let mut state = self.state();
+                if method == "initialize" {
+                    state.initialized = true;
+                }
                 state.pending.insert(
                     id.key().into(),
                     InFlight {
-                        id,
+                        id: id.clone(),
                         method,
                         pending,
                         deadline,
                         progress_token,
                     },
                 );
-                Some(rewritten)
+                routed.accepted.push(id);
+                forward
             }
             Kind::Notification { method } => {
                 if method == "notifications/cancelled"
                     && let Some(id) = message::cancelled_request_id(bytes)
                 {
                     tracing::debug!(id = id.raw(), "client cancelled a request");
-                    self.state().pending.remove(id.key());
+                    let mut state = self.state();
+                    if let Some((key, _)) = state.pending.remove_entry(id.key()) {
+                        // The server may still answer it; that answer is the client's no more.
+                        state.retired.add(key);
+                    }
                 }
-                Some(None)
+                Forward::Unchanged
             }
-            Kind::Response { .. } | Kind::Other | Kind::Invalid => Some(None),
+            Kind::Response { .. } | Kind::Other | Kind::Invalid => Forward::Unchanged,
         }
     }
 
+    /// Whether a request may go upstream: the upstream is there, its id is free, it is not a
+    /// second `initialize`, and the session is under its bound on requests in flight.
+    fn admit(&self, id: &Id, method: &str) -> Result<(), Vec<u8>> {
+        let state = self.state();
+        let refuse = |code: i64, message: &str| {
+            tracing::warn!(id = id.raw(), method, message, "request refused");
+            Err(jsonrpc::error_response(Some(id), code, message, None))
+        };
+        if let Some(reason) = &state.closed {
+            return Err(jsonrpc::error_response(
+                Some(id),
+                UPSTREAM_ERROR,
+                reason,
+                None,
+            ));
+        }
+        if state.pending.contains_key(id.key()) {
+            return refuse(
+                INVALID_REQUEST,
+                &format!(
+                    "Invalid Request: id {} is already used by a request in flight; \
+                     give every request its own id (JSON-RPC ids are unique among pending requests)",
+                    id.raw()
+                ),
+            );
+        }
+        if state.retired.contains(id.key()) {
+            return refuse(
+                INVALID_REQUEST,
+                &format!(
+                    "Invalid Request: id {} was used by a request that was cancelled or timed out, \
+                     and the server may still answer it; give every request a new id \
+                     (MCP: an id is never reused within a session)",
+                    id.raw()
+                ),
+            );
+        }
+        if method == "initialize" && state.initialized {
+            return refuse(
+                INVALID_REQUEST,
+                "Invalid Request: this session is already initialized; \
+                 start a new session to initialize again",
+            );
+        }
+        if state.pending.len() >= self.max_in_flight {
+            return refuse(
+                UPSTREAM_ERROR,
+                &format!(
+                    "too many requests in flight ({} unanswered, the limit is {}); \
+                     wait for answers before sending more (raise it with --max-in-flight)",
+                    state.pending.len(),
+                    self.max_in_flight
+                ),
+            );
+        }
+        Ok(())
+    }
+
     fn client_batch(&self, kinds: Vec<Kind>, line: Vec<u8>) -> Routed {
-        let mut to_client = Vec::new();
+        let mut routed = Routed::default();
         let elements: Vec<&RawValue> = match serde_json::from_slice(&line) {
             Ok(elements) => elements,
-            Err(_) => return Routed::default(), // unreachable: `parse` accepted it as an array
+            Err(err) => {
+                // `parse` accepted it as an array, so this cannot happen; answer rather than drop.
+                let message = format!("Parse error: {err}");
+                routed
+                    .to_client
+                    .push(jsonrpc::error_response(None, PARSE_ERROR, &message, None));
+                return routed;
+            }
         };
         let mut kept = Vec::with_capacity(elements.len());
         let mut changed = false;
         for (kind, element) in kinds.into_iter().zip(&elements) {
-            match self.client_message(kind, element.get().as_bytes(), &mut to_client) {
-                None => changed = true,
-                Some(None) => kept.push(element.get().to_owned()),
-                Some(Some(rewritten)) => {
+            match self.client_message(kind, element.get().as_bytes(), &mut routed) {
+                Forward::Drop => changed = true,
+                Forward::Unchanged => kept.push(element.get().to_owned()),
+                Forward::Rewritten(rewritten) => {
                     changed = true;
                     kept.push(String::from_utf8_lossy(&rewritten).into_owned());
                 }
             }
         }
-        let to_server = if !changed {
+        routed.to_server = if !changed {
             Some(line)
         } else if kept.is_empty() {
             None
         } else {
             Some(format!("[{}]", kept.join(",")).into_bytes())
         };
-        Routed {
-            to_server,
-            to_client,
-        }
+        routed
     }
 
     /// A frame from the server: the bytes to send to the client, if any.
@@ -426,60 +595,94 @@ impl Relay {
                 .find(|k| matches!(k, Kind::Response { id: Some(_) }))
                 .cloned(),
         };
-        let rewritten = match parsed {
+        let delivered = match parsed {
             Parsed::Single(Kind::Response { id: Some(id) }) => self.server_response(&id, &line),
             Parsed::Single(Kind::Notification { method })
                 if method == "notifications/progress" && self.request_timeout.is_some() =>
             {
                 self.progress_seen(&line);
-                None
+                Delivery::Unchanged
             }
-            Parsed::Single(_) => None,
+            Parsed::Single(_) => Delivery::Unchanged,
             Parsed::Batch(kinds) => self.server_batch(kinds, &line),
         };
         if let Some(recorder) = &self.recorder {
-            recorder.message(
-                Dir::ServerToClient,
-                &line,
-                rewritten.as_deref().map(|d| ("delivered", d)),
-            );
+            let changed = delivery_bytes(&delivered).map(|bytes| ("delivered", bytes));
+            recorder.message(Dir::ServerToClient, &line, changed);
         }
-        Some((rewritten.unwrap_or(line), kind))
+        match delivered {
+            Delivery::Unchanged => Some((line, kind)),
+            Delivery::Rewritten(bytes) => Some((bytes, kind)),
+            Delivery::Drop => None,
+        }
     }
 
-    /// The rewritten bytes of a response, or `None` to forward it unchanged.
-    fn server_response(&self, id: &Id, bytes: &[u8]) -> Option<Vec<u8>> {
-        let pending = self.state().pending.remove(id.key()).map(|f| f.pending);
-        match pending {
-            Some(Pending::ToolsList) => self.interceptor.tools_list_response(bytes),
-            Some(Pending::ToolsCall(context)) => {
-                self.interceptor.tools_call_response(context, bytes)
+    /// What reaches the client of a response from the server.
+    fn server_response(&self, id: &Id, bytes: &[u8]) -> Delivery {
+        let pending = {
+            let mut state = self.state();
+            match state.pending.remove(id.key()) {
+                Some(flight) => Ok(flight.pending),
+                None => Err(state.retired.take(id.key())),
             }
-            Some(Pending::Other) | None => None,
+        };
+        match pending {
+            Ok(Pending::ToolsList) => self
+                .interceptor
+                .tools_list_response(bytes)
+                .map_or(Delivery::Unchanged, Delivery::Rewritten),
+            Ok(Pending::ToolsCall(context)) => self
+                .interceptor
+                .tools_call_response(context, bytes)
+                .map_or(Delivery::Unchanged, Delivery::Rewritten),
+            Ok(Pending::Other) => Delivery::Unchanged,
+            Err(true) => {
+                tracing::info!(
+                    id = id.raw(),
+                    bytes = bytes.len(),
+                    "late answer to a request the proxy already answered (timed out or cancelled); dropped"
+                );
+                Delivery::Drop
+            }
+            Err(false) => {
+                tracing::warn!(
+                    id = id.raw(),
+                    bytes = bytes.len(),
+                    "the server answered an id that is not in flight (never requested, or already answered); dropped"
+                );
+                Delivery::Drop
+            }
         }
     }
 
-    /// The rewritten batch, or `None` when no element changed.
-    fn server_batch(&self, kinds: Vec<Kind>, line: &[u8]) -> Option<Vec<u8>> {
-        let elements: Vec<&RawValue> = serde_json::from_slice(line).ok()?;
+    /// The batch as it reaches the client: responses for ids not in flight are left out.
+    fn server_batch(&self, kinds: Vec<Kind>, line: &[u8]) -> Delivery {
+        let Ok(elements) = serde_json::from_slice::<Vec<&RawValue>>(line) else {
+            return Delivery::Unchanged; // `parse` accepted it as an array: unreachable
+        };
         let mut out = Vec::with_capacity(elements.len());
         let mut changed = false;
         for (kind, element) in kinds.into_iter().zip(&elements) {
-            let rewritten = match kind {
+            let delivery = match kind {
                 Kind::Response { id: Some(id) } => {
                     self.server_response(&id, element.get().as_bytes())
                 }
-                _ => None,
+                _ => Delivery::Unchanged,
             };
-            match rewritten {
-                Some(bytes) => {
+            match delivery {
+                Delivery::Unchanged => out.push(element.get().to_owned()),
+                Delivery::Rewritten(bytes) => {
                     changed = true;
                     out.push(String::from_utf8_lossy(&bytes).into_owned());
                 }
-                None => out.push(element.get().to_owned()),
+                Delivery::Drop => changed = true,
             }
         }
-        changed.then(|| format!("[{}]", out.join(",")).into_bytes())
+        match (changed, out.is_empty()) {
+            (false, _) => Delivery::Unchanged,
+            (true, true) => Delivery::Drop,
+            (true, false) => Delivery::Rewritten(format!("[{}]", out.join(",")).into_bytes()),
+        }
     }
 
     fn server_too_large(
@@ -494,7 +697,12 @@ impl Relay {
             "server message over the size limit; dropped"
         );
         let id = id?;
-        let id = self.state().pending.remove(id.key())?.id;
+        let id = {
+            let mut state = self.state();
+            let (key, flight) = state.pending.remove_entry(id.key())?;
+            state.retired.add(key);
+            flight.id
+        };
         let message = format!(
             "the server's response is {bytes} bytes, over the proxy's message size limit \
              (raise it with --max-message-bytes, or narrow the request)"
@@ -513,10 +721,10 @@ impl Relay {
         let errors: Vec<Vec<u8>> = {
             let mut state = self.state();
             state.closed = Some(reason.to_string());
-            state
-                .pending
-                .drain()
-                .map(|(_, f)| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
+            let flights: Vec<InFlight> = state.pending.drain().map(|(_, f)| f).collect();
+            flights
+                .into_iter()
+                .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()
         };
         self.record_answers(&errors);

@@ -11,17 +11,15 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::budget::cursor;
 use crate::framing::Frame;
 use crate::jsonrpc;
-use crate::upstream::{CHANNEL_CAPACITY, Event, Upstream};
+use crate::upstream::{Event, Link, Upstream};
 
 /// A recording could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -349,7 +347,7 @@ impl Replayer {
                 self.closest(method, params)
             );
             return vec![
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": message}}),
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": jsonrpc::METHOD_NOT_FOUND, "message": message}}),
             ];
         };
         let index = {
@@ -428,10 +426,12 @@ fn compact(params: Option<&Value>) -> String {
 
 /// An upstream that answers from a recording.
 pub fn upstream(replayer: Arc<Replayer>) -> Upstream {
-    let (to_server, mut rx) = mpsc::channel::<Vec<u8>>(CHANNEL_CAPACITY);
-    let (events, events_rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (stop, stop_rx) = oneshot::channel::<Duration>();
-    let task = tokio::spawn(async move {
+    Upstream::spawn(move |link: Link| async move {
+        let Link {
+            messages: mut rx,
+            events,
+            stop: stop_rx,
+        } = link;
         tokio::pin!(stop_rx);
         loop {
             tokio::select! {
@@ -461,6 +461,5 @@ pub fn upstream(replayer: Arc<Replayer>) -> Upstream {
                 stopped: true,
             })
             .await;
-    });
-    Upstream::from_parts(to_server, events_rx, stop, task)
+    })
 }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
 
 use crate::framing::FrameReader;
+use crate::queue;
 use crate::relay::Relay;
 use crate::upstream::{Event, Upstream, write_lines};
 
@@ -58,6 +58,20 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Requests unanswered this long get an error and are cancelled upstream.
     pub request_timeout: Option<Duration>,
+    /// `initialize` unanswered this long gets an error (the server never came up).
+    pub initialize_timeout: Duration,
+    /// At most this many requests in flight per session.
+    pub max_in_flight: usize,
+}
+
+impl Options {
+    /// A relay for one session under these options.
+    pub fn relay(&self, interceptor: crate::intercept::Interceptor) -> Relay {
+        Relay::new(interceptor)
+            .with_request_timeout(self.request_timeout)
+            .with_initialize_timeout(self.initialize_timeout)
+            .with_max_in_flight(self.max_in_flight)
+    }
 }
 
 impl Default for Options {
@@ -66,6 +80,8 @@ impl Default for Options {
             max_message_bytes: crate::framing::DEFAULT_MAX_MESSAGE_BYTES,
             shutdown_grace: Duration::from_secs(3),
             request_timeout: None,
+            initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
+            max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }
@@ -80,8 +96,6 @@ pub enum Outcome {
     /// The server ended while the client was still connected.
     ServerExited,
 }
-
-const CHANNEL_CAPACITY: usize = 256;
 
 /// Why the client reader stopped.
 enum ClientEnd {
@@ -107,7 +121,7 @@ where
 {
     let mut stopper = upstream.stopper();
     let upstream_task = upstream.take_task();
-    let (client_tx, client_rx) = mpsc::channel::<Vec<u8>>(CHANNEL_CAPACITY);
+    let (client_tx, client_rx) = queue::channel::<Vec<u8>>(queue::DEFAULT_QUEUE_BYTES);
     let client_writer = tokio::spawn(write_lines(client_out, client_rx, "client"));
 
     let mut client_reader = tokio::spawn(client_to_server(
@@ -116,14 +130,11 @@ where
         upstream.to_server.clone(),
         client_tx.clone(),
     ));
-    let sweeper = options.request_timeout.map(|timeout| {
-        tokio::spawn(sweep_timeouts(
-            relay.clone(),
-            timeout,
-            upstream.to_server.clone(),
-            client_tx.clone(),
-        ))
-    });
+    let sweeper = tokio::spawn(sweep_timeouts(
+        relay.clone(),
+        upstream.to_server.clone(),
+        client_tx.clone(),
+    ));
     drop(upstream.to_server);
     let mut server_reader = tokio::spawn(server_to_client(
         upstream.events,
@@ -163,9 +174,7 @@ where
         );
     }
     client_reader.abort();
-    if let Some(sweeper) = &sweeper {
-        sweeper.abort();
-    }
+    sweeper.abort();
     stopper.stop(options.shutdown_grace);
     if ended.is_none() {
         // The server may still answer what is in flight during the grace period.
@@ -206,6 +215,11 @@ where
     outcome
 }
 
+/// What a request in flight is answered with when the server crashed and is restarted.
+pub(crate) fn restarting(reason: &str) -> String {
+    format!("{reason}; mcp-budget is restarting the server: send the request again")
+}
+
 /// How often timeouts are checked, at most.
 pub(crate) fn sweep_interval(timeout: Duration) -> Duration {
     (timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(500))
@@ -214,11 +228,10 @@ pub(crate) fn sweep_interval(timeout: Duration) -> Duration {
 /// Answers timed-out requests and cancels them upstream, until the session ends.
 async fn sweep_timeouts(
     relay: Arc<Relay>,
-    timeout: Duration,
-    to_server: mpsc::Sender<Vec<u8>>,
-    to_client: mpsc::Sender<Vec<u8>>,
+    to_server: queue::Sender<Vec<u8>>,
+    to_client: queue::Sender<Vec<u8>>,
 ) {
-    let mut tick = tokio::time::interval(sweep_interval(timeout));
+    let mut tick = tokio::time::interval(sweep_interval(relay.shortest_timeout()));
     loop {
         tick.tick().await;
         let expired = relay.expire(tokio::time::Instant::now().into_std());
@@ -236,8 +249,8 @@ async fn sweep_timeouts(
 async fn client_to_server<R: AsyncRead + Unpin>(
     mut frames: FrameReader<R>,
     relay: Arc<Relay>,
-    to_server: mpsc::Sender<Vec<u8>>,
-    to_client: mpsc::Sender<Vec<u8>>,
+    to_server: queue::Sender<Vec<u8>>,
+    to_client: queue::Sender<Vec<u8>>,
 ) -> ClientEnd {
     loop {
         let frame = match frames.next_frame().await {
@@ -267,9 +280,9 @@ async fn client_to_server<R: AsyncRead + Unpin>(
 
 /// Relays the upstream's messages; returns why it ended (`None` if the client went first).
 async fn server_to_client(
-    mut events: mpsc::Receiver<Event>,
+    mut events: queue::Receiver<Event>,
     relay: Arc<Relay>,
-    to_client: mpsc::Sender<Vec<u8>>,
+    to_client: queue::Sender<Vec<u8>>,
 ) -> Option<(String, bool)> {
     while let Some(event) = events.recv().await {
         match event {
@@ -282,10 +295,7 @@ async fn server_to_client(
             }
             Event::Ended { reason, stopped } => return Some((reason, stopped)),
             Event::Restarting { reason } => {
-                let why = format!(
-                    "{reason}; mcp-budget is restarting the server: send the request again"
-                );
-                for error in relay.fail_pending(&why) {
+                for error in relay.fail_pending(&restarting(&reason)) {
                     if to_client.send(error).await.is_err() {
                         return None;
                     }

@@ -10,17 +10,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode, Url};
-use sse_stream::SseStream;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, oneshot};
 
-use super::{CHANNEL_CAPACITY, Event, Upstream};
+use super::body::{self, BodyError};
+use super::{Event, Link, Upstream};
 use crate::framing::{EnvelopeScanner, Frame};
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind, Parsed};
+use crate::queue;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -31,7 +31,12 @@ pub struct HttpSpec {
     pub url: Url,
     /// Static headers sent with every request (`--upstream-header`).
     pub headers: Vec<(String, String)>,
+    /// How long one message may take to arrive once the server began sending it.
+    pub read_timeout: Duration,
 }
+
+/// The default for [`HttpSpec::read_timeout`].
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The HTTP upstream could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -60,8 +65,9 @@ struct Shared {
     state: std::sync::Mutex<SessionState>,
     /// Serializes re-initialization after a 404.
     reinit: Mutex<()>,
-    events: mpsc::Sender<Event>,
+    events: queue::Sender<Event>,
     max_message_bytes: usize,
+    read_timeout: Duration,
 }
 
 impl Shared {
@@ -155,25 +161,24 @@ pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpE
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .build()?;
-    let (to_server, to_server_rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (events_tx, events) = mpsc::channel(CHANNEL_CAPACITY);
-    let (stop, stop_rx) = oneshot::channel();
-    let shared = Arc::new(Shared {
-        client,
-        url: spec.url,
-        headers,
-        state: std::sync::Mutex::new(SessionState::default()),
-        reinit: Mutex::new(()),
-        events: events_tx,
-        max_message_bytes,
-    });
-    let task = tokio::spawn(run(shared, to_server_rx, stop_rx));
-    Ok(Upstream::from_parts(to_server, events, stop, task))
+    Ok(Upstream::spawn(move |link: Link| {
+        let shared = Arc::new(Shared {
+            client,
+            url: spec.url,
+            headers,
+            state: std::sync::Mutex::new(SessionState::default()),
+            reinit: Mutex::new(()),
+            events: link.events,
+            max_message_bytes,
+            read_timeout: spec.read_timeout,
+        });
+        run(shared, link.messages, link.stop)
+    }))
 }
 
 async fn run(
     shared: Arc<Shared>,
-    mut messages: mpsc::Receiver<Vec<u8>>,
+    mut messages: queue::Receiver<Vec<u8>>,
     stop: oneshot::Receiver<Duration>,
 ) {
     tokio::pin!(stop);
@@ -273,12 +278,11 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
             Ok(()) => {
                 let fresh = shared.session();
                 response = shared.post(&bytes, fresh.as_deref()).await;
-                let note = serde_json::json!({
-                    "jsonrpc": "2.0",
-                    "method": "notifications/message",
-                    "params": {"level": "warning", "logger": "mcp-budget", "data": "the upstream server's session expired; mcp-budget opened a new one and retried the request, so nothing was lost (server-side state from before may be gone)"}
-                });
-                shared.emit(note.to_string().into_bytes()).await;
+                let note = jsonrpc::log_message(
+                    "warning",
+                    "the upstream server's session expired; mcp-budget opened a new one and retried the request, so nothing was lost (server-side state from before may be gone)",
+                );
+                shared.emit(note).await;
             }
             Err(why) => {
                 shared.fail(&outgoing.request_ids, &why).await;
@@ -326,7 +330,7 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         return;
     }
     if !status.is_success() {
-        let body = response.bytes().await.unwrap_or_default();
+        let body = body::read_prefix(response, body::ERROR_EXCERPT_BYTES).await;
         let why = format!(
             "the upstream server answered HTTP {status}: {}",
             jsonrpc::excerpt(&body, 300)
@@ -351,7 +355,7 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         shared.emit(data).await;
     };
     if is_sse {
-        let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+        let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);
         let mut broken = None;
         while let Some(event) = events.next().await {
             match event {
@@ -361,27 +365,32 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
                     }
                 }
                 Err(err) => {
-                    broken = Some(err.to_string());
+                    broken = Some(match BodyError::in_sse(&err) {
+                        Some(cause) => cause.to_string(),
+                        None => format!(
+                            "the upstream server's event stream broke before it answered: {err}"
+                        ),
+                    });
                     break;
                 }
             }
         }
-        let why = match broken {
-            Some(err) => {
-                format!("the upstream server's event stream broke before it answered: {err}")
-            }
-            None => "the upstream server's event stream ended before it answered".to_string(),
-        };
+        // The stream is dropped here: a cut stream's connection is closed, not drained.
+        drop(events);
+        let why = broken.unwrap_or_else(|| {
+            "the upstream server's event stream ended before it answered".to_string()
+        });
         if !unanswered.is_empty() {
             tracing::warn!(%why, unanswered = unanswered.len());
             shared.fail(&unanswered, &why).await;
         }
     } else {
-        match read_limited(response, shared.max_message_bytes).await {
+        match body::read_limited(response, shared.max_message_bytes, shared.read_timeout).await {
             Ok(body) if !body.is_empty() => on_message(body.to_vec()).await,
             Ok(_) => {}
             Err(why) => {
-                shared.fail(&unanswered, &why).await;
+                tracing::warn!(%why);
+                shared.fail(&unanswered, &why.to_string()).await;
                 return;
             }
         }
@@ -394,22 +403,6 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
                 .await;
         }
     }
-}
-
-async fn read_limited(response: Response, limit: usize) -> Result<Bytes, String> {
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk =
-            chunk.map_err(|err| format!("reading the upstream server's response failed: {err}"))?;
-        if body.len() + chunk.len() > limit {
-            return Err(format!(
-                "the upstream server's response is over the proxy's message size limit of {limit} bytes (raise it with --max-message-bytes, or narrow the request)"
-            ));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Bytes::from(body))
 }
 
 fn remember_protocol(shared: &Shared, data: &[u8]) {
@@ -449,17 +442,29 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     // Read (and keep to ourselves) the initialize answer: the client already has one.
-    let body = response.bytes().await.map_err(|e| failed(e.to_string()))?;
-    let text = String::from_utf8_lossy(&body);
-    let json = text
-        .lines()
-        .find_map(|line| line.strip_prefix("data:").map(str::trim))
-        .unwrap_or(text.trim());
-    remember_protocol(shared, json.as_bytes());
+    let is_sse = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_sse {
+        let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| failed(e.to_string()))?;
+            if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+                remember_protocol(shared, data.as_bytes());
+                break;
+            }
+        }
+    } else {
+        let body = body::read_limited(response, shared.max_message_bytes, shared.read_timeout)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        remember_protocol(shared, &body);
+    }
     shared.state().id = session.clone();
-    let initialized = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
     let response = shared
-        .post(initialized, session.as_deref())
+        .post(&jsonrpc::initialized(), session.as_deref())
         .await
         .map_err(|e| failed(e.to_string()))?;
     if !response.status().is_success() {
@@ -523,7 +528,7 @@ fn open_get_stream(shared: &Arc<Shared>) {
                 status if !status.is_success() => continue,
                 _ => {}
             }
-            let mut events = SseStream::from_bytes_stream(response.bytes_stream());
+            let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);
             while let Some(Ok(event)) = events.next().await {
                 if let Some(id) = event.id {
                     last_event = Some(id);

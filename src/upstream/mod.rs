@@ -4,17 +4,20 @@
 //! Every upstream ends with exactly one [`Event::Ended`], whether it was stopped or died, so
 //! the session above it always learns why and can answer the requests still in flight.
 
+pub mod body;
 pub mod child;
 pub mod http;
 pub mod supervise;
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::framing::{Frame, FrameReader};
+use crate::queue::{self, Weigh};
 use child::{ChildServer, SpawnError};
 
 /// Where the server is.
@@ -45,6 +48,15 @@ pub enum Event {
     },
 }
 
+impl Weigh for Event {
+    fn weight(&self) -> usize {
+        match self {
+            Event::Frame(Frame::Line(line)) => line.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// The upstream could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -57,9 +69,9 @@ pub enum StartError {
 /// A running upstream.
 pub struct Upstream {
     /// Messages to the server, one per element, without a trailing newline.
-    pub to_server: mpsc::Sender<Vec<u8>>,
+    pub to_server: queue::Sender<Vec<u8>>,
     /// Messages from the server, then one `Ended`.
-    pub events: mpsc::Receiver<Event>,
+    pub events: queue::Receiver<Event>,
     /// Stop control, taken by [`Upstream::stopper`].
     stop: Option<oneshot::Sender<Duration>>,
     task: Option<JoinHandle<()>>,
@@ -76,7 +88,15 @@ impl Stopper {
     }
 }
 
-pub(crate) const CHANNEL_CAPACITY: usize = 256;
+/// The upstream's ends of its queues, for the task that drives it.
+pub(crate) struct Link {
+    /// What the session sends to the server.
+    pub messages: queue::Receiver<Vec<u8>>,
+    /// What the server sends, then one `Ended`.
+    pub events: queue::Sender<Event>,
+    /// The session asks the upstream to stop, with a grace period.
+    pub stop: oneshot::Receiver<Duration>,
+}
 
 impl Upstream {
     /// Starts the upstream.
@@ -99,32 +119,26 @@ impl Upstream {
         max_message_bytes: usize,
     ) -> Result<Upstream, SpawnError> {
         let (child, pipes) = ChildServer::spawn(command)?;
-        let (to_server, to_server_rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let (events_tx, events) = mpsc::channel(CHANNEL_CAPACITY);
-        let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(run_child(
-            child,
-            pipes,
-            to_server_rx,
-            events_tx,
-            stop_rx,
-            max_message_bytes,
-        ));
-        Ok(Upstream {
-            to_server,
-            events,
-            stop: Some(stop),
-            task: Some(task),
-        })
+        Ok(Upstream::spawn(move |link| {
+            run_child(child, pipes, link, max_message_bytes)
+        }))
     }
 
-    /// Assembles an upstream from its parts (for transports implemented elsewhere).
-    pub(crate) fn from_parts(
-        to_server: mpsc::Sender<Vec<u8>>,
-        events: mpsc::Receiver<Event>,
-        stop: oneshot::Sender<Duration>,
-        task: JoinHandle<()>,
-    ) -> Upstream {
+    /// The one place an upstream is assembled: its queues (bounded in bytes), its stop
+    /// control, and the task `drive` returns, which owns the upstream's ends.
+    pub(crate) fn spawn<F, Fut>(drive: F) -> Upstream
+    where
+        F: FnOnce(Link) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (to_server, messages) = queue::channel(queue::DEFAULT_QUEUE_BYTES);
+        let (events_tx, events) = queue::channel(queue::DEFAULT_QUEUE_BYTES);
+        let (stop, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(drive(Link {
+            messages,
+            events: events_tx,
+            stop: stop_rx,
+        }));
         Upstream {
             to_server,
             events,
@@ -147,11 +161,14 @@ impl Upstream {
 async fn run_child(
     mut child: ChildServer,
     pipes: child::ChildPipes,
-    to_server: mpsc::Receiver<Vec<u8>>,
-    events: mpsc::Sender<Event>,
-    stop: oneshot::Receiver<Duration>,
+    link: Link,
     max_message_bytes: usize,
 ) {
+    let Link {
+        messages: to_server,
+        events,
+        stop,
+    } = link;
     let mut writer = tokio::spawn(write_lines(pipes.stdin, to_server, "server"));
     let frames_out = events.clone();
     let mut reader = tokio::spawn(async move {
@@ -225,7 +242,7 @@ async fn run_child(
 /// Writes each message as one line, flushing whenever the queue is empty.
 pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(
     out: W,
-    mut queue: mpsc::Receiver<Vec<u8>>,
+    mut queue: queue::Receiver<Vec<u8>>,
     peer: &'static str,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, out);

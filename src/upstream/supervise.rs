@@ -10,34 +10,23 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
-
 use super::child::SpawnError;
-use super::{CHANNEL_CAPACITY, Event, Upstream};
+use super::{Event, Link, Upstream};
 use crate::framing::Frame;
+use crate::jsonrpc;
 use crate::message::{self, Kind, Parsed};
+use crate::queue;
 
 const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const INIT_TIMEOUT: Duration = Duration::from_secs(10);
-const LIST_CHANGED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#;
-const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
 /// Starts the first child now (so that a bad command fails at once), then supervises.
 pub fn start(command: Vec<String>, max_message_bytes: usize) -> Result<Upstream, SpawnError> {
     let first = Upstream::child(&command, max_message_bytes)?;
-    let (to_server, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (events, events_rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (stop, stop_rx) = oneshot::channel();
-    let task = tokio::spawn(supervise(
-        command,
-        max_message_bytes,
-        first,
-        rx,
-        events,
-        stop_rx,
-    ));
-    Ok(Upstream::from_parts(to_server, events_rx, stop, task))
+    Ok(Upstream::spawn(move |link| {
+        supervise(command, max_message_bytes, first, link)
+    }))
 }
 
 fn kind(bytes: &[u8]) -> Option<Kind> {
@@ -51,10 +40,13 @@ async fn supervise(
     command: Vec<String>,
     max_message_bytes: usize,
     mut current: Upstream,
-    mut messages: mpsc::Receiver<Vec<u8>>,
-    events: mpsc::Sender<Event>,
-    stop: oneshot::Receiver<Duration>,
+    link: Link,
 ) {
+    let Link {
+        mut messages,
+        events,
+        stop,
+    } = link;
     let mut initialize: Option<Vec<u8>> = None;
     let mut initialized = false;
     let mut crashes: VecDeque<Instant> = VecDeque::new();
@@ -109,7 +101,7 @@ async fn supervise(
                             current = fresh;
                             stopper = current.stopper();
                             tracing::info!("the server was restarted and re-initialized");
-                            let _ = events.send(Event::Frame(Frame::Line(LIST_CHANGED.to_vec()))).await;
+                            let _ = events.send(Event::Frame(Frame::Line(jsonrpc::tools_list_changed()))).await;
                         }
                         Err(why) => {
                             let _ = events.send(Event::Ended { reason: format!("{reason}; restarting it failed: {why}"), stopped: false }).await;
@@ -131,7 +123,7 @@ async fn supervise(
     }
 }
 
-async fn drain_until_ended(current: &mut Upstream, events: &mpsc::Sender<Event>) {
+async fn drain_until_ended(current: &mut Upstream, events: &queue::Sender<Event>) {
     while let Some(event) = current.events.recv().await {
         let ended = matches!(event, Event::Ended { .. });
         let _ = events.send(event).await;
@@ -179,7 +171,7 @@ async fn restart(
     if initialized {
         fresh
             .to_server
-            .send(INITIALIZED.to_vec())
+            .send(jsonrpc::initialized())
             .await
             .map_err(|_| "the new server closed its input".to_string())?;
     }

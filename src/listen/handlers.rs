@@ -1,0 +1,585 @@
+//! The HTTP handlers of the listener: who is asking, then what they sent.
+//!
+//! Every request is checked in this order, each step before anything costlier: the `Host`
+//! header (DNS rebinding), `Origin`, the bearer token, `Accept` and `Content-Type`, the session
+//! (its id, its protocol version, the credential it is bound to), the declared body size; only
+//! then is the body read, under the size limit and the body timeout.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use reqwest::Url;
+
+use crate::framing::Frame;
+use crate::jsonrpc;
+use crate::message::{self, Id, Kind};
+
+use super::session::{Client, OpenError, PostStream, Session, Sessions, StreamRx};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+/// Protocol versions whose `MCP-Protocol-Version` header is accepted.
+const KNOWN_VERSIONS: [&str; 5] = [
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
+
+/// What the handlers share.
+pub(super) struct Listener {
+    sessions: Arc<Sessions>,
+    /// Hosts accepted in the `Host` header (lowercase, without port).
+    hosts: HashSet<String>,
+}
+
+impl Listener {
+    pub fn new(sessions: Arc<Sessions>, local: SocketAddr) -> Listener {
+        let mut hosts: HashSet<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        hosts.insert(local.ip().to_string());
+        hosts.extend(
+            sessions
+                .options()
+                .allow_hosts
+                .iter()
+                .map(|h| h.to_lowercase()),
+        );
+        Listener { sessions, hosts }
+    }
+}
+
+/// An HTTP refusal (boxed: a `Response` is large for an `Err`).
+type Refusal = Box<Response>;
+
+fn refuse(status: StatusCode, message: &str) -> Refusal {
+    let body = jsonrpc::error_response(None, jsonrpc::INVALID_REQUEST, message, None);
+    Box::new((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn origin_allowed(origin: &str, extra: &[String]) -> bool {
+    if extra
+        .iter()
+        .any(|o| o.trim_end_matches('/') == origin.trim_end_matches('/'))
+    {
+        return true;
+    }
+    let Ok(url) = Url::parse(origin) else {
+        return false;
+    };
+    matches!(url.scheme(), "http" | "https")
+        && matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
+}
+
+/// Host, Origin and token checks, common to every method; who is asking.
+fn check_access(
+    listener: &Listener,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<Client, Refusal> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next().and_then(|v| v.to_str().ok());
+    if hosts.next().is_some() {
+        tracing::warn!("request refused: more than one Host header");
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "more than one Host header: send exactly one",
+        ));
+    }
+    let host = host.unwrap_or_default().to_lowercase();
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() => name,
+        _ => host.as_str(),
+    };
+    if !listener.hosts.contains(name) && !listener.hosts.contains(&host) {
+        tracing::warn!(%host, "request refused: Host not allowed");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "Host {host:?} is not allowed (DNS rebinding protection); allow it with --allow-host"
+            ),
+        ));
+    }
+    let options = listener.sessions.options();
+    if let Some(origin) = header_str(headers, "origin")
+        && !origin_allowed(origin, &options.allow_origins)
+    {
+        tracing::warn!(%origin, "request refused: Origin not allowed");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            &format!("Origin {origin:?} is not allowed; allow it with --allow-origin"),
+        ));
+    }
+    if options.auth_tokens.is_empty() {
+        return Ok(Client::Address(peer.ip()));
+    }
+    // The scheme is case-insensitive (RFC 7235 §2.1).
+    let given = header_str(headers, "authorization")
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let matched = given.and_then(|given| {
+        options
+            .auth_tokens
+            .iter()
+            .position(|token| constant_time_eq(given.as_bytes(), token.as_bytes()))
+    });
+    match matched {
+        Some(index) => Ok(Client::Token(index)),
+        None => {
+            let mut response = refuse(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong bearer token (Authorization: Bearer <token>)",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"mcp-budget\""),
+            );
+            Err(response)
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The session named by the request, checked: its protocol version, and that the same
+/// credential that opened it is asking.
+fn find_session(
+    listener: &Listener,
+    headers: &HeaderMap,
+    client: &Client,
+) -> Result<Arc<Session>, Refusal> {
+    let Some(id) = header_str(headers, SESSION_HEADER) else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
+        ));
+    };
+    let Some(session) = listener.sessions.get(id) else {
+        return Err(refuse(
+            StatusCode::NOT_FOUND,
+            "unknown or ended session: initialize a new one",
+        ));
+    };
+    if matches!(client, Client::Token(_)) && session.client != *client {
+        tracing::warn!(session = %session.id, "request refused: the session belongs to another credential");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "this session was opened with another credential: use the token that initialized it",
+        ));
+    }
+    check_version(&session, headers)?;
+    Ok(session)
+}
+
+fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(version) = header_str(headers, VERSION_HEADER) else {
+        return Ok(()); // absent: the spec says assume 2025-03-26
+    };
+    if !KNOWN_VERSIONS.contains(&version) {
+        let negotiated = session
+            .protocol()
+            .map(|n| format!("; this session negotiated {n:?}"))
+            .unwrap_or_default();
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "unsupported MCP-Protocol-Version {version:?}{negotiated}; supported: {}",
+                KNOWN_VERSIONS.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn accepts(headers: &HeaderMap, kind: &str) -> bool {
+    header_str(headers, "accept")
+        .is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
+}
+
+/// `Content-Type`, when given, must be JSON.
+fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json" {
+        return Ok(());
+    }
+    Err(refuse(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        &format!("Content-Type {essence:?} is not accepted: send application/json"),
+    ))
+}
+
+/// Reads the body under the message size limit and the body timeout.
+async fn read_body(
+    listener: &Listener,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, Refusal> {
+    let options = listener.sessions.options();
+    let limit = options.session.max_message_bytes;
+    let too_large = || {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the message is over the proxy's message size limit of {limit} bytes (raise it with --max-message-bytes)"
+            ),
+        )
+    };
+    let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(options.body_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes.to_vec()),
+        Ok(Err(err)) => {
+            // `to_bytes` reports the limit as a length-limit error in its source chain.
+            let over = std::error::Error::source(&err)
+                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+            if over {
+                Err(too_large())
+            } else {
+                Err(refuse(
+                    StatusCode::BAD_REQUEST,
+                    &format!("the request body could not be read: {err}"),
+                ))
+            }
+        }
+        Err(_) => Err(refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the request body did not arrive within {} s",
+                options.body_timeout.as_secs()
+            ),
+        )),
+    }
+}
+
+fn open_refusal(err: OpenError) -> Refusal {
+    match err {
+        OpenError::Full(max) => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("too many sessions (at most {max}); end one with DELETE or try again later"),
+        ),
+        OpenError::ClientFull(max) => refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "too many sessions for this client (at most {max}, --max-sessions-per-client); end one with DELETE"
+            ),
+        ),
+        OpenError::Upstream(err) => {
+            tracing::error!(%err, "cannot start the upstream for a new session");
+            refuse(
+                StatusCode::BAD_GATEWAY,
+                &format!("cannot start the upstream server: {err}"),
+            )
+        }
+        OpenError::Id(err) => {
+            tracing::error!(%err, "cannot make a session id");
+            refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot make a session id: the system's random source failed ({err})"),
+            )
+        }
+    }
+}
+
+fn unwrap_refusal(result: Result<Response, Refusal>) -> Response {
+    result.unwrap_or_else(|refusal| *refusal)
+}
+
+pub(super) async fn post(
+    State(listener): State<Arc<Listener>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    unwrap_refusal(handle_post(&listener, peer, &headers, body).await)
+}
+
+async fn handle_post(
+    listener: &Listener,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Refusal> {
+    let client = check_access(listener, headers, peer)?;
+    if !accepts(headers, "application/json") && !accepts(headers, "text/event-stream") {
+        return Err(refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            "Accept must include application/json and/or text/event-stream",
+        ));
+    }
+    check_content_type(headers)?;
+    let existing = match header_str(headers, SESSION_HEADER) {
+        Some(_) => Some(find_session(listener, headers, &client)?),
+        None => None,
+    };
+    let body = read_body(listener, headers, body).await?;
+    let parsed = match message::parse(&body) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            let body = jsonrpc::error_response(
+                None,
+                jsonrpc::PARSE_ERROR,
+                &format!("Parse error: {err}"),
+                None,
+            );
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                HeaderMap::new(),
+                body,
+            ));
+        }
+    };
+    if parsed.is_invalid() {
+        let body = jsonrpc::error_response(
+            None,
+            jsonrpc::INVALID_REQUEST,
+            "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)",
+            None,
+        );
+        return Ok(json_response(
+            StatusCode::BAD_REQUEST,
+            HeaderMap::new(),
+            body,
+        ));
+    }
+    let batch = matches!(parsed, message::Parsed::Batch(_));
+    let mut ids = Vec::new();
+    let mut initialize = None;
+    for kind in parsed.kinds() {
+        if let Kind::Request { id, method } = kind {
+            if method == "initialize" {
+                initialize = Some(id.clone());
+            }
+            ids.push(id.clone());
+        }
+    }
+    let (session, opened) = match (existing, &initialize) {
+        (Some(session), _) => (session, false),
+        (None, Some(init)) => {
+            let session = listener.sessions.open(client).await.map_err(open_refusal)?;
+            session.set_initialize_key(init.key());
+            (session, true)
+        }
+        (None, None) => {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
+            ));
+        }
+    };
+    session.touch();
+    let sse = accepts(headers, "text/event-stream");
+    let tokens = if sse {
+        message::request_progress_tokens(&body)
+    } else {
+        Vec::new()
+    };
+    let post = session.open_post();
+    let routed = session.relay.from_client(Frame::Line(body));
+    session.register_post(&post, &routed.accepted, tokens, sse);
+    // The proxy's own answers (refusals, intercepted calls) belong to this POST.
+    for reply in routed.to_client {
+        let _ = post.tx.send(reply).await;
+    }
+    if let Some(bytes) = routed.to_server
+        && session.to_server.send(bytes).await.is_err()
+    {
+        // The upstream is gone; its end answers the waiting requests through `route`.
+        tracing::warn!(session = %session.id, "upstream no longer takes messages");
+    }
+    let guard = StreamGuard {
+        session: session.clone(),
+        stream: post.number,
+        awaiting: ids.iter().map(|id| id.key().to_string()).collect(),
+        accepted: routed.accepted,
+    };
+    let mut response_headers = HeaderMap::new();
+    if opened && let Ok(value) = HeaderValue::from_str(&session.id) {
+        response_headers.insert(SESSION_HEADER, value);
+    }
+    let PostStream { tx, rx, .. } = post;
+    drop(tx);
+    if ids.is_empty() {
+        drop(guard);
+        return Ok((StatusCode::ACCEPTED, response_headers).into_response());
+    }
+    if sse {
+        let stream = answer_stream(rx, guard);
+        return Ok((
+            response_headers,
+            Sse::new(stream).keep_alive(KeepAlive::default()),
+        )
+            .into_response());
+    }
+    // JSON only: wait for every response of this POST, then answer with them all.
+    let mut guard = guard;
+    let mut rx = rx;
+    let mut answers: Vec<String> = Vec::new();
+    while !guard.awaiting.is_empty() {
+        let Some(bytes) = rx.recv().await else { break };
+        for key in message::response_keys(&bytes) {
+            guard.awaiting.remove(&key);
+        }
+        answers.extend(batch_elements(bytes));
+    }
+    let body = if !batch && answers.len() == 1 {
+        answers.remove(0).into_bytes()
+    } else {
+        format!("[{}]", answers.join(",")).into_bytes()
+    };
+    Ok(json_response(StatusCode::OK, response_headers, body))
+}
+
+/// The messages of one line: a batch's elements, or the message itself.
+fn batch_elements(bytes: Vec<u8>) -> Vec<String> {
+    if let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(&bytes) {
+        return elements.iter().map(|e| e.get().to_string()).collect();
+    }
+    vec![String::from_utf8_lossy(&bytes).into_owned()]
+}
+
+fn json_response(status: StatusCode, mut headers: HeaderMap, body: Vec<u8>) -> Response {
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    (status, headers, body).into_response()
+}
+
+/// Unregisters a POST's stream, and cancels upstream what it left unanswered when the client
+/// went away before the answers came.
+struct StreamGuard {
+    session: Arc<Session>,
+    stream: u64,
+    /// The id keys of this POST's requests not yet answered on its stream.
+    awaiting: HashSet<String>,
+    /// The requests of this POST the relay put in flight.
+    accepted: Vec<Id>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let accepted: Vec<Id> = self
+            .accepted
+            .iter()
+            .filter(|id| self.awaiting.contains(id.key()))
+            .cloned()
+            .collect();
+        let unanswered = self.session.close_post(self.stream, &accepted);
+        for id in unanswered {
+            if self.session.is_ended() {
+                break;
+            }
+            tracing::info!(session = %self.session.id, id = id.raw(), "client went away before the answer; cancelling upstream");
+            let cancel = jsonrpc::cancelled(&id, "the client disconnected");
+            let routed = self.session.relay.from_client(Frame::Line(cancel));
+            if let Some(bytes) = routed.to_server {
+                let _ = self.session.to_server.try_send(bytes);
+            }
+        }
+    }
+}
+
+/// The SSE stream of one POST: related messages, then the responses; it ends after the last.
+fn answer_stream(
+    rx: StreamRx,
+    guard: StreamGuard,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    futures_util::stream::unfold((rx, guard), |(mut rx, mut guard)| async move {
+        if guard.awaiting.is_empty() {
+            return None;
+        }
+        let bytes = rx.recv().await?;
+        for key in message::response_keys(&bytes) {
+            guard.awaiting.remove(&key);
+        }
+        let event = SseEvent::default().data(String::from_utf8_lossy(&bytes));
+        Some((Ok(event), (rx, guard)))
+    })
+}
+
+pub(super) async fn get(
+    State(listener): State<Arc<Listener>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    unwrap_refusal(handle_get(&listener, peer, &headers))
+}
+
+fn handle_get(
+    listener: &Listener,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> Result<Response, Refusal> {
+    let client = check_access(listener, headers, peer)?;
+    let session = find_session(listener, headers, &client)?;
+    if !accepts(headers, "text/event-stream") {
+        return Err(refuse(
+            StatusCode::NOT_ACCEPTABLE,
+            "GET opens an event stream: Accept must include text/event-stream",
+        ));
+    }
+    session.touch();
+    let rx = session.open_get();
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let bytes = rx.recv().await?;
+        Some((
+            Ok::<_, Infallible>(SseEvent::default().data(String::from_utf8_lossy(&bytes))),
+            rx,
+        ))
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+pub(super) async fn delete(
+    State(listener): State<Arc<Listener>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    unwrap_refusal(handle_delete(&listener, peer, &headers))
+}
+
+fn handle_delete(
+    listener: &Listener,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> Result<Response, Refusal> {
+    let client = check_access(listener, headers, peer)?;
+    let session = find_session(listener, headers, &client)?;
+    tracing::info!(session = %session.id, "session ended by the client");
+    listener
+        .sessions
+        .end(&session, "the client ended the session");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,248 @@
+//! Clients over Streamable HTTP: `--listen http://127.0.0.1:PORT/mcp`.
+//!
+//! Each client session (minted at `initialize`, named by `Mcp-Session-Id`) gets a relay and an
+//! upstream of its own ([`session`]). A POST carries one client message; when it holds
+//! requests, the answer is an SSE stream that carries the server messages related to them and
+//! ends with their responses — or plain JSON when the client accepts only that. GET opens the
+//! stream for server-initiated messages; DELETE ends the session ([`handlers`]).
+//!
+//! Security defaults: loopback only unless the URL says otherwise, `Host` and `Origin`
+//! checked against DNS rebinding (403), optional bearer tokens (401), all checked before the
+//! body is read; body limit (413); caps on sessions, in total and per client (503, 429); a cap
+//! on connections; a timeout for request headers that also closes idle connections. The
+//! client's `Authorization` header is never passed upstream: only the message bodies are.
+
+mod handlers;
+mod session;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::routing::post;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use reqwest::Url;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+use crate::budget::Budget;
+use crate::stdio::Options;
+use crate::upstream::UpstreamSpec;
+
+use session::Sessions;
+
+/// How the listener behaves.
+#[derive(Debug, Clone)]
+pub struct ListenOptions {
+    /// The URL clients use; its path is the MCP endpoint.
+    pub url: Url,
+    pub allow_hosts: Vec<String>,
+    pub allow_origins: Vec<String>,
+    /// Accepted bearer tokens (none: no token is required).
+    pub auth_tokens: Vec<String>,
+    pub max_sessions: usize,
+    /// At most this many sessions for one client (one token, or one address without tokens).
+    pub max_sessions_per_client: usize,
+    /// At most this many open connections; more are refused at once.
+    pub max_connections: usize,
+    /// A connection must send a request's headers within this long, and an idle one is
+    /// closed after it.
+    pub header_timeout: Duration,
+    /// A request body must arrive within this long.
+    pub body_timeout: Duration,
+    pub idle: Duration,
+    pub session: Options,
+    /// Records every session's messages (each line names its session).
+    pub recorder: Option<crate::record::Recorder>,
+}
+
+impl ListenOptions {
+    /// Options with the defaults of the command line for `url`.
+    pub fn new(url: Url) -> ListenOptions {
+        ListenOptions {
+            url,
+            allow_hosts: Vec::new(),
+            allow_origins: Vec::new(),
+            auth_tokens: Vec::new(),
+            max_sessions: 64,
+            max_sessions_per_client: 32,
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle: Duration::from_secs(1800),
+            session: Options::default(),
+            recorder: None,
+        }
+    }
+}
+
+/// The listener could not start or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("--listen {0:?}: {1}")]
+    Url(String, String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Parses `--listen`: an http URL whose host is an IP address or `localhost`.
+pub fn parse_listen_url(text: &str) -> Result<(Url, SocketAddr), ListenError> {
+    let bad = |why: &str| ListenError::Url(text.to_string(), why.to_string());
+    let url = Url::parse(text).map_err(|e| bad(&format!("{e}; e.g. http://127.0.0.1:8080/mcp")))?;
+    if url.scheme() != "http" {
+        return Err(bad(
+            "only http:// is served (put a TLS proxy in front for https)",
+        ));
+    }
+    let host = match url.host_str() {
+        Some("localhost") => "127.0.0.1".to_string(),
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        None => return Err(bad("no host; e.g. http://127.0.0.1:8080/mcp")),
+    };
+    let ip: std::net::IpAddr = host
+        .parse()
+        .map_err(|_| bad("the host must be an IP address or localhost"))?;
+    let port = url.port().unwrap_or(80);
+    Ok((url, SocketAddr::new(ip, port)))
+}
+
+/// Binds the address of a `--listen` URL; returns the listener and the URL with the port it got.
+pub async fn bind(url: &Url, addr: SocketAddr) -> Result<(TcpListener, Url), ListenError> {
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ListenError::Bind { addr, source })?;
+    let local = tcp.local_addr().map_err(ListenError::Serve)?;
+    let mut url = url.clone();
+    // An http URL always takes a port.
+    let _ = url.set_port(Some(local.port()));
+    Ok((tcp, url))
+}
+
+/// Serves clients on `tcp` until `shutdown` completes; then ends every session and waits for
+/// every connection and session task (bounded by the shutdown grace).
+pub async fn serve(
+    tcp: TcpListener,
+    options: ListenOptions,
+    spec: UpstreamSpec,
+    budget: Arc<Budget>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ListenError> {
+    let local = tcp.local_addr().map_err(ListenError::Serve)?;
+    if !local.ip().is_loopback() {
+        tracing::warn!(%local, "listening on a non-loopback address: anyone who can reach it can use the server (consider --auth-token-env)");
+    }
+    if options.auth_tokens.is_empty() && options.max_sessions_per_client < options.max_sessions {
+        tracing::debug!("without tokens, sessions are counted per client address");
+    }
+    let path = options.url.path().to_string();
+    let header_timeout = options.header_timeout;
+    let max_connections = options.max_connections.max(1);
+    let idle = options.idle;
+    let grace = options.session.shutdown_grace;
+    let sessions = Arc::new(Sessions::new(options, spec, budget));
+    let state = Arc::new(handlers::Listener::new(sessions.clone(), local));
+    let app = Router::new()
+        .route(
+            &path,
+            post(handlers::post)
+                .get(handlers::get)
+                .delete(handlers::delete),
+        )
+        .with_state(state);
+    tracing::info!(%local, %path, "listening");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut connections = JoinSet::new();
+    let mut reap = tokio::time::interval(
+        (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30)),
+    );
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = reap.tick() => sessions.end_idle(),
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = tcp.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        // Out of file descriptors, most likely: let connections close first.
+                        tracing::warn!(%err, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, max_connections, "connection refused: at --max-connections");
+                    refuse_connection(stream);
+                    continue;
+                };
+                // Small SSE events must not wait for Nagle's algorithm (a 40 ms stall per event).
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let mut stop = stop_rx.clone();
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                        request.extensions_mut().insert(ConnectInfo(peer));
+                        app.clone().oneshot(request)
+                    });
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::pin!(connection);
+                    tokio::select! {
+                        result = connection.as_mut() => {
+                            if let Err(err) = result {
+                                tracing::debug!(%peer, %err, "connection ended with an error");
+                            }
+                        }
+                        _ = stop.changed() => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
+                    drop(slot);
+                });
+            }
+        }
+    }
+    drop(tcp);
+    // End every session first: that ends their open streams, so connections can finish.
+    sessions.shut_down().await;
+    let _ = stop_tx.send(true);
+    let bound = grace + Duration::from_secs(3);
+    if tokio::time::timeout(bound, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Tells a connection over the cap why it is closed (best effort: it is not waited on).
+fn refuse_connection(stream: tokio::net::TcpStream) {
+    let body = "too many connections (--max-connections); try again later";
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(response.as_bytes());
+}

@@ -1,0 +1,511 @@
+//! The listener's sessions: one relay and one upstream each, the client streams their server
+//! messages go to, and the bookkeeping around them (ids, limits, idle expiry, shutdown).
+//!
+//! A server message goes to the POST stream waiting for it (a response), to the stream of the
+//! request whose progress it reports, else to the GET stream, else to the newest POST stream.
+//! With no stream open it waits in a backlog bounded in bytes; when that is full, the session
+//! stops reading its server until the client opens a stream (backpressure, never a drop).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::budget::Budget;
+use crate::intercept::Interceptor;
+use crate::message::{self, Id, Kind};
+use crate::queue;
+use crate::relay::Relay;
+use crate::upstream::{Event, Stopper, Upstream, UpstreamSpec};
+
+use super::ListenOptions;
+
+/// What the backlog of a session with no open stream may hold.
+const BACKLOG_BYTES: usize = queue::DEFAULT_QUEUE_BYTES;
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Who opened a session: the token they presented (its index among the accepted tokens), or,
+/// without tokens, their address. Sessions are bound to it and counted per client.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Client {
+    Token(usize),
+    Address(std::net::IpAddr),
+}
+
+/// A queue to one client stream (a POST's SSE stream or body, or the GET stream).
+pub(super) type StreamTx = queue::Sender<Vec<u8>>;
+pub(super) type StreamRx = queue::Receiver<Vec<u8>>;
+
+/// A new stream's queue.
+pub(super) fn stream_channel() -> (StreamTx, StreamRx) {
+    queue::channel(queue::DEFAULT_QUEUE_BYTES)
+}
+
+#[derive(Default)]
+struct Routes {
+    /// Requests waiting for their response: id key → (the POST's stream number, its queue).
+    waiting: HashMap<String, (u64, StreamTx)>,
+    /// Progress tokens (JSON text) → the POST stream of the request that named them.
+    progress: HashMap<String, u64>,
+    /// Open POST SSE streams, by number (the newest has the highest).
+    streams: BTreeMap<u64, StreamTx>,
+    get: Option<StreamTx>,
+    backlog: VecDeque<Vec<u8>>,
+    backlog_bytes: usize,
+    next_stream: u64,
+}
+
+impl Routes {
+    /// Moves what waited for a stream onto `tx`, as far as it takes it now.
+    fn drain_backlog_into(&mut self, tx: &StreamTx) {
+        while let Some(waiting) = self.backlog.pop_front() {
+            let len = waiting.len();
+            match tx.try_send(waiting) {
+                Ok(()) => self.backlog_bytes -= len,
+                Err(queue::TrySendError::Full(back) | queue::TrySendError::Closed(back)) => {
+                    self.backlog.push_front(back);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One client session.
+pub(super) struct Session {
+    pub id: String,
+    pub client: Client,
+    pub relay: Relay,
+    pub to_server: queue::Sender<Vec<u8>>,
+    routes: Mutex<Routes>,
+    /// Signalled when the backlog has room or a stream opened.
+    room: Notify,
+    stopper: Mutex<Stopper>,
+    last_active: Mutex<Instant>,
+    /// The negotiated protocol version, once the initialize response passed.
+    protocol: Mutex<Option<String>>,
+    initialize_key: Mutex<Option<String>>,
+    ended: AtomicBool,
+}
+
+/// A POST registered with its session: its stream number and queue.
+pub(super) struct PostStream {
+    pub number: u64,
+    pub tx: StreamTx,
+    pub rx: StreamRx,
+}
+
+impl Session {
+    pub fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    pub fn protocol(&self) -> Option<String> {
+        lock(&self.protocol).clone()
+    }
+
+    pub fn set_initialize_key(&self, key: &str) {
+        *lock(&self.initialize_key) = Some(key.to_string());
+    }
+
+    /// A new POST stream (not yet receiving anything).
+    pub fn open_post(&self) -> PostStream {
+        let (tx, rx) = stream_channel();
+        let mut routes = lock(&self.routes);
+        routes.next_stream += 1;
+        PostStream {
+            number: routes.next_stream,
+            tx,
+            rx,
+        }
+    }
+
+    /// The POST's accepted requests wait on its stream; with SSE, server messages related to
+    /// them (their progress; others while it is the newest stream) go there too.
+    pub fn register_post(
+        &self,
+        post: &PostStream,
+        accepted: &[Id],
+        tokens: Vec<String>,
+        sse: bool,
+    ) {
+        let mut routes = lock(&self.routes);
+        for id in accepted {
+            routes
+                .waiting
+                .insert(id.key().to_string(), (post.number, post.tx.clone()));
+        }
+        if sse && !accepted.is_empty() {
+            for token in tokens {
+                routes.progress.insert(token, post.number);
+            }
+            routes.streams.insert(post.number, post.tx.clone());
+            routes.drain_backlog_into(&post.tx);
+            drop(routes);
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Forgets a POST stream; returns the ids of `accepted` that were still waiting on it.
+    pub fn close_post(&self, number: u64, accepted: &[Id]) -> Vec<Id> {
+        let mut routes = lock(&self.routes);
+        routes.streams.remove(&number);
+        routes.progress.retain(|_, n| *n != number);
+        let mut left = Vec::new();
+        for id in accepted {
+            if routes
+                .waiting
+                .get(id.key())
+                .is_some_and(|(n, _)| *n == number)
+            {
+                routes.waiting.remove(id.key());
+                left.push(id.clone());
+            }
+        }
+        left
+    }
+
+    /// Opens the GET stream (replacing an older one).
+    pub fn open_get(&self) -> StreamRx {
+        let (tx, rx) = stream_channel();
+        let mut routes = lock(&self.routes);
+        routes.drain_backlog_into(&tx);
+        routes.get = Some(tx);
+        drop(routes);
+        self.room.notify_waiters();
+        rx
+    }
+
+    /// Sends a server message to the client stream it belongs to, waiting while that stream
+    /// (or, with none open, the backlog) is full: a slow client slows its own session only.
+    pub async fn route(&self, bytes: Vec<u8>, kind: Option<Kind>) {
+        self.note_initialize_response(&bytes, kind.as_ref());
+        let mut bytes = bytes;
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let target = {
+                let mut routes = lock(&self.routes);
+                match target(&mut routes, &bytes, kind.as_ref()) {
+                    Some(tx) => Some(tx),
+                    None => {
+                        if routes.backlog.is_empty()
+                            || routes.backlog_bytes + bytes.len() <= BACKLOG_BYTES
+                            || self.is_ended()
+                        {
+                            routes.backlog_bytes += bytes.len();
+                            routes.backlog.push_back(bytes);
+                            return;
+                        }
+                        None
+                    }
+                }
+            };
+            match target {
+                Some(tx) => match tx.send(bytes).await {
+                    Ok(()) => return,
+                    // That stream closed meanwhile: route again.
+                    Err(queue::Closed(back)) => bytes = back,
+                },
+                None => {
+                    tracing::debug!(session = %self.id, "no client stream open and the backlog is full: waiting for the client");
+                    notified.await;
+                }
+            }
+        }
+    }
+
+    /// Like `route`, without waiting (for the proxy's own errors as a session ends).
+    pub fn route_now(&self, bytes: Vec<u8>, kind: Option<Kind>) {
+        let mut routes = lock(&self.routes);
+        let bytes = match target(&mut routes, &bytes, kind.as_ref()) {
+            Some(tx) => match tx.try_send(bytes) {
+                Ok(()) => return,
+                Err(queue::TrySendError::Full(bytes) | queue::TrySendError::Closed(bytes)) => bytes,
+            },
+            None => bytes,
+        };
+        routes.backlog_bytes += bytes.len();
+        routes.backlog.push_back(bytes);
+    }
+
+    fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {
+        if let Some(Kind::Response { id: Some(id) }) = kind
+            && lock(&self.initialize_key).as_deref() == Some(id.key())
+            && let Some(version) = message::protocol_version(bytes)
+        {
+            *lock(&self.protocol) = Some(version);
+        }
+    }
+
+    /// Ends the session: answers what is in flight, stops the upstream, closes the streams.
+    pub fn end(&self, reason: &str, grace: Duration) {
+        if self.ended.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for error in self.relay.close(reason) {
+            let kind = message::parse(&error)
+                .ok()
+                .and_then(message::Parsed::single);
+            self.route_now(error, kind);
+        }
+        lock(&self.stopper).stop(grace);
+        let mut routes = lock(&self.routes);
+        routes.waiting.clear();
+        routes.streams.clear();
+        routes.get = None;
+        drop(routes);
+        self.room.notify_waiters();
+    }
+}
+
+/// Where a server message goes (see the module doc).
+fn target(routes: &mut Routes, bytes: &[u8], kind: Option<&Kind>) -> Option<StreamTx> {
+    let target = match kind {
+        Some(Kind::Response { id: Some(id) }) => routes.waiting.remove(id.key()).map(|(_, tx)| tx),
+        Some(Kind::Notification { method }) if method == "notifications/progress" => {
+            message::progress_token(bytes)
+                .and_then(|token| routes.progress.get(&token).copied())
+                .and_then(|n| routes.streams.get(&n).cloned())
+        }
+        _ => None,
+    };
+    target
+        .filter(|tx| !tx.is_closed())
+        .or_else(|| routes.get.clone().filter(|tx| !tx.is_closed()))
+        .or_else(|| {
+            routes
+                .streams
+                .values()
+                .rev()
+                .find(|tx| !tx.is_closed())
+                .cloned()
+        })
+}
+
+/// Why a session could not be opened.
+#[derive(Debug)]
+pub(super) enum OpenError {
+    /// The listener is at `--max-sessions`.
+    Full(usize),
+    /// This client holds `--max-sessions-per-client` already.
+    ClientFull(usize),
+    /// The upstream could not be started.
+    Upstream(String),
+    /// No session id could be made.
+    Id(String),
+}
+
+/// Every session of a listener, and every task they run.
+pub(super) struct Sessions {
+    options: ListenOptions,
+    spec: UpstreamSpec,
+    budget: Arc<Budget>,
+    map: Mutex<HashMap<String, Arc<Session>>>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+impl Sessions {
+    pub fn new(options: ListenOptions, spec: UpstreamSpec, budget: Arc<Budget>) -> Sessions {
+        Sessions {
+            options,
+            spec,
+            budget,
+            map: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    pub fn options(&self) -> &ListenOptions {
+        &self.options
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        lock(&self.map).get(id).cloned()
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = lock(&self.tasks);
+        // Collect what has finished, so the set holds only live tasks.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+
+    /// Opens a session for `client`: its upstream, relay, and tasks.
+    pub async fn open(self: &Arc<Self>, client: Client) -> Result<Arc<Session>, OpenError> {
+        {
+            let map = lock(&self.map);
+            if map.len() >= self.options.max_sessions {
+                return Err(OpenError::Full(self.options.max_sessions));
+            }
+            let held = map.values().filter(|s| s.client == client).count();
+            if held >= self.options.max_sessions_per_client {
+                return Err(OpenError::ClientFull(self.options.max_sessions_per_client));
+            }
+        }
+        let mut raw = [0u8; 16];
+        getrandom::fill(&mut raw).map_err(|err| OpenError::Id(err.to_string()))?;
+        let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let mut upstream = Upstream::start(&self.spec, self.options.session.max_message_bytes)
+            .await
+            .map_err(|err| OpenError::Upstream(err.to_string()))?;
+        let stopper = upstream.stopper();
+        let relay = self
+            .options
+            .session
+            .relay(Interceptor::shared(self.budget.clone()));
+        let relay = match &self.options.recorder {
+            Some(recorder) => relay.with_recorder(recorder.for_session(&id)),
+            None => relay,
+        };
+        let session = Arc::new(Session {
+            id: id.clone(),
+            client,
+            relay,
+            to_server: upstream.to_server.clone(),
+            routes: Mutex::new(Routes::default()),
+            room: Notify::new(),
+            stopper: Mutex::new(stopper),
+            last_active: Mutex::new(Instant::now()),
+            protocol: Mutex::new(None),
+            initialize_key: Mutex::new(None),
+            ended: AtomicBool::new(false),
+        });
+        if let Some(task) = upstream.take_task() {
+            self.spawn(async move {
+                let _ = task.await;
+            });
+        }
+        self.spawn(pump(Arc::downgrade(self), session.clone(), upstream.events));
+        self.spawn(sweep_timeouts(Arc::downgrade(&session)));
+        lock(&self.map).insert(id.clone(), session.clone());
+        tracing::info!(session = %id, "new session");
+        Ok(session)
+    }
+
+    /// Removes a session and ends it.
+    pub fn end(&self, session: &Session, reason: &str) {
+        lock(&self.map).remove(&session.id);
+        session.end(reason, self.options.session.shutdown_grace);
+    }
+
+    /// Ends sessions idle for longer than `--session-idle-secs` with nothing in flight.
+    pub fn end_idle(&self) {
+        let now = Instant::now();
+        let idle: Vec<Arc<Session>> = {
+            let mut map = lock(&self.map);
+            let ids: Vec<String> = map
+                .iter()
+                .filter(|(_, s)| {
+                    s.relay.in_flight() == 0
+                        && now.duration_since(*lock(&s.last_active)) >= self.options.idle
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for session in idle {
+            tracing::info!(session = %session.id, "session idle; ending it");
+            session.end(
+                "the session was idle too long and was ended",
+                self.options.session.shutdown_grace,
+            );
+        }
+    }
+
+    /// Ends every session and waits (bounded) for every task they ran.
+    pub async fn shut_down(&self) {
+        let sessions: Vec<Arc<Session>> = lock(&self.map).drain().map(|(_, s)| s).collect();
+        for session in sessions {
+            session.end(
+                "the proxy is shutting down",
+                self.options.session.shutdown_grace,
+            );
+        }
+        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
+        let bound = self.options.session.shutdown_grace + Duration::from_secs(3);
+        if tokio::time::timeout(bound, async { while tasks.join_next().await.is_some() {} })
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = tasks.len(),
+                "session tasks still running after the grace period; aborting them"
+            );
+            tasks.shutdown().await;
+        }
+    }
+}
+
+/// Reads the upstream's messages into the session until it ends.
+async fn pump(sessions: Weak<Sessions>, session: Arc<Session>, mut events: queue::Receiver<Event>) {
+    while let Some(event) = events.recv().await {
+        match event {
+            Event::Frame(frame) => {
+                if let Some((bytes, kind)) = session.relay.from_server_classified(frame) {
+                    session.route(bytes, kind).await;
+                }
+            }
+            Event::Restarting { reason } => {
+                for error in session
+                    .relay
+                    .fail_pending(&crate::stdio::restarting(&reason))
+                {
+                    let kind = message::parse(&error)
+                        .ok()
+                        .and_then(message::Parsed::single);
+                    session.route(error, kind).await;
+                }
+            }
+            Event::Ended { reason, stopped } => {
+                if !stopped {
+                    tracing::warn!(session = %session.id, %reason, "upstream ended; ending the session");
+                    if let Some(sessions) = sessions.upgrade() {
+                        lock(&sessions.map).remove(&session.id);
+                    }
+                }
+                session.end(&reason, Duration::ZERO);
+                return;
+            }
+        }
+    }
+}
+
+/// Answers a session's timed-out requests and cancels them upstream, until it ends.
+async fn sweep_timeouts(session: Weak<Session>) {
+    let every = match session.upgrade() {
+        Some(session) => crate::stdio::sweep_interval(session.relay.shortest_timeout()),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let Some(session) = session.upgrade() else {
+            return;
+        };
+        if session.is_ended() {
+            return;
+        }
+        let expired = session.relay.expire(Instant::now());
+        for cancel in expired.to_server {
+            let _ = session.to_server.send(cancel).await;
+        }
+        for error in expired.to_client {
+            let kind = message::parse(&error)
+                .ok()
+                .and_then(message::Parsed::single);
+            session.route(error, kind).await;
+        }
+    }
+}

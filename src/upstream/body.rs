@@ -1,0 +1,228 @@
+//! Reading an HTTP upstream's response bodies under a size limit and a time limit.
+//!
+//! Why: a body is the server's to size, and reqwest reads whatever comes. An error page of a
+//! gigabyte, one SSE event that never ends, or a body that trickles at a byte a second would
+//! otherwise hold the proxy's memory or a request forever. Here a JSON body stops at
+//! `--max-message-bytes`, an SSE stream is cut when one event grows past it, and a message
+//! that has begun must finish within the read timeout; the connection is then dropped, and
+//! the requests it carried get a clear error.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use memchr::memchr2;
+use reqwest::Response;
+use sse_stream::SseStream;
+use tokio::time::Instant;
+
+/// How much of an error body is read (for the message that quotes it).
+pub const ERROR_EXCERPT_BYTES: usize = 4096;
+
+/// Why a body was not read to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error(
+        "the upstream server's message is over the proxy's message size limit of {0} bytes \
+         (raise it with --max-message-bytes, or narrow the request)"
+    )]
+    TooLarge(usize),
+    #[error(
+        "the upstream server took more than {0} s to send one message (--upstream-read-timeout-secs)"
+    )]
+    Slow(u64),
+    #[error("reading the upstream server's response failed: {0}")]
+    Read(#[from] reqwest::Error),
+}
+
+impl BodyError {
+    /// The `BodyError` behind an SSE stream error, if that is what it is.
+    pub fn in_sse(err: &sse_stream::Error) -> Option<&BodyError> {
+        match err {
+            sse_stream::Error::Body(inner) => inner.downcast_ref::<BodyError>(),
+            _ => None,
+        }
+    }
+}
+
+/// At most `max` bytes of the body (the rest is never read: the connection is dropped).
+pub async fn read_prefix(response: Response, max: usize) -> Bytes {
+    let mut out = Vec::new();
+    let mut stream = response.bytes_stream();
+    let reading = async {
+        while out.len() < max {
+            match stream.next().await {
+                Some(Ok(chunk)) => {
+                    let room = max - out.len();
+                    out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                _ => break,
+            }
+        }
+    };
+    // An excerpt is not worth waiting long for.
+    let _ = tokio::time::timeout(Duration::from_secs(5), reading).await;
+    Bytes::from(out)
+}
+
+/// The whole body, refused past `limit` bytes or when it takes longer than `timeout`.
+pub async fn read_limited(
+    response: Response,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    let reading = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if body.len() + chunk.len() > limit {
+                return Err(BodyError::TooLarge(limit));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, reading).await {
+        Ok(Ok(())) => Ok(Bytes::from(body)),
+        Ok(Err(err)) => Err(err),
+        Err(_) => Err(BodyError::Slow(timeout.as_secs())),
+    }
+}
+
+/// The SSE events of a response, with each event bounded in size and, once begun, in time.
+/// Between events there is no time limit: a server may work long before it answers (the
+/// session's request timeout governs that).
+pub fn events(
+    response: Response,
+    limit: usize,
+    timeout: Duration,
+) -> impl Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send + Unpin {
+    let chunks = response.bytes_stream().boxed();
+    let state = (chunks, EventBounds::new(limit), None::<Instant>, false);
+    let bounded = futures_util::stream::unfold(
+        state,
+        move |(mut chunks, mut bounds, started, failed)| async move {
+            if failed {
+                return None;
+            }
+            let next = match started {
+                Some(at) => match tokio::time::timeout_at(at + timeout, chunks.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let err = BodyError::Slow(timeout.as_secs());
+                        return Some((Err(err), (chunks, bounds, started, true)));
+                    }
+                },
+                None => chunks.next().await,
+            };
+            match next? {
+                Ok(chunk) => match bounds.feed(&chunk) {
+                    Ok(()) => {
+                        let started = match (bounds.in_event(), started) {
+                            (false, _) => None,
+                            (true, Some(at)) => Some(at),
+                            (true, None) => Some(Instant::now()),
+                        };
+                        Some((Ok(chunk), (chunks, bounds, started, false)))
+                    }
+                    Err(err) => Some((Err(err), (chunks, bounds, started, true))),
+                },
+                Err(err) => Some((Err(BodyError::Read(err)), (chunks, bounds, started, true))),
+            }
+        },
+    );
+    SseStream::from_bytes_stream(bounded.boxed())
+}
+
+/// Tracks the size of the SSE event being received (the bytes since the last blank line).
+struct EventBounds {
+    limit: usize,
+    event: usize,
+    line: usize,
+    after_cr: bool,
+}
+
+impl EventBounds {
+    fn new(limit: usize) -> Self {
+        EventBounds {
+            limit,
+            event: 0,
+            line: 0,
+            after_cr: false,
+        }
+    }
+
+    fn in_event(&self) -> bool {
+        self.event > 0
+    }
+
+    fn feed(&mut self, mut chunk: &[u8]) -> Result<(), BodyError> {
+        while !chunk.is_empty() {
+            let Some(at) = memchr2(b'\n', b'\r', chunk) else {
+                self.add(chunk.len())?;
+                self.after_cr = false;
+                return Ok(());
+            };
+            self.add(at)?;
+            let newline = chunk[at];
+            // `\r\n` is one line end.
+            let same_line_end = newline == b'\n' && self.after_cr && at == 0;
+            if !same_line_end {
+                if self.line == 0 {
+                    self.event = 0; // a blank line ends the event
+                }
+                self.line = 0;
+            }
+            self.after_cr = newline == b'\r';
+            chunk = &chunk[at + 1..];
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, bytes: usize) -> Result<(), BodyError> {
+        if bytes > 0 {
+            self.after_cr = false;
+        }
+        self.line += bytes;
+        self.event += bytes;
+        if self.event > self.limit {
+            return Err(BodyError::TooLarge(self.limit));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_lines_end_events_in_every_line_ending() {
+        for text in [
+            "data: 12345\n\ndata: 12345\n\n",
+            "data: 12345\r\n\r\ndata: 12345\r\n\r\n",
+            "data: 12345\r\rdata: 12345\r\r",
+        ] {
+            let mut bounds = EventBounds::new(12);
+            for byte in text.as_bytes() {
+                bounds.feed(std::slice::from_ref(byte)).unwrap();
+            }
+            assert!(!bounds.in_event(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn an_event_over_the_limit_is_refused_whatever_its_lines() {
+        let mut bounds = EventBounds::new(20);
+        bounds.feed(b"data: 0123456789\n").unwrap();
+        assert!(matches!(
+            bounds.feed(b"data: 0123456789\n"),
+            Err(BodyError::TooLarge(20))
+        ));
+        let mut bounds = EventBounds::new(20);
+        for _ in 0..100 {
+            bounds.feed(b"data: 0123456789\n\n").unwrap();
+        }
+    }
+}
