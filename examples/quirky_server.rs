@@ -10,7 +10,10 @@
 //! answer), `crash` (exits 3 mid-call), `noise` (writes a
 //! non-JSON line first), `big` (a result of `arguments.bytes` bytes), `spawn` (starts a
 //! `sleep` grandchild and reports its pid), `list_changed` (emits
-//! `notifications/tools/list_changed`).
+//! `notifications/tools/list_changed`), `late` (sleeps `arguments.ms`, then answers with
+//! `arguments.bytes` bytes: an answer after the proxy gave up), `flood` (`arguments.count`
+//! log notifications of `arguments.bytes` bytes each, counting them into the file
+//! `arguments.file` as it goes, then the answer).
 
 use std::io::{BufRead, Write};
 
@@ -23,7 +26,7 @@ fn send(out: &mut impl Write, line: &str) {
     }
 }
 
-const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text.","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
+const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text.","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
 
 fn main() {
     let stdin = std::io::stdin();
@@ -153,6 +156,41 @@ fn main() {
                             &mut out,
                             &format!(
                                 r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
+                            ),
+                        );
+                    }
+                    "late" => {
+                        let ms = params["arguments"]["ms"].as_u64().unwrap_or(1000);
+                        let n = params["arguments"]["bytes"].as_u64().unwrap_or(1000) as usize;
+                        std::thread::sleep(std::time::Duration::from_millis(ms));
+                        let text = "y".repeat(n);
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{text}"}}]}}}}"#
+                            ),
+                        );
+                    }
+                    "flood" => {
+                        let count = params["arguments"]["count"].as_u64().unwrap_or(10);
+                        let n = params["arguments"]["bytes"].as_u64().unwrap_or(1000) as usize;
+                        let file = params["arguments"]["file"].as_str().map(String::from);
+                        let pad = "z".repeat(n);
+                        for k in 1..=count {
+                            send(
+                                &mut out,
+                                &format!(
+                                    r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":{{"k":{k},"pad":"{pad}"}}}}}}"#
+                                ),
+                            );
+                            if let Some(file) = &file {
+                                let _ = std::fs::write(file, k.to_string());
+                            }
+                        }
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"flooded {count}"}}]}}}}"#
                             ),
                         );
                     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::budget::{Budget, CallPlan};
-use crate::message::Id;
+use crate::message::{Id, splice};
 use crate::policy::Policy;
 
 /// Applies the budget at the relay's two interception points.
@@ -162,17 +162,6 @@ impl Interceptor {
         };
         Some(splice(message, raw, &bytes))
     }
-}
-
-/// `message` with the bytes of `old` (a slice of it) replaced by `new`.
-fn splice(message: &[u8], old: &RawValue, new: &[u8]) -> Vec<u8> {
-    let start = (old.get().as_ptr() as usize).saturating_sub(message.as_ptr() as usize);
-    let end = (start + old.get().len()).min(message.len());
-    let mut out = Vec::with_capacity(message.len() - (end - start) + new.len());
-    out.extend_from_slice(&message[..start]);
-    out.extend_from_slice(new);
-    out.extend_from_slice(&message[end..]);
-    out
 }
 
 #[cfg(test)]

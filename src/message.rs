@@ -214,6 +214,50 @@ pub fn request_progress_token(line: &[u8]) -> Option<String> {
     Some(message.params?.meta?.progress_token?.get().to_string())
 }
 
+#[derive(Deserialize)]
+struct IdOnly<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
+/// `line` with the bytes of `part` (a slice of it) replaced by `new`.
+pub fn splice(line: &[u8], part: &RawValue, new: &[u8]) -> Vec<u8> {
+    let start = (part.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+    let start = start.min(line.len());
+    let end = (start + part.get().len()).min(line.len());
+    let mut out = Vec::with_capacity(line.len() - (end - start) + new.len());
+    out.extend_from_slice(&line[..start]);
+    out.extend_from_slice(new);
+    out.extend_from_slice(&line[end..]);
+    out
+}
+
+/// One message with its top-level `id` replaced by `id_text` (JSON text); the rest unchanged.
+pub fn with_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
+    let message: IdOnly<'_> = serde_json::from_slice(line).ok()?;
+    Some(splice(line, message.id?, id_text.as_bytes()))
+}
+
+/// A `notifications/cancelled` with its `params.requestId` replaced by `id_text`.
+pub fn with_cancelled_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
+    #[derive(Deserialize)]
+    struct Cancelled<'a> {
+        #[serde(borrow)]
+        params: Option<CancelledParams<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct CancelledParams<'a> {
+        #[serde(borrow, rename = "requestId")]
+        request_id: Option<&'a RawValue>,
+    }
+    let message: Cancelled<'_> = serde_json::from_slice(line).ok()?;
+    Some(splice(
+        line,
+        message.params?.request_id?,
+        id_text.as_bytes(),
+    ))
+}
+
 /// The progress tokens (JSON text) the requests of a line (one message or a batch) ask for.
 pub fn request_progress_tokens(line: &[u8]) -> Vec<String> {
     let first = line.iter().find(|b| !b.is_ascii_whitespace()).copied();
@@ -374,6 +418,26 @@ mod tests {
             Some("7")
         );
         assert_eq!(request_progress_token(br#"{"id":1,"method":"ping"}"#), None);
+    }
+
+    #[test]
+    fn ids_are_replaced_in_place() {
+        assert_eq!(
+            with_id(
+                br#"{"jsonrpc":"2.0", "id" : 1.0,"result":{"id":1}}"#,
+                r#""m-1""#
+            )
+            .unwrap(),
+            br#"{"jsonrpc":"2.0", "id" : "m-1","result":{"id":1}}"#
+        );
+        assert_eq!(
+            with_cancelled_id(
+                br#"{"method":"notifications/cancelled","params":{"requestId":7,"reason":"x"}}"#,
+                r#""m-2""#
+            )
+            .unwrap(),
+            br#"{"method":"notifications/cancelled","params":{"requestId":"m-2","reason":"x"}}"#
+        );
     }
 
     #[test]

@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use crate::queue;
 
 /// Which way a message went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +44,8 @@ impl Dir {
 
 /// The recording format version written in the header line.
 pub const FORMAT: u32 = 1;
-const QUEUE: usize = 4096;
+/// What the queue to the writer may hold; past it, messages are counted as missed.
+const QUEUE_BYTES: usize = 32 * 1024 * 1024;
 
 /// What the writer and every recorder share (not the queue: the writer must see it close).
 struct Shared {
@@ -54,7 +56,7 @@ struct Shared {
 /// A handle that records one session's messages (cheap to clone).
 #[derive(Clone)]
 pub struct Recorder {
-    queue: mpsc::Sender<Vec<u8>>,
+    queue: queue::Sender<Vec<u8>>,
     shared: Arc<Shared>,
     session: Option<Arc<str>>,
 }
@@ -89,13 +91,13 @@ impl Recorder {
         path: &Path,
         transport: &str,
     ) -> Result<(Recorder, JoinHandle<()>), RecordError> {
-        Recorder::start_with_queue(path, transport, QUEUE).await
+        Recorder::start_with_queue(path, transport, QUEUE_BYTES).await
     }
 
     async fn start_with_queue(
         path: &Path,
         transport: &str,
-        queue_len: usize,
+        queue_bytes: usize,
     ) -> Result<(Recorder, JoinHandle<()>), RecordError> {
         let partial = partial_path(path);
         let file = tokio::fs::File::create(&partial)
@@ -104,7 +106,7 @@ impl Recorder {
                 path: partial.clone(),
                 source,
             })?;
-        let (queue, rx) = mpsc::channel(queue_len);
+        let (queue, rx) = queue::channel(queue_bytes);
         let shared = Arc::new(Shared {
             missed: AtomicU64::new(0),
             start: Instant::now(),
@@ -192,7 +194,7 @@ impl Recorder {
 
 async fn write(
     file: tokio::fs::File,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: queue::Receiver<Vec<u8>>,
     header: String,
     partial: PathBuf,
     path: PathBuf,
@@ -250,9 +252,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mcp-budget-rec-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("r.jsonl");
-        let (recorder, writer) = Recorder::start_with_queue(&path, "test", 2).await.unwrap();
+        let (recorder, writer) = Recorder::start_with_queue(&path, "test", 220)
+            .await
+            .unwrap();
         // On this single-threaded runtime the writer cannot run until we yield: the queue
-        // fills after two messages and the rest are counted as missed, never waited for.
+        // fills after two messages (of about 100 bytes each, counted with their place in the queue) and the rest are counted as missed, never waited for.
         for k in 0..10 {
             recorder.message(
                 Dir::ClientToServer,

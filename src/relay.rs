@@ -6,11 +6,13 @@
 //! waiting request gets an error — never silence — when the server goes away.
 //!
 //! Ids are never rewritten: one relay serves one client and one upstream. So that a response
-//! can never reach the wrong request, an id is taken by one request at a time: a request whose
-//! id is in flight (compared as JSON-RPC compares them: `1` and `1.0` are one id), or whose
-//! earlier request the proxy answered itself (timed out, cancelled) and the server may still
-//! answer, is refused; and a response the server sends for an id that is not in flight is
-//! dropped, never forwarded.
+//! can never reach the wrong request: a request whose id is in flight (compared as JSON-RPC
+//! compares them: `1` and `1.0` are one id) is refused; a response the server sends for an id
+//! that is not in flight is dropped, never forwarded. The ids of finished requests (answered,
+//! timed out, cancelled) are remembered up to a bound, because the server may still answer them,
+//! late or twice: a client that reuses one (MCP forbids it, plain JSON-RPC allows it) is served,
+//! but its request goes upstream under a fresh id of the proxy's (`"mcp-budget-N"`), and the
+//! answer is given back the client's id. The common path — a new id — is never rewritten.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -49,7 +51,7 @@ enum Forward {
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// How long `initialize` may go unanswered by default (the server never came up).
 pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How many answered-by-the-proxy ids are remembered (their late answers are dropped).
+/// How many ids of finished requests are remembered (not reused; their late answers dropped).
 const RETIRED: usize = 4096;
 
 enum Pending {
@@ -60,7 +62,10 @@ enum Pending {
 
 /// A client request waiting for its response.
 struct InFlight {
+    /// The id as the client wrote it.
     id: Id,
+    /// The id the server saw, when the proxy gave the request a fresh one (a reused id).
+    upstream: Option<Id>,
     method: String,
     pending: Pending,
     /// When the request times out (`--request-timeout-secs`).
@@ -70,8 +75,8 @@ struct InFlight {
     progress_token: Option<String>,
 }
 
-/// Ids of requests the proxy answered itself (timed out, cancelled by the client) that the
-/// server may still answer: oldest first, bounded.
+/// Ids of requests that are over (answered, timed out, cancelled by the client): the server may
+/// still answer them, late or again, so they are not taken again. Oldest first, bounded.
 #[derive(Default)]
 struct Retired {
     order: VecDeque<Box<str>>,
@@ -93,21 +98,16 @@ impl Retired {
     fn contains(&self, key: &str) -> bool {
         self.set.contains(key)
     }
-
-    /// Forgets `key`: its late answer came.
-    fn take(&mut self, key: &str) -> bool {
-        if self.set.remove(key) {
-            self.order.retain(|k| &**k != key);
-            true
-        } else {
-            false
-        }
-    }
 }
 
 #[derive(Default)]
 struct State {
+    /// Requests in flight, by the key of the id the server saw.
     pending: HashMap<Box<str>, InFlight>,
+    /// Client id key → upstream id key, for requests in flight under a fresh id.
+    aliases: HashMap<Box<str>, Box<str>>,
+    /// How many fresh ids were made.
+    fresh: u64,
     retired: Retired,
     /// Whether the client sent `initialize` in this session.
     initialized: bool,
@@ -147,6 +147,25 @@ pub struct Expired {
     pub to_client: Vec<Vec<u8>>,
     /// `notifications/cancelled` for the server, one per timed-out request.
     pub to_server: Vec<Vec<u8>>,
+}
+
+impl State {
+    /// Takes a request out of flight (by the key of the id the server saw) and remembers its
+    /// id as used.
+    fn finish(&mut self, key: &str) -> Option<InFlight> {
+        let (key, flight) = self.pending.remove_entry(key)?;
+        if flight.upstream.is_some() {
+            self.aliases.remove(flight.id.key());
+        }
+        self.retired.add(key);
+        Some(flight)
+    }
+
+    /// Every request in flight, finished.
+    fn finish_all(&mut self) -> Vec<InFlight> {
+        let keys: Vec<Box<str>> = self.pending.keys().cloned().collect();
+        keys.iter().filter_map(|k| self.finish(k)).collect()
+    }
 }
 
 impl Relay {
@@ -196,14 +215,7 @@ impl Relay {
                 .filter(|(_, f)| f.deadline.is_some_and(|d| d <= now))
                 .map(|(k, _)| k.clone())
                 .collect();
-            let mut expired = Vec::with_capacity(keys.len());
-            for key in keys {
-                if let Some(flight) = state.pending.remove(&key) {
-                    state.retired.add(key);
-                    expired.push(flight);
-                }
-            }
-            expired
+            keys.iter().filter_map(|k| state.finish(k)).collect()
         };
         let mut out = Expired::default();
         for flight in expired {
@@ -226,7 +238,7 @@ impl Relay {
                 None,
             ));
             out.to_server.push(jsonrpc::cancelled(
-                &flight.id,
+                flight.upstream.as_ref().unwrap_or(&flight.id),
                 &format!("mcp-budget: no answer within {seconds} s"),
             ));
         }
@@ -253,17 +265,12 @@ impl Relay {
     /// Every request in flight gets an error naming `reason` (the upstream was restarted);
     /// new requests are accepted as before.
     pub fn fail_pending(&self, reason: &str) -> Vec<Vec<u8>> {
-        let errors: Vec<Vec<u8>> = {
-            let mut state = self.state();
-            let flights: Vec<(Box<str>, InFlight)> = state.pending.drain().collect();
-            flights
-                .into_iter()
-                .map(|(key, f)| {
-                    state.retired.add(key);
-                    jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None)
-                })
-                .collect()
-        };
+        let errors: Vec<Vec<u8>> = self
+            .state()
+            .finish_all()
+            .into_iter()
+            .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
+            .collect();
         self.record_answers(&errors);
         errors
     }
@@ -405,10 +412,13 @@ impl Relay {
         match kind {
             Kind::Request { id, method } => {
                 tracing::debug!(id = id.raw(), %method, "request");
-                if let Err(refusal) = self.admit(&id, &method) {
-                    routed.to_client.push(refusal);
-                    return Forward::Drop;
-                }
+                let upstream = match self.admit(&mut self.state(), &id, &method) {
+                    Ok(upstream) => upstream,
+                    Err(refusal) => {
+                        routed.to_client.push(refusal);
+                        return Forward::Drop;
+                    }
+                };
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList, Forward::Unchanged),
                     "tools/call" => match self.interceptor.tools_call_request(&id, bytes) {
@@ -423,6 +433,27 @@ impl Relay {
                     },
                     _ => (Pending::Other, Forward::Unchanged),
                 };
+                let forward = match &upstream {
+                    None => forward,
+                    Some(fresh) => {
+                        let current = match &forward {
+                            Forward::Rewritten(b) => b.as_slice(),
+                            _ => bytes,
+                        };
+                        match message::with_id(current, fresh.raw()) {
+                            Some(b) => Forward::Rewritten(b),
+                            None => {
+                                routed.to_client.push(jsonrpc::error_response(
+                                    Some(&id),
+                                    INVALID_REQUEST,
+                                    "Invalid Request: the request's id could not be read",
+                                    None,
+                                ));
+                                return Forward::Drop;
+                            }
+                        }
+                    }
+                };
                 let now = Instant::now();
                 let deadline = if method == "initialize" {
                     Some(now + self.initialize_timeout)
@@ -436,10 +467,18 @@ impl Relay {
                 if method == "initialize" {
                     state.initialized = true;
                 }
+                let key: Box<str> = match &upstream {
+                    Some(fresh) => {
+                        state.aliases.insert(id.key().into(), fresh.key().into());
+                        fresh.key().into()
+                    }
+                    None => id.key().into(),
+                };
                 state.pending.insert(
-                    id.key().into(),
+                    key,
                     InFlight {
                         id: id.clone(),
+                        upstream,
                         method,
                         pending,
                         deadline,
@@ -455,9 +494,17 @@ impl Relay {
                 {
                     tracing::debug!(id = id.raw(), "client cancelled a request");
                     let mut state = self.state();
-                    if let Some((key, _)) = state.pending.remove_entry(id.key()) {
+                    let alias = state.aliases.remove(id.key());
+                    let key = alias.clone().unwrap_or_else(|| id.key().into());
+                    if let Some((key, flight)) = state.pending.remove_entry(&key) {
                         // The server may still answer it; that answer is the client's no more.
                         state.retired.add(key);
+                        // The server knows the request by the id it saw.
+                        if let Some(upstream) = flight.upstream
+                            && let Some(b) = message::with_cancelled_id(bytes, upstream.raw())
+                        {
+                            return Forward::Rewritten(b);
+                        }
                     }
                 }
                 Forward::Unchanged
@@ -466,10 +513,10 @@ impl Relay {
         }
     }
 
-    /// Whether a request may go upstream: the upstream is there, its id is free, it is not a
-    /// second `initialize`, and the session is under its bound on requests in flight.
-    fn admit(&self, id: &Id, method: &str) -> Result<(), Vec<u8>> {
-        let state = self.state();
+    /// Whether a request may go upstream: the upstream is there, its id is not in flight, it is
+    /// not a second `initialize`, and the session is under its bound on requests in flight.
+    /// `Ok(Some(id))`: it goes upstream under that fresh id (its own was used before).
+    fn admit(&self, state: &mut State, id: &Id, method: &str) -> Result<Option<Id>, Vec<u8>> {
         let refuse = |code: i64, message: &str| {
             tracing::warn!(id = id.raw(), method, message, "request refused");
             Err(jsonrpc::error_response(Some(id), code, message, None))
@@ -482,23 +529,17 @@ impl Relay {
                 None,
             ));
         }
-        if state.pending.contains_key(id.key()) {
+        let in_flight = state.aliases.contains_key(id.key())
+            || state
+                .pending
+                .get(id.key())
+                .is_some_and(|f| f.upstream.is_none());
+        if in_flight {
             return refuse(
                 INVALID_REQUEST,
                 &format!(
                     "Invalid Request: id {} is already used by a request in flight; \
                      give every request its own id (JSON-RPC ids are unique among pending requests)",
-                    id.raw()
-                ),
-            );
-        }
-        if state.retired.contains(id.key()) {
-            return refuse(
-                INVALID_REQUEST,
-                &format!(
-                    "Invalid Request: id {} was used by a request that was cancelled or timed out, \
-                     and the server may still answer it; give every request a new id \
-                     (MCP: an id is never reused within a session)",
                     id.raw()
                 ),
             );
@@ -521,7 +562,24 @@ impl Relay {
                 ),
             );
         }
-        Ok(())
+        // The id was used before (the server may still answer that request), or it is one of
+        // the proxy's fresh ids in flight: this request goes upstream under a fresh id.
+        if state.retired.contains(id.key()) || state.pending.contains_key(id.key()) {
+            loop {
+                state.fresh += 1;
+                let fresh = Id::from_json_text(&format!("\"mcp-budget-{}\"", state.fresh));
+                if !state.pending.contains_key(fresh.key()) && !state.retired.contains(fresh.key())
+                {
+                    tracing::debug!(
+                        id = id.raw(),
+                        upstream = fresh.raw(),
+                        "reused id; the request goes upstream under a fresh id"
+                    );
+                    return Ok(Some(fresh));
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn client_batch(&self, kinds: Vec<Kind>, line: Vec<u8>) -> Routed {
@@ -595,8 +653,13 @@ impl Relay {
                 .find(|k| matches!(k, Kind::Response { id: Some(_) }))
                 .cloned(),
         };
+        // The id the client sees, where the proxy gave the request a fresh one upstream: the
+        // message is routed by it.
+        let mut restored: Option<Id> = None;
         let delivered = match parsed {
-            Parsed::Single(Kind::Response { id: Some(id) }) => self.server_response(&id, &line),
+            Parsed::Single(Kind::Response { id: Some(id) }) => {
+                self.server_response(&id, &line, &mut restored)
+            }
             Parsed::Single(Kind::Notification { method })
                 if method == "notifications/progress" && self.request_timeout.is_some() =>
             {
@@ -604,7 +667,11 @@ impl Relay {
                 Delivery::Unchanged
             }
             Parsed::Single(_) => Delivery::Unchanged,
-            Parsed::Batch(kinds) => self.server_batch(kinds, &line),
+            Parsed::Batch(kinds) => self.server_batch(kinds, &line, &mut restored),
+        };
+        let kind = match restored {
+            Some(id) => Some(Kind::Response { id: Some(id) }),
+            None => kind,
         };
         if let Some(recorder) = &self.recorder {
             let changed = delivery_bytes(&delivered).map(|bytes| ("delivered", bytes));
@@ -618,29 +685,49 @@ impl Relay {
     }
 
     /// What reaches the client of a response from the server.
-    fn server_response(&self, id: &Id, bytes: &[u8]) -> Delivery {
-        let pending = {
+    /// `restored` gets the client's id when the request went upstream under a fresh one.
+    fn server_response(&self, id: &Id, bytes: &[u8], restored: &mut Option<Id>) -> Delivery {
+        let finished = {
             let mut state = self.state();
-            match state.pending.remove(id.key()) {
-                Some(flight) => Ok(flight.pending),
-                None => Err(state.retired.take(id.key())),
+            match state.finish(id.key()) {
+                Some(flight) => Ok(flight),
+                None => Err(state.retired.contains(id.key())),
             }
         };
-        match pending {
-            Ok(Pending::ToolsList) => self
-                .interceptor
-                .tools_list_response(bytes)
-                .map_or(Delivery::Unchanged, Delivery::Rewritten),
-            Ok(Pending::ToolsCall(context)) => self
-                .interceptor
-                .tools_call_response(context, bytes)
-                .map_or(Delivery::Unchanged, Delivery::Rewritten),
-            Ok(Pending::Other) => Delivery::Unchanged,
+        // A request that went upstream under a fresh id gets its answer with the client's id.
+        let restored_bytes;
+        let bytes = match &finished {
+            Ok(InFlight {
+                upstream: Some(_),
+                id: client_id,
+                ..
+            }) => match message::with_id(bytes, client_id.raw()) {
+                Some(b) => {
+                    *restored = Some(client_id.clone());
+                    restored_bytes = b;
+                    restored_bytes.as_slice()
+                }
+                None => return Delivery::Drop,
+            },
+            _ => bytes,
+        };
+        let aliased = finished.as_ref().is_ok_and(|f| f.upstream.is_some());
+        let changed = |d: Option<Vec<u8>>| match (d, aliased) {
+            (Some(b), _) => Delivery::Rewritten(b),
+            (None, true) => Delivery::Rewritten(bytes.to_vec()),
+            (None, false) => Delivery::Unchanged,
+        };
+        match finished.map(|f| f.pending) {
+            Ok(Pending::ToolsList) => changed(self.interceptor.tools_list_response(bytes)),
+            Ok(Pending::ToolsCall(context)) => {
+                changed(self.interceptor.tools_call_response(context, bytes))
+            }
+            Ok(Pending::Other) => changed(None),
             Err(true) => {
                 tracing::info!(
                     id = id.raw(),
                     bytes = bytes.len(),
-                    "late answer to a request the proxy already answered (timed out or cancelled); dropped"
+                    "an answer to a request that is over (answered, timed out or cancelled); dropped"
                 );
                 Delivery::Drop
             }
@@ -648,7 +735,7 @@ impl Relay {
                 tracing::warn!(
                     id = id.raw(),
                     bytes = bytes.len(),
-                    "the server answered an id that is not in flight (never requested, or already answered); dropped"
+                    "the server answered an id that was never requested; dropped"
                 );
                 Delivery::Drop
             }
@@ -656,16 +743,25 @@ impl Relay {
     }
 
     /// The batch as it reaches the client: responses for ids not in flight are left out.
-    fn server_batch(&self, kinds: Vec<Kind>, line: &[u8]) -> Delivery {
+    /// `first` gets the client's id of the first response when the proxy restored it.
+    fn server_batch(&self, kinds: Vec<Kind>, line: &[u8], first: &mut Option<Id>) -> Delivery {
         let Ok(elements) = serde_json::from_slice::<Vec<&RawValue>>(line) else {
             return Delivery::Unchanged; // `parse` accepted it as an array: unreachable
         };
         let mut out = Vec::with_capacity(elements.len());
         let mut changed = false;
+        let mut seen_response = false;
         for (kind, element) in kinds.into_iter().zip(&elements) {
             let delivery = match kind {
                 Kind::Response { id: Some(id) } => {
-                    self.server_response(&id, element.get().as_bytes())
+                    let mut restored = None;
+                    let delivery =
+                        self.server_response(&id, element.get().as_bytes(), &mut restored);
+                    if !seen_response && !matches!(delivery, Delivery::Drop) {
+                        seen_response = true;
+                        *first = restored;
+                    }
+                    delivery
                 }
                 _ => Delivery::Unchanged,
             };
@@ -697,12 +793,7 @@ impl Relay {
             "server message over the size limit; dropped"
         );
         let id = id?;
-        let id = {
-            let mut state = self.state();
-            let (key, flight) = state.pending.remove_entry(id.key())?;
-            state.retired.add(key);
-            flight.id
-        };
+        let id = self.state().finish(id.key())?.id;
         let message = format!(
             "the server's response is {bytes} bytes, over the proxy's message size limit \
              (raise it with --max-message-bytes, or narrow the request)"
@@ -721,8 +812,8 @@ impl Relay {
         let errors: Vec<Vec<u8>> = {
             let mut state = self.state();
             state.closed = Some(reason.to_string());
-            let flights: Vec<InFlight> = state.pending.drain().map(|(_, f)| f).collect();
-            flights
+            state
+                .finish_all()
                 .into_iter()
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()

@@ -94,12 +94,14 @@ pub fn take(
     rule: &Items,
     key: &CursorKey,
 ) -> Result<CallArgs, ArgError> {
+    // `null` means absent: models often send null for an optional argument.
     let mut grab = |name: &str| {
-        if rule.passthrough.iter().any(|p| p == name) {
+        let value = if rule.passthrough.iter().any(|p| p == name) {
             arguments.get(name).cloned()
         } else {
             arguments.remove(name)
-        }
+        };
+        value.filter(|v| !v.is_null())
     };
     let horizon_value = grab("horizon");
     let detail_value = grab("detail");
@@ -206,7 +208,7 @@ pub fn take_text(
     arguments: &mut Map<String, Value>,
     key: &CursorKey,
 ) -> Result<TextArgs, ArgError> {
-    let after_value = arguments.remove("after");
+    let after_value = arguments.remove("after").filter(|v| !v.is_null());
     let digest = cursor::digest(&json!({
         "tool": tool,
         "arguments": Value::Object(arguments.clone()),

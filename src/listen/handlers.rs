@@ -214,26 +214,25 @@ fn accepts(headers: &HeaderMap, kind: &str) -> bool {
         .is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
 }
 
-/// `Content-Type`, when given, must be JSON.
+/// `Content-Type`, when given, must be JSON (every one of them, if several are sent).
 fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let essence = value
-        .to_str()
-        .unwrap_or_default()
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json" {
-        return Ok(());
+    for value in headers.get_all(header::CONTENT_TYPE) {
+        let essence = value
+            .to_str()
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" {
+            return Err(refuse(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &format!("Content-Type {essence:?} is not accepted: send application/json"),
+            ));
+        }
     }
-    Err(refuse(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        &format!("Content-Type {essence:?} is not accepted: send application/json"),
-    ))
+    Ok(())
 }
 
 /// Reads the body under the message size limit and the body timeout.

@@ -310,3 +310,38 @@ where
     );
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
+
+/// A memory figure of a process from `/proc/<pid>/status`, in bytes (`VmHWM`: peak resident
+/// set; `VmRSS`: resident set now).
+pub fn memory(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches(" kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// One raw HTTP/1.1 exchange: writes `request` and reads until the server closes the
+/// connection or `PATIENCE` runs out; returns what the server sent.
+pub async fn raw_http(addr: &str, request: &[u8]) -> String {
+    use tokio::net::TcpStream;
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write request");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `host:port` of an http URL.
+pub fn authority(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    rest.split('/').next().expect("authority").to_string()
+}
