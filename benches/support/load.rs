@@ -60,10 +60,13 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// One session's calls: its own ids (`s<index>-<k>`) and its own arguments, so that an answer
+/// that went to the wrong session, or to the wrong request, cannot pass the checks.
 async fn session(
     client: reqwest::Client,
     url: String,
     calls: usize,
+    index: usize,
 ) -> Result<Vec<Duration>, String> {
     let post = |body: String, session: Option<String>| {
         let mut request = client
@@ -95,15 +98,17 @@ async fn session(
     .map_err(|e| e.to_string())?;
     let mut latencies = Vec::with_capacity(calls);
     for k in 1..=calls {
+        let limit = 1 + (index + k) % 10;
         let (tool, arguments) = if k % 2 == 0 {
-            ("fleet_show", json!({"limit": 5}))
+            ("fleet_show", json!({"limit": limit}))
         } else {
             (
                 "stream_detail",
-                json!({"stream_id": format!("st-{:04}", k % 20)}),
+                json!({"stream_id": format!("st-{:04}", (index * 7 + k) % 20)}),
             )
         };
-        let request = json!({"jsonrpc": "2.0", "id": k, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+        let call_id = format!("s{index}-{k}");
+        let request = json!({"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
         let start = Instant::now();
         let body = post(request.to_string(), Some(id.clone()))
             .await
@@ -114,14 +119,14 @@ async fn session(
         latencies.push(start.elapsed());
         let reply: Value = serde_json::from_slice(&body).map_err(|e| format!("call {k}: {e}"))?;
         let result = &reply["result"];
-        let ok = reply["id"] == json!(k)
+        let ok = reply["id"] == json!(call_id)
             && result["isError"] == json!(false)
             && match tool {
                 "fleet_show" => {
                     result["structuredContent"]["streams"]
                         .as_array()
                         .map(Vec::len)
-                        == Some(5)
+                        == Some(limit)
                         && result["structuredContent"]["total_count"] == json!(20)
                 }
                 _ => result["structuredContent"]["stream"]["stream_id"] == arguments["stream_id"],
@@ -187,7 +192,7 @@ pub async fn run(
     };
     let start = Instant::now();
     let tasks: Vec<_> = (0..sessions)
-        .map(|_| tokio::spawn(session(client.clone(), url.clone(), calls)))
+        .map(|index| tokio::spawn(session(client.clone(), url.clone(), calls, index)))
         .collect();
     let mut latencies = Vec::with_capacity(sessions * calls);
     let mut errors = Vec::new();
