@@ -58,6 +58,7 @@ pub mod record;
 pub mod relay;
 pub mod replay;
 pub mod report;
+pub mod session;
 pub mod stdio;
 pub mod suggest;
 pub mod upstream;

@@ -14,7 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::framing::FrameReader;
 use crate::queue;
 use crate::relay::Relay;
-use crate::upstream::{Event, Upstream, write_lines};
+use crate::session;
+use crate::upstream::{Upstream, write_lines};
 
 /// Our stdin, as an async reader.
 pub type ClientReader = Box<dyn AsyncRead + Unpin + Send>;
@@ -49,42 +50,7 @@ pub fn client_stdio() -> (ClientReader, ClientWriter) {
     (reader, writer)
 }
 
-/// Settings of a session.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Messages above this size are refused with an error instead of being buffered.
-    pub max_message_bytes: usize,
-    /// How long the server may take to exit by itself once its stdin is closed.
-    pub shutdown_grace: Duration,
-    /// Requests unanswered this long get an error and are cancelled upstream.
-    pub request_timeout: Option<Duration>,
-    /// `initialize` unanswered this long gets an error (the server never came up).
-    pub initialize_timeout: Duration,
-    /// At most this many requests in flight per session.
-    pub max_in_flight: usize,
-}
-
-impl Options {
-    /// A relay for one session under these options.
-    pub fn relay(&self, interceptor: crate::intercept::Interceptor) -> Relay {
-        Relay::new(interceptor)
-            .with_request_timeout(self.request_timeout)
-            .with_initialize_timeout(self.initialize_timeout)
-            .with_max_in_flight(self.max_in_flight)
-    }
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            max_message_bytes: crate::framing::DEFAULT_MAX_MESSAGE_BYTES,
-            shutdown_grace: Duration::from_secs(3),
-            request_timeout: None,
-            initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
-            max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
-        }
-    }
-}
+pub use crate::session::Options;
 
 /// How a session ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -130,17 +96,16 @@ where
         upstream.to_server.clone(),
         client_tx.clone(),
     ));
-    let sweeper = tokio::spawn(sweep_timeouts(
-        relay.clone(),
-        upstream.to_server.clone(),
-        client_tx.clone(),
-    ));
+    let sweeper = tokio::spawn({
+        let (relay, to_server, client) =
+            (relay.clone(), upstream.to_server.clone(), client_tx.clone());
+        async move { session::sweep_timeouts(&relay, &to_server, &client).await }
+    });
     drop(upstream.to_server);
-    let mut server_reader = tokio::spawn(server_to_client(
-        upstream.events,
-        relay.clone(),
-        client_tx.clone(),
-    ));
+    let mut server_reader = tokio::spawn({
+        let (relay, client, events) = (relay.clone(), client_tx.clone(), upstream.events);
+        async move { session::server_to_client(events, &relay, &client).await }
+    });
 
     tokio::pin!(shutdown);
     let mut ended: Option<(String, bool)> = None;
@@ -215,37 +180,6 @@ where
     outcome
 }
 
-/// What a request in flight is answered with when the server crashed and is restarted.
-pub(crate) fn restarting(reason: &str) -> String {
-    format!("{reason}; mcp-budget is restarting the server: send the request again")
-}
-
-/// How often timeouts are checked, at most.
-pub(crate) fn sweep_interval(timeout: Duration) -> Duration {
-    (timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(500))
-}
-
-/// Answers timed-out requests and cancels them upstream, until the session ends.
-async fn sweep_timeouts(
-    relay: Arc<Relay>,
-    to_server: queue::Sender<Vec<u8>>,
-    to_client: queue::Sender<Vec<u8>>,
-) {
-    let mut tick = tokio::time::interval(sweep_interval(relay.shortest_timeout()));
-    loop {
-        tick.tick().await;
-        let expired = relay.expire(tokio::time::Instant::now().into_std());
-        for cancel in expired.to_server {
-            let _ = to_server.send(cancel).await;
-        }
-        for error in expired.to_client {
-            if to_client.send(error).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
 async fn client_to_server<R: AsyncRead + Unpin>(
     mut frames: FrameReader<R>,
     relay: Arc<Relay>,
@@ -276,32 +210,4 @@ async fn client_to_server<R: AsyncRead + Unpin>(
     }
     tracing::debug!("client input ended");
     ClientEnd::Eof
-}
-
-/// Relays the upstream's messages; returns why it ended (`None` if the client went first).
-async fn server_to_client(
-    mut events: queue::Receiver<Event>,
-    relay: Arc<Relay>,
-    to_client: queue::Sender<Vec<u8>>,
-) -> Option<(String, bool)> {
-    while let Some(event) = events.recv().await {
-        match event {
-            Event::Frame(frame) => {
-                if let Some(bytes) = relay.from_server(frame)
-                    && to_client.send(bytes).await.is_err()
-                {
-                    return None;
-                }
-            }
-            Event::Ended { reason, stopped } => return Some((reason, stopped)),
-            Event::Restarting { reason } => {
-                for error in relay.fail_pending(&restarting(&reason)) {
-                    if to_client.send(error).await.is_err() {
-                        return None;
-                    }
-                }
-            }
-        }
-    }
-    None
 }

@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 use tower::ServiceExt;
 
 use crate::budget::Budget;
-use crate::stdio::Options;
+use crate::session::Options;
 use crate::upstream::UpstreamSpec;
 
 use session::Sessions;

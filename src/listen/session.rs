@@ -86,6 +86,8 @@ pub(super) struct Session {
     routes: Mutex<Routes>,
     /// Signalled when the backlog has room or a stream opened.
     room: Notify,
+    /// Signalled when the session ends.
+    closed: Notify,
     stopper: Mutex<Stopper>,
     last_active: Mutex<Instant>,
     /// The negotiated protocol version, once the initialize response passed.
@@ -108,6 +110,19 @@ impl Session {
 
     pub fn is_ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Completes once the session has ended.
+    pub async fn until_ended(&self) {
+        loop {
+            let notified = self.closed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_ended() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     pub fn protocol(&self) -> Option<String> {
@@ -267,6 +282,7 @@ impl Session {
         routes.get = None;
         drop(routes);
         self.room.notify_waiters();
+        self.closed.notify_waiters();
     }
 }
 
@@ -376,6 +392,7 @@ impl Sessions {
             to_server: upstream.to_server.clone(),
             routes: Mutex::new(Routes::default()),
             room: Notify::new(),
+            closed: Notify::new(),
             stopper: Mutex::new(stopper),
             last_active: Mutex::new(Instant::now()),
             protocol: Mutex::new(None),
@@ -388,7 +405,7 @@ impl Sessions {
             });
         }
         self.spawn(pump(Arc::downgrade(self), session.clone(), upstream.events));
-        self.spawn(sweep_timeouts(Arc::downgrade(&session)));
+        self.spawn(sweep_timeouts(session.clone()));
         lock(&self.map).insert(id.clone(), session.clone());
         tracing::info!(session = %id, "new session");
         Ok(session)
@@ -449,63 +466,30 @@ impl Sessions {
 }
 
 /// Reads the upstream's messages into the session until it ends.
-async fn pump(sessions: Weak<Sessions>, session: Arc<Session>, mut events: queue::Receiver<Event>) {
-    while let Some(event) = events.recv().await {
-        match event {
-            Event::Frame(frame) => {
-                if let Some((bytes, kind)) = session.relay.from_server_classified(frame) {
-                    session.route(bytes, kind).await;
-                }
-            }
-            Event::Restarting { reason } => {
-                for error in session
-                    .relay
-                    .fail_pending(&crate::stdio::restarting(&reason))
-                {
-                    let kind = message::parse(&error)
-                        .ok()
-                        .and_then(message::Parsed::single);
-                    session.route(error, kind).await;
-                }
-            }
-            Event::Ended { reason, stopped } => {
-                if !stopped {
-                    tracing::warn!(session = %session.id, %reason, "upstream ended; ending the session");
-                    if let Some(sessions) = sessions.upgrade() {
-                        lock(&sessions.map).remove(&session.id);
-                    }
-                }
-                session.end(&reason, Duration::ZERO);
-                return;
-            }
+async fn pump(sessions: Weak<Sessions>, session: Arc<Session>, events: queue::Receiver<Event>) {
+    let ended = crate::session::server_to_client(events, &session.relay, &session).await;
+    let (reason, stopped) = ended.unwrap_or_else(|| ("the session ended".to_string(), true));
+    if !stopped {
+        tracing::warn!(session = %session.id, %reason, "upstream ended; ending the session");
+        if let Some(sessions) = sessions.upgrade() {
+            lock(&sessions.map).remove(&session.id);
         }
     }
+    session.end(&reason, Duration::ZERO);
 }
 
 /// Answers a session's timed-out requests and cancels them upstream, until it ends.
-async fn sweep_timeouts(session: Weak<Session>) {
-    let every = match session.upgrade() {
-        Some(session) => crate::stdio::sweep_interval(session.relay.shortest_timeout()),
-        None => return,
-    };
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tick.tick().await;
-        let Some(session) = session.upgrade() else {
-            return;
-        };
-        if session.is_ended() {
-            return;
-        }
-        let expired = session.relay.expire(Instant::now());
-        for cancel in expired.to_server {
-            let _ = session.to_server.send(cancel).await;
-        }
-        for error in expired.to_client {
-            let kind = message::parse(&error)
-                .ok()
-                .and_then(message::Parsed::single);
-            session.route(error, kind).await;
-        }
+async fn sweep_timeouts(session: Arc<Session>) {
+    tokio::select! {
+        () = crate::session::sweep_timeouts(&session.relay, &session.to_server, &session) => {}
+        () = session.until_ended() => {}
+    }
+}
+
+/// The HTTP client side of a session: each message goes to the stream it belongs to.
+impl crate::session::ClientSide for Arc<Session> {
+    async fn deliver(&self, bytes: Vec<u8>, kind: Option<Kind>) -> bool {
+        self.route(bytes, kind).await;
+        !self.is_ended()
     }
 }

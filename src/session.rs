@@ -1,0 +1,140 @@
+//! The session driver: what every transport runs for one client session, whatever carries it.
+//!
+//! A session is a [`Relay`] between a client and an [`Upstream`](crate::upstream::Upstream).
+//! The driver moves the server's messages through the relay to the client (and answers the
+//! requests a restarted server lost), and times out what the server leaves unanswered. A
+//! transport adds only what is its own: stdio reads the client's frames and writes its lines;
+//! the HTTP listener routes each message to the client stream it belongs to. It hands the
+//! driver a [`ClientSide`] and gets back why the upstream ended.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::intercept::Interceptor;
+use crate::message::{self, Kind};
+use crate::queue;
+use crate::relay::Relay;
+use crate::upstream::Event;
+
+/// Settings of a session, whatever the transport.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Messages above this size are refused with an error instead of being buffered.
+    pub max_message_bytes: usize,
+    /// How long the server may take to exit by itself once its stdin is closed.
+    pub shutdown_grace: Duration,
+    /// Requests unanswered this long get an error and are cancelled upstream.
+    pub request_timeout: Option<Duration>,
+    /// `initialize` unanswered this long gets an error (the server never came up).
+    pub initialize_timeout: Duration,
+    /// At most this many requests in flight per session.
+    pub max_in_flight: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_message_bytes: crate::framing::DEFAULT_MAX_MESSAGE_BYTES,
+            shutdown_grace: Duration::from_secs(3),
+            request_timeout: None,
+            initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
+            max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+}
+
+impl Options {
+    /// A relay for one session under these options.
+    pub fn relay(&self, interceptor: Interceptor) -> Relay {
+        Relay::new(interceptor)
+            .with_request_timeout(self.request_timeout)
+            .with_initialize_timeout(self.initialize_timeout)
+            .with_max_in_flight(self.max_in_flight)
+    }
+}
+
+/// Where a session's messages for the client go.
+pub trait ClientSide: Send + Sync {
+    /// Delivers one message (its envelope read, when known), waiting while the client is slow;
+    /// `false` once the client is gone.
+    fn deliver(&self, bytes: Vec<u8>, kind: Option<Kind>) -> impl Future<Output = bool> + Send;
+}
+
+/// A client that is one queue of lines (stdio).
+impl ClientSide for queue::Sender<Vec<u8>> {
+    async fn deliver(&self, bytes: Vec<u8>, _kind: Option<Kind>) -> bool {
+        self.send(bytes).await.is_ok()
+    }
+}
+
+/// Delivers a message the proxy wrote itself (its envelope is read here: such messages are
+/// small and rare).
+async fn deliver_own(client: &impl ClientSide, bytes: Vec<u8>) -> bool {
+    let kind = message::parse(&bytes)
+        .ok()
+        .and_then(message::Parsed::single);
+    client.deliver(bytes, kind).await
+}
+
+/// What a request in flight is answered with when the server crashed and is restarted.
+pub fn restarting(reason: &str) -> String {
+    format!("{reason}; mcp-budget is restarting the server: send the request again")
+}
+
+/// Relays the upstream's messages to the client until the upstream ends; returns why it ended
+/// and whether it was asked to (`None` when the client went away first).
+pub async fn server_to_client(
+    mut events: queue::Receiver<Event>,
+    relay: &Relay,
+    client: &impl ClientSide,
+) -> Option<(String, bool)> {
+    while let Some(event) = events.recv().await {
+        match event {
+            Event::Frame(frame) => {
+                if let Some((bytes, kind)) = relay.from_server_classified(frame)
+                    && !client.deliver(bytes, kind).await
+                {
+                    return None;
+                }
+            }
+            Event::Ended { reason, stopped } => return Some((reason, stopped)),
+            Event::Restarting { reason } => {
+                for error in relay.fail_pending(&restarting(&reason)) {
+                    if !deliver_own(client, error).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// How often timeouts are checked, at most.
+fn sweep_interval(timeout: Duration) -> Duration {
+    (timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(500))
+}
+
+/// Answers timed-out requests and cancels them upstream, until the client or the upstream is
+/// gone (or the caller drops this future).
+pub async fn sweep_timeouts(
+    relay: &Relay,
+    to_server: &queue::Sender<Vec<u8>>,
+    client: &impl ClientSide,
+) {
+    let mut tick = tokio::time::interval(sweep_interval(relay.shortest_timeout()));
+    loop {
+        tick.tick().await;
+        let expired = relay.expire(Instant::now());
+        for cancel in expired.to_server {
+            if to_server.send(cancel).await.is_err() {
+                return;
+            }
+        }
+        for error in expired.to_client {
+            if !deliver_own(client, error).await {
+                return;
+            }
+        }
+    }
+}
