@@ -683,8 +683,7 @@ async fn a_gigabyte_error_body_is_not_read() {
     let sent = sent.load(Ordering::Relaxed);
     assert!(sent < 1 << 30, "the whole body was read");
     eprintln!(
-        "1 GiB {}: the server got to send {} MiB; proxy peak {} MiB",
-        "error body",
+        "1 GiB error body: the server got to send {} MiB; proxy peak {} MiB",
         sent / MIB,
         peak / MIB
     );
@@ -703,8 +702,7 @@ async fn a_gigabyte_sse_event_is_cut_at_the_message_limit() {
     let sent = sent.load(Ordering::Relaxed);
     assert!(sent < 1 << 30, "the whole body was read");
     eprintln!(
-        "1 GiB {}: the server got to send {} MiB; proxy peak {} MiB",
-        "SSE event",
+        "1 GiB SSE event: the server got to send {} MiB; proxy peak {} MiB",
         sent / MIB,
         peak / MIB
     );
