@@ -5,22 +5,28 @@
 //! - [`framing`]: bytes ⇄ newline-delimited frames, with a size limit that never buffers an
 //!   oversized message (it reads just its `id` to answer it).
 //! - [`message`]: the JSON-RPC envelope (`id`, `method`, request/notification/response), read
-//!   without copying or re-serializing the message.
+//!   without copying or re-serializing the message; in-place edits of an id.
+//! - [`jsonrpc`]: every message the proxy writes itself, from typed builders.
+//! - [`queue`]: the queues between tasks, bounded in bytes (backpressure, not memory).
 //! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
-//!   flight, and answers them with errors when the server goes away.
+//!   flight (ids that cannot cross), and answers them with errors when the server goes away.
 //! - [`intercept`]: the two interception points, `tools/list` responses and `tools/call` calls,
 //!   where the budget is applied to the bytes of one message.
+//! - [`session`]: the session driver every transport runs: server messages through the relay to
+//!   a [`session::ClientSide`], timeouts, restarts.
 //! - [`policy`]: the TOML policy, read strictly and resolved into rules.
 //! - [`budget`]: the budget itself — argument checks, cursors, the pure pipeline stages
 //!   (horizon, filter, page, project, render, cap) and the descriptor rewrite.
-//! - [`jsonrpc`]: the messages the proxy writes itself (error responses).
+//! - [`canonical`]: canonical JSON and its digest (cursor selections, replay matching).
 //! - [`upstream`]: the server side behind one interface: [`upstream::child`], a child process
-//!   in its own process group, or [`upstream::http`], a Streamable HTTP endpoint.
-//! - [`stdio`]: a client on stdin/stdout relayed to an upstream; the tasks that move bytes.
-//! - [`listen`]: clients over Streamable HTTP, one relay and one upstream per session, with
-//!   the security checks (Host, Origin, token, limits).
-//! - [`record`]: every message of a session to a JSONL file, without blocking the relay.
-//! - [`replay`]: a recording read back, and served as an upstream that answers from it.
+//!   in its own process group, [`upstream::supervise`] (restart on failure),
+//!   [`upstream::http`], a Streamable HTTP endpoint read under limits ([`upstream::body`]), and
+//!   [`upstream::replay`], a recording.
+//! - [`stdio`]: a client on stdin/stdout: reads its frames, writes its lines, runs the driver.
+//! - [`listen`]: clients over Streamable HTTP: a session manager (one relay and one upstream
+//!   per session, limits, idle expiry) and the handlers with the security checks.
+//! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
+//! - [`replay`]: a recording answering requests like the server did.
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
 //! - [`suggest`]: a starting policy proposed from a recording.
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
@@ -40,11 +46,12 @@
 //! and capped — and returns the bytes for the client's writer task (or, with [`listen`], for
 //! the SSE stream of the POST that carried id 4). Any message that is not intercepted
 //! (notifications, server requests such as sampling, unknown methods) is forwarded as the exact
-//! bytes it arrived as. With a [`record::Recorder`], each step is also written to the recording.
+//! bytes it arrived as. With a [`recording::Recorder`], each step is also written to the recording.
 
 #![forbid(unsafe_code)]
 
 pub mod budget;
+pub mod canonical;
 pub mod cli;
 pub mod explain;
 pub mod framing;
@@ -54,7 +61,7 @@ pub mod listen;
 pub mod message;
 pub mod policy;
 pub mod queue;
-pub mod record;
+pub mod recording;
 pub mod relay;
 pub mod replay;
 pub mod report;

@@ -24,7 +24,7 @@ use crate::framing::Frame;
 use crate::intercept::{CallContext, CallDecision, Interceptor};
 use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind, Parsed};
-use crate::record::{Dir, Recorder};
+use crate::recording::{Dir, Recorder};
 
 /// Where the messages from one client frame go.
 #[derive(Debug, Default, PartialEq, Eq)]

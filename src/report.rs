@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::budget::Budget;
-use crate::replay::Recording;
+use crate::recording::Recording;
 
 /// One `tools/call` of the recording.
 #[derive(Debug, Clone, Serialize)]

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use crate::replay::Recording;
+use crate::recording::Recording;
 
 /// Words that usually name a finished state.
 const TERMINAL_WORDS: [&str; 16] = [

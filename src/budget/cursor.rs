@@ -126,48 +126,11 @@ impl CursorKey {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::canonical::hex;
 
 /// The digest of a selection: the canonical JSON (keys sorted) of its parts.
 pub fn digest(parts: &Value) -> SelectionDigest {
-    let mut canonical = String::new();
-    write_canonical(parts, &mut canonical);
-    let full = Sha256::digest(canonical.as_bytes());
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&full[..16]);
-    out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (k, (key, value)) in entries.into_iter().enumerate() {
-                if k > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(value, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (k, item) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
+    crate::canonical::digest(parts)
 }
 
 #[cfg(test)]

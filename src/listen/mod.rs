@@ -1,10 +1,10 @@
 //! Clients over Streamable HTTP: `--listen http://127.0.0.1:PORT/mcp`.
 //!
 //! Each client session (minted at `initialize`, named by `Mcp-Session-Id`) gets a relay and an
-//! upstream of its own ([`session`]). A POST carries one client message; when it holds
+//! upstream of its own (`session`). A POST carries one client message; when it holds
 //! requests, the answer is an SSE stream that carries the server messages related to them and
 //! ends with their responses — or plain JSON when the client accepts only that. GET opens the
-//! stream for server-initiated messages; DELETE ends the session ([`handlers`]).
+//! stream for server-initiated messages; DELETE ends the session (`handlers`).
 //!
 //! Security defaults: loopback only unless the URL says otherwise, `Host` and `Origin`
 //! checked against DNS rebinding (403), optional bearer tokens (401), all checked before the
@@ -58,7 +58,7 @@ pub struct ListenOptions {
     pub idle: Duration,
     pub session: Options,
     /// Records every session's messages (each line names its session).
-    pub recorder: Option<crate::record::Recorder>,
+    pub recorder: Option<crate::recording::Recorder>,
 }
 
 impl ListenOptions {

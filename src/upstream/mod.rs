@@ -7,6 +7,7 @@
 pub mod body;
 pub mod child;
 pub mod http;
+pub mod replay;
 pub mod supervise;
 
 use std::future::Future;
@@ -110,7 +111,7 @@ impl Upstream {
                 Ok(supervise::start(command.clone(), max_message_bytes)?)
             }
             UpstreamSpec::Http(spec) => Ok(http::start(spec.clone(), max_message_bytes)?),
-            UpstreamSpec::Replay(replayer) => Ok(crate::replay::upstream(replayer.clone())),
+            UpstreamSpec::Replay(replayer) => Ok(replay::upstream(replayer.clone())),
         }
     }
 
