@@ -47,6 +47,12 @@ struct ResultOnly<'a> {
 }
 
 #[derive(Deserialize)]
+struct IdOf<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
 struct CallName<'a> {
     #[serde(borrow)]
     params: Option<NameOnly<'a>>,
@@ -159,6 +165,22 @@ impl Interceptor {
             }
         } else {
             self.budget.refuse_unread(&context.plan, size)
+        };
+        let bytes = match bytes {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                tracing::error!(tool = %context.plan.tool, %err, "the budget failed on a result");
+                let id = serde_json::from_slice::<IdOf<'_>>(message)
+                    .ok()
+                    .and_then(|m| m.id)
+                    .map(|raw| Id::from_json_text(raw.get()));
+                return Some(crate::jsonrpc::error_response(
+                    id.as_ref(),
+                    crate::jsonrpc::UPSTREAM_ERROR,
+                    &format!("mcp-budget: {err}; the result was withheld rather than cut"),
+                    None,
+                ));
+            }
         };
         Some(splice(message, raw, &bytes))
     }

@@ -135,7 +135,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let recording = Recording::load(&file)?;
             let tokenizer = report::Tokenizer::o200k().map_err(anyhow::Error::msg)?;
             // A fixed cursor key: the same recording and policy give the same figures.
-            let budget = Budget::with_key(policy, CursorKey::from_secret(b"mcp-budget report"));
+            let budget = Arc::new(Budget::with_key(
+                policy,
+                CursorKey::from_secret(b"mcp-budget report"),
+            ));
             let mut last = std::time::Instant::now();
             let report = report::build(&recording, &budget, &tokenizer, |done, total| {
                 if total >= 20 && (done == total || last.elapsed() >= Duration::from_millis(500)) {

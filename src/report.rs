@@ -5,12 +5,16 @@
 //! arguments — the server's recorded result run through the same pipeline the proxy runs.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::budget::Budget;
+use crate::framing::Frame;
+use crate::intercept::Interceptor;
 use crate::recording::Recording;
+use crate::relay::Relay;
 
 /// One `tools/call` of the recording.
 #[derive(Debug, Clone, Serialize)]
@@ -122,10 +126,24 @@ fn outcome(original: &Value, budgeted: &Value, page_len: Option<usize>) -> Strin
     "trimmed".into()
 }
 
+/// What a client receives for `request` when the server answers `response`, through a relay
+/// under `budget` (the live path, message for message).
+fn live_path(budget: &Arc<Budget>, request: &Value, response: &Value) -> Value {
+    let relay = Relay::new(Interceptor::shared(budget.clone()));
+    let mut routed = relay.from_client(Frame::Line(request.to_string().into_bytes()));
+    let delivered = match routed.to_server {
+        Some(_) => relay.from_server(Frame::Line(response.to_string().into_bytes())),
+        None => routed.to_client.pop(),
+    };
+    delivered
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(Value::Null)
+}
+
 /// Builds the report; `progress(done, total)` is called as calls are measured.
 pub fn build(
     recording: &Recording,
-    budget: &Budget,
+    budget: &Arc<Budget>,
     tokenizer: &Tokenizer,
     mut progress: impl FnMut(usize, usize),
 ) -> Report {
@@ -144,7 +162,7 @@ pub fn build(
             continue;
         };
         let received = exchange.received().unwrap_or(response);
-        let mut params = exchange
+        let params = exchange
             .upstream_request
             .get("params")
             .cloned()
@@ -159,16 +177,9 @@ pub fn build(
         if !has_rule {
             without_rule.insert(tool.clone());
         }
-        let budgeted = match budget.prepare_call(&mut params) {
-            Ok(plan) => {
-                let bytes = budget.finish_call(&plan, response["result"].clone());
-                let result: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                json!({"jsonrpc": "2.0", "id": response["id"], "result": result})
-            }
-            Err(error) => {
-                json!({"jsonrpc": "2.0", "id": response["id"], "result": {"content": [{"type": "text", "text": error.to_string()}], "isError": true}})
-            }
-        };
+        // Exactly the live path: a relay under the budget sees the client's request, then the
+        // server's response, and what it delivers is what a client would have received.
+        let budgeted = live_path(budget, &exchange.request, response);
         let page_len = budget.page_len(&tool, &budgeted["result"]["structuredContent"]);
         let outcome = outcome(response, &budgeted, page_len);
         if outcome == "refused by the cap" {

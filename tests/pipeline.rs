@@ -54,7 +54,9 @@ fn call(budget: &Budget, tool: &str, arguments: Value, items: Vec<Value>) -> Val
     let mut params = json!({"name": tool, "arguments": arguments});
     match budget.prepare_call(&mut params) {
         Err(error) => json!({"error": error.to_string()}),
-        Ok(plan) => serde_json::from_slice(&budget.finish_call(&plan, upstream(items))).unwrap(),
+        Ok(plan) => {
+            serde_json::from_slice(&budget.finish_call(&plan, upstream(items)).unwrap()).unwrap()
+        }
     }
 }
 
@@ -296,13 +298,13 @@ fn the_cap_refuses_with_the_moves_of_the_call_and_passes_errors_untouched() {
     let plan = b.prepare_call(&mut params).unwrap();
     let error = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
     assert_eq!(
-        b.finish_call(&plan, error.clone()),
+        b.finish_call(&plan, error.clone()).unwrap(),
         serde_json::to_vec(&error).unwrap()
     );
     // Nor is a result that is not JSON.
     let prose = json!({"content": [{"type": "text", "text": "no JSON here"}]});
     assert_eq!(
-        b.finish_call(&plan, prose.clone()),
+        b.finish_call(&plan, prose.clone()).unwrap(),
         serde_json::to_vec(&prose).unwrap()
     );
 }
@@ -315,7 +317,7 @@ fn text_only_results_are_paged_in_the_text() {
     let mut params = json!({"name": "list_things", "arguments": {"detail": "full"}});
     let plan = b.prepare_call(&mut params).unwrap();
     let result = json!({"content": [{"type": "text", "text": document.to_string()}]});
-    let out: Value = serde_json::from_slice(&b.finish_call(&plan, result)).unwrap();
+    let out: Value = serde_json::from_slice(&b.finish_call(&plan, result).unwrap()).unwrap();
     assert!(out.get("structuredContent").is_none());
     let page: Value = serde_json::from_str(text(&out, 0)).unwrap();
     assert_eq!(page["items"].as_array().unwrap().len(), 2);
@@ -387,7 +389,7 @@ fn run(budget: &Budget, tool: &str, arguments: Value, result: Value) -> Value {
     let mut params = json!({"name": tool, "arguments": arguments});
     match budget.prepare_call(&mut params) {
         Err(error) => json!({"error": error.to_string()}),
-        Ok(plan) => serde_json::from_slice(&budget.finish_call(&plan, result)).unwrap(),
+        Ok(plan) => serde_json::from_slice(&budget.finish_call(&plan, result).unwrap()).unwrap(),
     }
 }
 

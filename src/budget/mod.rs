@@ -187,7 +187,7 @@ impl Budget {
 
     /// The result the client receives for this call: the budgeted page, or the cap's refusal.
     /// Returns the serialized result.
-    pub fn finish_call(&self, plan: &CallPlan, mut result: Value) -> Vec<u8> {
+    pub fn finish_call(&self, plan: &CallPlan, mut result: Value) -> Result<Vec<u8>, RenderError> {
         let rule = plan
             .rule
             .as_ref()
@@ -196,7 +196,7 @@ impl Budget {
         match rule {
             Some((rule, Some(Paging::Items(args)))) if !is_error => {
                 if let Some(items) = &rule.items {
-                    self.run_pipeline(&plan.tool, items, args, &mut result);
+                    self.run_pipeline(&plan.tool, items, args, &mut result)?;
                 }
             }
             Some((rule, Some(Paging::Text(args)))) if !is_error => {
@@ -206,24 +206,24 @@ impl Budget {
             }
             _ => {}
         }
-        let bytes = serde_json::to_vec(&result).unwrap_or_default();
+        let bytes = serde_json::to_vec(&result)?;
         if !cap::exceeds(bytes.len(), self.policy.max_bytes) {
-            return bytes;
+            return Ok(bytes);
         }
         let moves = self.moves(rule);
         let text = cap::refusal(&plan.tool, bytes.len(), self.policy.max_bytes, &moves);
         tracing::info!(tool = %plan.tool, bytes = bytes.len(), "result refused by the cap");
-        serde_json::to_vec(&refusal_result(&text)).unwrap_or_default()
+        Ok(serde_json::to_vec(&refusal_result(&text))?)
     }
 
     /// The refusal for a result of `bytes` bytes that passes unparsed (no paging rule).
-    pub fn refuse_unread(&self, plan: &CallPlan, bytes: usize) -> Vec<u8> {
+    pub fn refuse_unread(&self, plan: &CallPlan, bytes: usize) -> Result<Vec<u8>, RenderError> {
         let rule = plan
             .rule
             .as_ref()
             .map(|(i, args)| (&self.policy.rules[*i], args.as_ref()));
         let text = cap::refusal(&plan.tool, bytes, self.policy.max_bytes, &self.moves(rule));
-        serde_json::to_vec(&refusal_result(&text)).unwrap_or_default()
+        Ok(serde_json::to_vec(&refusal_result(&text))?)
     }
 
     fn moves(&self, rule: Option<(&Rule, Option<&Paging>)>) -> cap::Moves {
@@ -295,25 +295,35 @@ impl Budget {
         }
     }
 
-    fn run_pipeline(&self, tool: &str, items: &Items, args: &CallArgs, result: &mut Value) {
+    fn run_pipeline(
+        &self,
+        tool: &str,
+        items: &Items,
+        args: &CallArgs,
+        result: &mut Value,
+    ) -> Result<(), RenderError> {
         let Some((source, mut document)) = locate(result, items) else {
             tracing::debug!(tool, path = %items.path_text, "no item list in the result; passed unpaged");
-            return;
+            return Ok(());
         };
         // 1–2: the items, and how many upstream returned.
         let path = match first_list_path(&document, items) {
             Some(path) => path,
             None => {
                 restore(result, source, document);
-                return;
+                return Ok(());
             }
         };
         let list = match document.reference_mut(path.as_str()) {
             Some(list) => std::mem::take(list),
-            None => return restore(result, source, document),
+            None => {
+                restore(result, source, document);
+                return Ok(());
+            }
         };
         let Value::Array(mut list) = list else {
-            return restore(result, source, document);
+            restore(result, source, document);
+            return Ok(());
         };
         let total_count = list.len();
         let mut notices = Vec::new();
@@ -409,7 +419,7 @@ impl Budget {
                         b'\t'
                     };
                     let columns = items.columns.as_deref().unwrap_or_default();
-                    vec![json!({"type": "text", "text": render::table(&page, columns, delimiter)})]
+                    vec![json!({"type": "text", "text": render::table(&page, columns, delimiter)?})]
                 }
             };
             let text = match args.format {
@@ -425,7 +435,7 @@ impl Budget {
                 let at = at.min(content.len());
                 content.splice(at..at, blocks);
             }
-            return;
+            return Ok(());
         }
         match args.format {
             Format::Json => {
@@ -452,7 +462,7 @@ impl Budget {
                     (b'\t', "tsv")
                 };
                 let columns = items.columns.as_deref().unwrap_or_default();
-                let table = render::table(&page, columns, delimiter);
+                let table = render::table(&page, columns, delimiter)?;
                 let text = render::table_continuation(&continuation, page.len(), tool, &items.noun);
                 put_table(
                     result,
@@ -463,7 +473,18 @@ impl Budget {
                 );
             }
         }
+        Ok(())
     }
+}
+
+/// A budgeted result could not be written out (a bug, never the server's doing): the call gets a
+/// JSON-RPC error that says so, never an empty or cut result.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the budgeted result could not be serialized: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the budgeted table could not be written: {0}")]
+    Table(String),
 }
 
 fn refusal_result(text: &str) -> Value {

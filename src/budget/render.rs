@@ -33,14 +33,18 @@ pub fn decorate(envelope: &mut Map<String, Value>, continuation: &Continuation) 
 }
 
 /// A csv/tsv table of `columns` for `page`.
-pub fn table(page: &[Value], columns: &[FieldPath], delimiter: u8) -> String {
+pub fn table(
+    page: &[Value],
+    columns: &[FieldPath],
+    delimiter: u8,
+) -> Result<String, super::RenderError> {
+    let failed = |e: &dyn std::fmt::Display| super::RenderError::Table(e.to_string());
     let mut writer = csv::WriterBuilder::new()
         .delimiter(delimiter)
         .terminator(csv::Terminator::Any(b'\n'))
         .from_writer(Vec::new());
     let header: Vec<String> = columns.iter().map(|c| c.join(".")).collect();
-    // Writing to a Vec cannot fail.
-    let _ = writer.write_record(&header);
+    writer.write_record(&header).map_err(|e| failed(&e))?;
     for item in page {
         let row: Vec<String> = columns
             .iter()
@@ -49,10 +53,10 @@ pub fn table(page: &[Value], columns: &[FieldPath], delimiter: u8) -> String {
                 Some(value) => field::text(value),
             })
             .collect();
-        let _ = writer.write_record(&row);
+        writer.write_record(&row).map_err(|e| failed(&e))?;
     }
-    let bytes = writer.into_inner().unwrap_or_default();
-    String::from_utf8(bytes).unwrap_or_default()
+    let bytes = writer.into_inner().map_err(|e| failed(&e))?;
+    String::from_utf8(bytes).map_err(|e| failed(&e))
 }
 
 /// The short text that follows a table: what part of the list it is and how to go on.
@@ -102,11 +106,11 @@ mod tests {
             json!({"id": "b", "t": null}),
         ];
         assert_eq!(
-            table(&page, &cols(&["id", "gate.verdict", "n", "t"]), b','),
+            table(&page, &cols(&["id", "gate.verdict", "n", "t"]), b',').unwrap(),
             "id,gate.verdict,n,t\na,pass,3,\"x, \"\"y\"\"\"\nb,,,\n"
         );
         assert_eq!(
-            table(&page, &cols(&["id", "n"]), b'\t'),
+            table(&page, &cols(&["id", "n"]), b'\t').unwrap(),
             "id\tn\na\t3\nb\t\n"
         );
     }
