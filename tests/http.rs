@@ -887,3 +887,44 @@ async fn sigterm_ends_the_listener_and_every_session() {
     assert!(status.success());
     assert!(gone(server).await);
 }
+
+/// In-process: `serve` takes a listener the caller bound (port 0) and a shutdown future, and
+/// returns only after every session task ended — the session's server is gone by then.
+#[tokio::test]
+async fn serve_takes_a_bound_listener_and_shutdown_awaits_every_session() {
+    use mcp_budget::budget::Budget;
+    use mcp_budget::listen::{self, ListenOptions};
+    use mcp_budget::policy::Policy;
+    use mcp_budget::upstream::UpstreamSpec;
+    tls();
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = reqwest::Url::parse(&format!("http://{}/mcp", tcp.local_addr().unwrap())).unwrap();
+    let quirky = example("quirky_server").to_str().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(listen::serve(
+        tcp,
+        ListenOptions::new(url.clone()),
+        UpstreamSpec::Command(vec![quirky]),
+        Arc::new(Budget::new(Policy::default())),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let before = common::children(std::process::id());
+    let session = common::mcp_initialize(&http(), url.as_str()).await;
+    assert!(!session.is_empty());
+    let server = common::children(std::process::id())
+        .into_iter()
+        .find(|pid| !before.contains(pid))
+        .expect("the session's server runs as our child");
+    stop.send(()).unwrap();
+    tokio::time::timeout(common::PATIENCE, serving)
+        .await
+        .expect("serve returned after the shutdown signal")
+        .unwrap()
+        .unwrap();
+    assert!(
+        !common::alive(server),
+        "serve returned while the session's server still ran"
+    );
+}

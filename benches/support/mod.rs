@@ -86,6 +86,11 @@ impl Session {
         elapsed
     }
 
+    /// The process this session talks to.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn stop(mut self) {
         drop(self.stdin);
         let _ = self.child.wait();
