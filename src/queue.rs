@@ -14,7 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 pub const DEFAULT_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Bytes counted for a message besides its payload (its place in the queue).
-const OVERHEAD: usize = 64;
+pub const OVERHEAD: usize = 64;
 
 /// A value with a size in bytes.
 pub trait Weigh {

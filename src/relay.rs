@@ -412,7 +412,10 @@ impl Relay {
         match kind {
             Kind::Request { id, method } => {
                 tracing::debug!(id = id.raw(), %method, "request");
-                let upstream = match self.admit(&mut self.state(), &id, &method) {
+                // Admission and the entry in flight happen under one lock: two requests with one
+                // id can never both be admitted.
+                let mut state = self.state();
+                let upstream = match self.admit(&mut state, &id, &method) {
                     Ok(upstream) => upstream,
                     Err(refusal) => {
                         routed.to_client.push(refusal);
@@ -463,7 +466,6 @@ impl Relay {
                 let progress_token = self
                     .request_timeout
                     .and_then(|_| message::request_progress_token(bytes));
-                let mut state = self.state();
                 if method == "initialize" {
                     state.initialized = true;
                 }
@@ -494,11 +496,19 @@ impl Relay {
                 {
                     tracing::debug!(id = id.raw(), "client cancelled a request");
                     let mut state = self.state();
-                    let alias = state.aliases.remove(id.key());
-                    let key = alias.clone().unwrap_or_else(|| id.key().into());
-                    if let Some((key, flight)) = state.pending.remove_entry(&key) {
-                        // The server may still answer it; that answer is the client's no more.
-                        state.retired.add(key);
+                    let key = state
+                        .aliases
+                        .get(id.key())
+                        .cloned()
+                        .unwrap_or_else(|| id.key().into());
+                    // Only the client's own request: never one in flight under a fresh id
+                    // that happens to be spelled like the cancelled id.
+                    let own = state
+                        .pending
+                        .get(&key)
+                        .is_some_and(|f| f.id.key() == id.key());
+                    // The server may still answer it; that answer is the client's no more.
+                    if own && let Some(flight) = state.finish(&key) {
                         // The server knows the request by the id it saw.
                         if let Some(upstream) = flight.upstream
                             && let Some(b) = message::with_cancelled_id(bytes, upstream.raw())
@@ -707,7 +717,18 @@ impl Relay {
                     restored_bytes = b;
                     restored_bytes.as_slice()
                 }
-                None => return Delivery::Drop,
+                None => {
+                    tracing::error!(
+                        id = client_id.raw(),
+                        "the answer to a request sent under a fresh id has no readable id"
+                    );
+                    return Delivery::Rewritten(jsonrpc::error_response(
+                        Some(client_id),
+                        UPSTREAM_ERROR,
+                        "the server's answer could not be read back to this request's id",
+                        None,
+                    ));
+                }
             },
             _ => bytes,
         };
@@ -743,7 +764,7 @@ impl Relay {
     }
 
     /// The batch as it reaches the client: responses for ids not in flight are left out.
-    /// `first` gets the client's id of the first response when the proxy restored it.
+    /// `first` gets the client's id of the first response the client receives.
     fn server_batch(&self, kinds: Vec<Kind>, line: &[u8], first: &mut Option<Id>) -> Delivery {
         let Ok(elements) = serde_json::from_slice::<Vec<&RawValue>>(line) else {
             return Delivery::Unchanged; // `parse` accepted it as an array: unreachable
@@ -757,9 +778,10 @@ impl Relay {
                     let mut restored = None;
                     let delivery =
                         self.server_response(&id, element.get().as_bytes(), &mut restored);
+                    // The batch is routed by its first response the client receives.
                     if !seen_response && !matches!(delivery, Delivery::Drop) {
                         seen_response = true;
-                        *first = restored;
+                        *first = Some(restored.unwrap_or(id));
                     }
                     delivery
                 }

@@ -299,6 +299,10 @@ fn open_refusal(err: OpenError) -> Refusal {
                 &format!("cannot start the upstream server: {err}"),
             )
         }
+        OpenError::Closing => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the proxy is shutting down; try again later",
+        ),
         OpenError::Id(err) => {
             tracing::error!(%err, "cannot make a session id");
             refuse(
@@ -405,34 +409,35 @@ async fn handle_post(
     let post = session.open_post();
     let routed = session.relay.from_client(Frame::Line(body));
     session.register_post(&post, &routed.accepted, tokens, sse);
-    // The proxy's own answers (refusals, intercepted calls) belong to this POST.
-    for reply in routed.to_client {
-        let _ = post.tx.send(reply).await;
-    }
+    let PostStream { number, tx, rx } = post;
+    drop(tx);
+    // From here on, whatever happens to this handler, the guard cleans up after the POST.
+    let mut guard = StreamGuard {
+        session: session.clone(),
+        stream: number,
+        awaiting: ids.iter().map(|id| id.key().to_string()).collect(),
+        accepted: routed.accepted,
+        // The proxy's own answers (refusals, intercepted calls) belong to this POST: they come
+        // first, and never wait on the POST's own queue (nobody reads it yet).
+        own: routed.to_client.into(),
+        rx: Some(rx),
+    };
     if let Some(bytes) = routed.to_server
         && session.to_server.send(bytes).await.is_err()
     {
         // The upstream is gone; its end answers the waiting requests through `route`.
         tracing::warn!(session = %session.id, "upstream no longer takes messages");
     }
-    let guard = StreamGuard {
-        session: session.clone(),
-        stream: post.number,
-        awaiting: ids.iter().map(|id| id.key().to_string()).collect(),
-        accepted: routed.accepted,
-    };
     let mut response_headers = HeaderMap::new();
     if opened && let Ok(value) = HeaderValue::from_str(&session.id) {
         response_headers.insert(SESSION_HEADER, value);
     }
-    let PostStream { tx, rx, .. } = post;
-    drop(tx);
     if ids.is_empty() {
         drop(guard);
         return Ok((StatusCode::ACCEPTED, response_headers).into_response());
     }
     if sse {
-        let stream = answer_stream(rx, guard);
+        let stream = answer_stream(guard);
         return Ok((
             response_headers,
             Sse::new(stream).keep_alive(KeepAlive::default()),
@@ -440,14 +445,8 @@ async fn handle_post(
             .into_response());
     }
     // JSON only: wait for every response of this POST, then answer with them all.
-    let mut guard = guard;
-    let mut rx = rx;
     let mut answers: Vec<String> = Vec::new();
-    while !guard.awaiting.is_empty() {
-        let Some(bytes) = rx.recv().await else { break };
-        for key in message::response_keys(&bytes) {
-            guard.awaiting.remove(&key);
-        }
+    while let Some(bytes) = guard.next().await {
         answers.extend(batch_elements(bytes));
     }
     let body = if !batch && answers.len() == 1 {
@@ -474,8 +473,10 @@ fn json_response(status: StatusCode, mut headers: HeaderMap, body: Vec<u8>) -> R
     (status, headers, body).into_response()
 }
 
-/// Unregisters a POST's stream, and cancels upstream what it left unanswered when the client
-/// went away before the answers came.
+/// One POST's stream: its queue and the proxy's own answers, until its requests are answered.
+/// Dropped — answered, or the client went away — it unregisters the stream, passes on what
+/// was queued for it but not sent (to another stream of the session), and cancels upstream
+/// what it left unanswered.
 struct StreamGuard {
     session: Arc<Session>,
     stream: u64,
@@ -483,6 +484,26 @@ struct StreamGuard {
     awaiting: HashSet<String>,
     /// The requests of this POST the relay put in flight.
     accepted: Vec<Id>,
+    /// The proxy's own answers, sent before anything from the queue.
+    own: std::collections::VecDeque<Vec<u8>>,
+    rx: Option<StreamRx>,
+}
+
+impl StreamGuard {
+    /// The next message for this POST; `None` once every request of it is answered.
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        if self.awaiting.is_empty() {
+            return None;
+        }
+        let bytes = match self.own.pop_front() {
+            Some(bytes) => bytes,
+            None => self.rx.as_mut()?.recv().await?,
+        };
+        for key in message::response_keys(&bytes) {
+            self.awaiting.remove(&key);
+        }
+        Some(bytes)
+    }
 }
 
 impl Drop for StreamGuard {
@@ -494,6 +515,16 @@ impl Drop for StreamGuard {
             .cloned()
             .collect();
         let unanswered = self.session.close_post(self.stream, &accepted);
+        // Messages routed to this stream that it did not send go on to another stream.
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            while let Some(bytes) = rx.try_recv() {
+                let kind = message::parse(&bytes)
+                    .ok()
+                    .and_then(message::Parsed::single);
+                self.session.route_now(bytes, kind);
+            }
+        }
         for id in unanswered {
             if self.session.is_ended() {
                 break;
@@ -501,28 +532,21 @@ impl Drop for StreamGuard {
             tracing::info!(session = %self.session.id, id = id.raw(), "client went away before the answer; cancelling upstream");
             let cancel = jsonrpc::cancelled(&id, "the client disconnected");
             let routed = self.session.relay.from_client(Frame::Line(cancel));
-            if let Some(bytes) = routed.to_server {
-                let _ = self.session.to_server.try_send(bytes);
+            if let Some(bytes) = routed.to_server
+                && self.session.to_server.try_send(bytes).is_err()
+            {
+                tracing::warn!(session = %self.session.id, id = id.raw(), "the upstream queue is full: the cancellation could not be sent");
             }
         }
     }
 }
 
 /// The SSE stream of one POST: related messages, then the responses; it ends after the last.
-fn answer_stream(
-    rx: StreamRx,
-    guard: StreamGuard,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    futures_util::stream::unfold((rx, guard), |(mut rx, mut guard)| async move {
-        if guard.awaiting.is_empty() {
-            return None;
-        }
-        let bytes = rx.recv().await?;
-        for key in message::response_keys(&bytes) {
-            guard.awaiting.remove(&key);
-        }
+fn answer_stream(guard: StreamGuard) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    futures_util::stream::unfold(guard, |mut guard| async move {
+        let bytes = guard.next().await?;
         let event = SseEvent::default().data(String::from_utf8_lossy(&bytes));
-        Some((Ok(event), (rx, guard)))
+        Some((Ok(event), guard))
     })
 }
 

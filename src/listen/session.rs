@@ -62,12 +62,13 @@ struct Routes {
 }
 
 impl Routes {
-    /// Moves what waited for a stream onto `tx`, as far as it takes it now.
+    /// Moves what waited for a stream onto `tx`, as far as it takes it now. (The backlog counts
+    /// bytes as the queues do, so a new stream takes all of it.)
     fn drain_backlog_into(&mut self, tx: &StreamTx) {
         while let Some(waiting) = self.backlog.pop_front() {
-            let len = waiting.len();
+            let weight = waiting.len() + queue::OVERHEAD;
             match tx.try_send(waiting) {
-                Ok(()) => self.backlog_bytes -= len,
+                Ok(()) => self.backlog_bytes -= weight,
                 Err(queue::TrySendError::Full(back) | queue::TrySendError::Closed(back)) => {
                     self.backlog.push_front(back);
                     break;
@@ -212,14 +213,22 @@ impl Session {
             notified.as_mut().enable();
             let target = {
                 let mut routes = lock(&self.routes);
-                match target(&mut routes, &bytes, kind.as_ref()) {
-                    Some(tx) => Some(tx),
-                    None => {
+                let target = target(&mut routes, &bytes, kind.as_ref());
+                // What waited for a stream goes first, in order.
+                if let Some(tx) = &target
+                    && !routes.backlog.is_empty()
+                {
+                    routes.drain_backlog_into(tx);
+                }
+                match target {
+                    Some(tx) if routes.backlog.is_empty() => Some(tx),
+                    _ => {
+                        let weight = bytes.len() + queue::OVERHEAD;
                         if routes.backlog.is_empty()
-                            || routes.backlog_bytes + bytes.len() <= BACKLOG_BYTES
+                            || routes.backlog_bytes + weight <= BACKLOG_BYTES
                             || self.is_ended()
                         {
-                            routes.backlog_bytes += bytes.len();
+                            routes.backlog_bytes += weight;
                             routes.backlog.push_back(bytes);
                             return;
                         }
@@ -234,8 +243,10 @@ impl Session {
                     Err(queue::Closed(back)) => bytes = back,
                 },
                 None => {
-                    tracing::debug!(session = %self.id, "no client stream open and the backlog is full: waiting for the client");
-                    notified.await;
+                    tracing::debug!(session = %self.id, "the client's streams are full or closed: waiting for the client");
+                    // A new stream wakes this at once; a stream that is read frees room without
+                    // a signal, so look again now and then.
+                    let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
                 }
             }
         }
@@ -251,7 +262,7 @@ impl Session {
             },
             None => bytes,
         };
-        routes.backlog_bytes += bytes.len();
+        routes.backlog_bytes += bytes.len() + queue::OVERHEAD;
         routes.backlog.push_back(bytes);
     }
 
@@ -289,7 +300,16 @@ impl Session {
 /// Where a server message goes (see the module doc).
 fn target(routes: &mut Routes, bytes: &[u8], kind: Option<&Kind>) -> Option<StreamTx> {
     let target = match kind {
-        Some(Kind::Response { id: Some(id) }) => routes.waiting.remove(id.key()).map(|(_, tx)| tx),
+        Some(Kind::Response { id: Some(id) }) => {
+            let target = routes.waiting.remove(id.key()).map(|(_, tx)| tx);
+            // A batch answers several requests: none of them waits any more.
+            if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+                for key in message::response_keys(bytes) {
+                    routes.waiting.remove(&key);
+                }
+            }
+            target
+        }
         Some(Kind::Notification { method }) if method == "notifications/progress" => {
             message::progress_token(bytes)
                 .and_then(|token| routes.progress.get(&token).copied())
@@ -321,6 +341,8 @@ pub(super) enum OpenError {
     Upstream(String),
     /// No session id could be made.
     Id(String),
+    /// The listener is shutting down.
+    Closing,
 }
 
 /// Every session of a listener, and every task they run.
@@ -330,6 +352,8 @@ pub(super) struct Sessions {
     budget: Arc<Budget>,
     map: Mutex<HashMap<String, Arc<Session>>>,
     tasks: Mutex<JoinSet<()>>,
+    /// Set when the listener shuts down: no session opens after it.
+    closing: AtomicBool,
 }
 
 impl Sessions {
@@ -340,6 +364,7 @@ impl Sessions {
             budget,
             map: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -360,6 +385,9 @@ impl Sessions {
 
     /// Opens a session for `client`: its upstream, relay, and tasks.
     pub async fn open(self: &Arc<Self>, client: Client) -> Result<Arc<Session>, OpenError> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(OpenError::Closing);
+        }
         {
             let map = lock(&self.map);
             if map.len() >= self.options.max_sessions {
@@ -443,6 +471,7 @@ impl Sessions {
 
     /// Ends every session and waits (bounded) for every task they ran.
     pub async fn shut_down(&self) {
+        self.closing.store(true, Ordering::SeqCst);
         let sessions: Vec<Arc<Session>> = lock(&self.map).drain().map(|(_, s)| s).collect();
         for session in sessions {
             session.end(

@@ -16,6 +16,9 @@ use reqwest::Response;
 use sse_stream::SseStream;
 use tokio::time::Instant;
 
+/// Bytes an SSE event may hold beyond its data's limit, for its field names and id.
+const FIELD_ALLOWANCE: usize = 4096;
+
 /// How much of an error body is read (for the message that quotes it).
 pub const ERROR_EXCERPT_BYTES: usize = 4096;
 
@@ -99,6 +102,7 @@ pub fn events(
     timeout: Duration,
 ) -> impl Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send + Unpin {
     let chunks = response.bytes_stream().boxed();
+    // The bound counts field names and ids too (`data: `, `id: …`): they are allowed on top.
     let state = (chunks, EventBounds::new(limit), None::<Instant>, false);
     let bounded = futures_util::stream::unfold(
         state,
@@ -118,11 +122,12 @@ pub fn events(
             };
             match next? {
                 Ok(chunk) => match bounds.feed(&chunk) {
-                    Ok(()) => {
-                        let started = match (bounds.in_event(), started) {
-                            (false, _) => None,
-                            (true, Some(at)) => Some(at),
-                            (true, None) => Some(Instant::now()),
+                    Ok(ended) => {
+                        // The clock runs from the first byte of the event in progress.
+                        let started = match (bounds.in_event(), ended, started) {
+                            (false, _, _) => None,
+                            (true, false, Some(at)) => Some(at),
+                            (true, _, _) => Some(Instant::now()),
                         };
                         Some((Ok(chunk), (chunks, bounds, started, false)))
                     }
@@ -157,12 +162,14 @@ impl EventBounds {
         self.event > 0
     }
 
-    fn feed(&mut self, mut chunk: &[u8]) -> Result<(), BodyError> {
+    /// Counts a chunk; `Ok(true)` when an event ended inside it.
+    fn feed(&mut self, mut chunk: &[u8]) -> Result<bool, BodyError> {
+        let mut ended = false;
         while !chunk.is_empty() {
             let Some(at) = memchr2(b'\n', b'\r', chunk) else {
                 self.add(chunk.len())?;
                 self.after_cr = false;
-                return Ok(());
+                return Ok(ended);
             };
             self.add(at)?;
             let newline = chunk[at];
@@ -170,6 +177,7 @@ impl EventBounds {
             let same_line_end = newline == b'\n' && self.after_cr && at == 0;
             if !same_line_end {
                 if self.line == 0 {
+                    ended |= self.event > 0;
                     self.event = 0; // a blank line ends the event
                 }
                 self.line = 0;
@@ -177,7 +185,7 @@ impl EventBounds {
             self.after_cr = newline == b'\r';
             chunk = &chunk[at + 1..];
         }
-        Ok(())
+        Ok(ended)
     }
 
     fn add(&mut self, bytes: usize) -> Result<(), BodyError> {
@@ -186,7 +194,7 @@ impl EventBounds {
         }
         self.line += bytes;
         self.event += bytes;
-        if self.event > self.limit {
+        if self.event > self.limit.saturating_add(FIELD_ALLOWANCE) {
             return Err(BodyError::TooLarge(self.limit));
         }
         Ok(())
@@ -215,14 +223,15 @@ mod tests {
     #[test]
     fn an_event_over_the_limit_is_refused_whatever_its_lines() {
         let mut bounds = EventBounds::new(20);
-        bounds.feed(b"data: 0123456789\n").unwrap();
+        let line = format!("data: {}\n", "x".repeat(FIELD_ALLOWANCE / 2 + 20));
+        assert!(!bounds.feed(line.as_bytes()).unwrap());
         assert!(matches!(
-            bounds.feed(b"data: 0123456789\n"),
+            bounds.feed(line.as_bytes()),
             Err(BodyError::TooLarge(20))
         ));
         let mut bounds = EventBounds::new(20);
         for _ in 0..100 {
-            bounds.feed(b"data: 0123456789\n\n").unwrap();
+            assert!(bounds.feed(b"data: 0123456789\n\n").unwrap());
         }
     }
 }
