@@ -84,6 +84,13 @@ impl<T: Weigh> Sender<T> {
     /// Queues `value`, waiting while the queue holds too many bytes.
     pub async fn send(&self, value: T) -> Result<(), Closed<T>> {
         let permits = self.permits(&value);
+        // The common case: there is room now.
+        if let Ok(permit) = self.budget.clone().try_acquire_many_owned(permits) {
+            return self
+                .tx
+                .send((value, permit))
+                .map_err(|mpsc::error::SendError((value, _))| Closed(value));
+        }
         let permit = tokio::select! {
             permit = self.budget.clone().acquire_many_owned(permits) => match permit {
                 Ok(permit) => permit,

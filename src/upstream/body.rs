@@ -73,7 +73,7 @@ pub async fn read_limited(
     response: Response,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, BodyError> {
+) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     let reading = async {
@@ -87,7 +87,7 @@ pub async fn read_limited(
         Ok(())
     };
     match tokio::time::timeout(timeout, reading).await {
-        Ok(Ok(())) => Ok(Bytes::from(body)),
+        Ok(Ok(())) => Ok(body),
         Ok(Err(err)) => Err(err),
         Err(_) => Err(BodyError::Slow(timeout.as_secs())),
     }

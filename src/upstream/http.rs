@@ -105,14 +105,14 @@ impl Shared {
         }
     }
 
-    async fn post(&self, body: &[u8], session: Option<&str>) -> reqwest::Result<Response> {
+    async fn post(&self, body: bytes::Bytes, session: Option<&str>) -> reqwest::Result<Response> {
         let mut request = self
             .client
             .post(self.url.clone())
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json, text/event-stream")
-            .body(body.to_vec());
+            .body(body);
         if let Some(session) = session {
             request = request.header(SESSION_HEADER, session);
         }
@@ -267,7 +267,9 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
         state.protocol = None;
     }
     let session = shared.session();
-    let mut response = shared.post(&bytes, session.as_deref()).await;
+    // Shared, not copied, between the first attempt and a retry.
+    let body = bytes::Bytes::from(bytes);
+    let mut response = shared.post(body.clone(), session.as_deref()).await;
     if let Ok(r) = &response
         && r.status() == StatusCode::NOT_FOUND
         && session.is_some()
@@ -277,7 +279,7 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
         match reinitialize(&shared, session.as_deref()).await {
             Ok(()) => {
                 let fresh = shared.session();
-                response = shared.post(&bytes, fresh.as_deref()).await;
+                response = shared.post(body, fresh.as_deref()).await;
                 let note = jsonrpc::log_message(
                     "warning",
                     "the upstream server's session expired; mcp-budget opened a new one and retried the request, so nothing was lost (server-side state from before may be gone)",
@@ -386,7 +388,7 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         }
     } else {
         match body::read_limited(response, shared.max_message_bytes, shared.read_timeout).await {
-            Ok(body) if !body.is_empty() => on_message(body.to_vec()).await,
+            Ok(body) if !body.is_empty() => on_message(body).await,
             Ok(_) => {}
             Err(why) => {
                 tracing::warn!(%why);
@@ -430,7 +432,7 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
         format!("the upstream session expired and a new one could not be opened: {detail}")
     };
     let response = shared
-        .post(&initialize, None)
+        .post(initialize.into(), None)
         .await
         .map_err(|e| failed(e.to_string()))?;
     if !response.status().is_success() {
@@ -464,7 +466,7 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
     }
     shared.state().id = session.clone();
     let response = shared
-        .post(&jsonrpc::initialized(), session.as_deref())
+        .post(jsonrpc::initialized().into(), session.as_deref())
         .await
         .map_err(|e| failed(e.to_string()))?;
     if !response.status().is_success() {
