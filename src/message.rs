@@ -220,6 +220,19 @@ struct IdOnly<'a> {
     id: Option<&'a RawValue>,
 }
 
+/// The part of a `notifications/cancelled` that names the request.
+#[derive(Deserialize)]
+struct Cancelled<'a> {
+    #[serde(borrow)]
+    params: Option<CancelledParams<'a>>,
+}
+
+#[derive(Deserialize)]
+struct CancelledParams<'a> {
+    #[serde(borrow, rename = "requestId")]
+    request_id: Option<&'a RawValue>,
+}
+
 /// `line` with the bytes of `part` (a slice of it) replaced by `new`.
 pub fn splice(line: &[u8], part: &RawValue, new: &[u8]) -> Vec<u8> {
     let start = (part.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
@@ -240,16 +253,6 @@ pub fn with_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
 
 /// A `notifications/cancelled` with its `params.requestId` replaced by `id_text`.
 pub fn with_cancelled_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
-    #[derive(Deserialize)]
-    struct Cancelled<'a> {
-        #[serde(borrow)]
-        params: Option<CancelledParams<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct CancelledParams<'a> {
-        #[serde(borrow, rename = "requestId")]
-        request_id: Option<&'a RawValue>,
-    }
     let message: Cancelled<'_> = serde_json::from_slice(line).ok()?;
     Some(splice(
         line,
@@ -308,16 +311,6 @@ pub fn protocol_version(line: &[u8]) -> Option<String> {
 
 /// The `params.requestId` of a `notifications/cancelled`, if the line carries one.
 pub fn cancelled_request_id(line: &[u8]) -> Option<Id> {
-    #[derive(Deserialize)]
-    struct Cancelled<'a> {
-        #[serde(borrow)]
-        params: Option<CancelledParams<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct CancelledParams<'a> {
-        #[serde(borrow, rename = "requestId")]
-        request_id: Option<&'a RawValue>,
-    }
     let parsed: Cancelled<'_> = serde_json::from_slice(line).ok()?;
     parsed
         .params?
