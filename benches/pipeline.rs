@@ -59,6 +59,9 @@ fn main() {
     let mut floor = Vec::new();
     let mut ours: Vec<Vec<Duration>> = vec![Vec::new(); scenarios.len()];
     let mut out_bytes = vec![0; scenarios.len()];
+    // Every request has an id of its own, as a client's do (a reused id would go upstream
+    // under a fresh one, and this reply would not be its answer).
+    let mut next_id = 0u64;
     for _ in 0..ROUNDS {
         let start = Instant::now();
         let value: Value = serde_json::from_slice(&response).expect("parse");
@@ -66,9 +69,12 @@ fn main() {
         floor.push(start.elapsed());
         std::hint::black_box(bytes);
         for (k, (_, arguments)) in scenarios.iter().enumerate() {
-            let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "fleet_show", "arguments": arguments}});
+            next_id += 1;
+            let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call", "params": {"name": "fleet_show", "arguments": arguments}});
             let request = Frame::Line(request.to_string().into_bytes());
-            let reply = Frame::Line(response.clone());
+            let reply = mcp_budget::message::with_id(&response, &next_id.to_string())
+                .expect("the reply has an id");
+            let reply = Frame::Line(reply);
             let start = Instant::now();
             let routed = relay.from_client(request);
             assert!(routed.to_server.is_some());
