@@ -7,7 +7,7 @@
 use memchr::memchr;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::message::Id;
+use crate::message::{Id, Parsed};
 
 /// The default message size limit (64 MiB): every message up to this size passes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -17,6 +17,9 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub enum Frame {
     /// A complete line, without its trailing newline.
     Line(Vec<u8>),
+    /// A complete line whose envelope was already read where it came in (an HTTP body, an
+    /// upstream HTTP message): the relay does not read it again.
+    Read { line: Vec<u8>, parsed: Parsed },
     /// A line over the limit, already discarded; what could be read of its envelope.
     TooLarge {
         bytes: usize,

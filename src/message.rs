@@ -65,7 +65,7 @@ impl Id {
 }
 
 /// One line from a peer, classified.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     Single(Kind),
     /// A JSON-RPC batch (an array); one `Kind` per element.
@@ -278,18 +278,22 @@ pub fn request_progress_tokens(line: &[u8]) -> Vec<String> {
 
 /// The id keys of the responses in a line (one message or a batch).
 pub fn response_keys(line: &[u8]) -> Vec<String> {
-    let kinds = match parse(line) {
-        Ok(Parsed::Single(kind)) => vec![kind],
-        Ok(Parsed::Batch(kinds)) => kinds,
-        Err(_) => Vec::new(),
-    };
-    kinds
-        .into_iter()
-        .filter_map(|kind| match kind {
-            Kind::Response { id: Some(id) } => Some(id.key().to_string()),
-            _ => None,
-        })
-        .collect()
+    parse(line)
+        .map(|parsed| parsed.response_keys())
+        .unwrap_or_default()
+}
+
+impl Parsed {
+    /// The id keys of the responses among these messages.
+    pub fn response_keys(&self) -> Vec<String> {
+        self.kinds()
+            .iter()
+            .filter_map(|kind| match kind {
+                Kind::Response { id: Some(id) } => Some(id.key().to_string()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// The `result.protocolVersion` of an `initialize` response.

@@ -311,7 +311,8 @@ impl Relay {
 
     fn route_client(&self, frame: Frame) -> Routed {
         match frame {
-            Frame::Line(line) => self.client_line(line),
+            Frame::Line(line) => self.client_line(line, None),
+            Frame::Read { line, parsed } => self.client_line(line, Some(parsed)),
             Frame::TooLarge { bytes, id, method } => {
                 tracing::warn!(
                     bytes,
@@ -339,8 +340,8 @@ impl Relay {
         }
     }
 
-    fn client_line(&self, line: Vec<u8>) -> Routed {
-        let parsed = match message::parse(&line) {
+    fn client_line(&self, line: Vec<u8>, read: Option<Parsed>) -> Routed {
+        let parsed = match read.map_or_else(|| message::parse(&line), Ok) {
             Ok(parsed) => parsed,
             Err(err) => {
                 tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "client sent a line that is not JSON");
@@ -635,8 +636,9 @@ impl Relay {
     /// Like [`Relay::from_server`], with the envelope read on the way (for a batch, its first
     /// response), so a transport that routes by it need not parse the message again.
     pub fn from_server_classified(&self, frame: Frame) -> Option<(Vec<u8>, Option<Kind>)> {
-        let line = match frame {
-            Frame::Line(line) => line,
+        let (line, read) = match frame {
+            Frame::Line(line) => (line, None),
+            Frame::Read { line, parsed } => (line, Some(parsed)),
             Frame::TooLarge { bytes, id, method } => {
                 if let Some(recorder) = &self.recorder {
                     recorder.too_large(Dir::ServerToClient, bytes);
@@ -646,7 +648,7 @@ impl Relay {
                 return answer.map(|bytes| (bytes, None));
             }
         };
-        let parsed = match message::parse(&line) {
+        let parsed = match read.map_or_else(|| message::parse(&line), Ok) {
             Ok(parsed) => parsed,
             Err(err) => {
                 tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "server wrote a line that is not JSON; dropped");

@@ -22,7 +22,7 @@ use crate::framing::Frame;
 use crate::jsonrpc;
 use crate::message::{self, Id, Kind};
 
-use super::session::{Client, OpenError, PostStream, Session, Sessions, StreamRx};
+use super::session::{Client, OpenError, Outbound, PostStream, Session, Sessions, StreamRx};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -407,7 +407,9 @@ async fn handle_post(
         Vec::new()
     };
     let post = session.open_post();
-    let routed = session.relay.from_client(Frame::Line(body));
+    let routed = session
+        .relay
+        .from_client(Frame::Read { line: body, parsed });
     session.register_post(&post, &routed.accepted, tokens, sse);
     let PostStream { number, tx, rx } = post;
     drop(tx);
@@ -419,7 +421,16 @@ async fn handle_post(
         accepted: routed.accepted,
         // The proxy's own answers (refusals, intercepted calls) belong to this POST: they come
         // first, and never wait on the POST's own queue (nobody reads it yet).
-        own: routed.to_client.into(),
+        own: routed
+            .to_client
+            .into_iter()
+            .map(|bytes| {
+                let kind = message::parse(&bytes)
+                    .ok()
+                    .and_then(message::Parsed::single);
+                Outbound { bytes, kind }
+            })
+            .collect(),
         rx: Some(rx),
     };
     if let Some(bytes) = routed.to_server
@@ -485,7 +496,7 @@ struct StreamGuard {
     /// The requests of this POST the relay put in flight.
     accepted: Vec<Id>,
     /// The proxy's own answers, sent before anything from the queue.
-    own: std::collections::VecDeque<Vec<u8>>,
+    own: std::collections::VecDeque<Outbound>,
     rx: Option<StreamRx>,
 }
 
@@ -495,14 +506,14 @@ impl StreamGuard {
         if self.awaiting.is_empty() {
             return None;
         }
-        let bytes = match self.own.pop_front() {
-            Some(bytes) => bytes,
+        let message = match self.own.pop_front() {
+            Some(message) => message,
             None => self.rx.as_mut()?.recv().await?,
         };
-        for key in message::response_keys(&bytes) {
+        for key in message.response_keys() {
             self.awaiting.remove(&key);
         }
-        Some(bytes)
+        Some(message.bytes)
     }
 }
 
@@ -518,11 +529,8 @@ impl Drop for StreamGuard {
         // Messages routed to this stream that it did not send go on to another stream.
         if let Some(mut rx) = self.rx.take() {
             rx.close();
-            while let Some(bytes) = rx.try_recv() {
-                let kind = message::parse(&bytes)
-                    .ok()
-                    .and_then(message::Parsed::single);
-                self.session.route_now(bytes, kind);
+            while let Some(message) = rx.try_recv() {
+                self.session.route_now(message.bytes, message.kind);
             }
         }
         for id in unanswered {
@@ -574,9 +582,9 @@ fn handle_get(
     session.touch();
     let rx = session.open_get();
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let bytes = rx.recv().await?;
+        let message = rx.recv().await?;
         Some((
-            Ok::<_, Infallible>(SseEvent::default().data(String::from_utf8_lossy(&bytes))),
+            Ok::<_, Infallible>(SseEvent::default().data(String::from_utf8_lossy(&message.bytes))),
             rx,
         ))
     });

@@ -39,8 +39,33 @@ pub(super) enum Client {
 }
 
 /// A queue to one client stream (a POST's SSE stream or body, or the GET stream).
-pub(super) type StreamTx = queue::Sender<Vec<u8>>;
-pub(super) type StreamRx = queue::Receiver<Vec<u8>>;
+pub(super) type StreamTx = queue::Sender<Outbound>;
+pub(super) type StreamRx = queue::Receiver<Outbound>;
+
+/// A server message on its way to a client stream, with its envelope (as the relay read it),
+/// so that the stream need not read it again.
+pub(super) struct Outbound {
+    pub bytes: Vec<u8>,
+    pub kind: Option<Kind>,
+}
+
+impl queue::Weigh for Outbound {
+    fn weight(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl Outbound {
+    /// The id keys of the responses it carries.
+    pub fn response_keys(&self) -> Vec<String> {
+        let batch = self.bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+        match &self.kind {
+            Some(Kind::Response { id: Some(id) }) if !batch => vec![id.key().to_string()],
+            _ if batch => message::response_keys(&self.bytes),
+            _ => Vec::new(),
+        }
+    }
+}
 
 /// A new stream's queue.
 pub(super) fn stream_channel() -> (StreamTx, StreamRx) {
@@ -56,7 +81,7 @@ struct Routes {
     /// Open POST SSE streams, by number (the newest has the highest).
     streams: BTreeMap<u64, StreamTx>,
     get: Option<StreamTx>,
-    backlog: VecDeque<Vec<u8>>,
+    backlog: VecDeque<Outbound>,
     backlog_bytes: usize,
     next_stream: u64,
 }
@@ -66,7 +91,7 @@ impl Routes {
     /// bytes as the queues do, so a new stream takes all of it.)
     fn drain_backlog_into(&mut self, tx: &StreamTx) {
         while let Some(waiting) = self.backlog.pop_front() {
-            let weight = waiting.len() + queue::OVERHEAD;
+            let weight = waiting.bytes.len() + queue::OVERHEAD;
             match tx.try_send(waiting) {
                 Ok(()) => self.backlog_bytes -= weight,
                 Err(queue::TrySendError::Full(back) | queue::TrySendError::Closed(back)) => {
@@ -206,14 +231,14 @@ impl Session {
     /// (or, with none open, the backlog) is full: a slow client slows its own session only.
     pub async fn route(&self, bytes: Vec<u8>, kind: Option<Kind>) {
         self.note_initialize_response(&bytes, kind.as_ref());
-        let mut bytes = bytes;
+        let mut message = Outbound { bytes, kind };
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let target = {
                 let mut routes = lock(&self.routes);
-                let target = target(&mut routes, &bytes, kind.as_ref());
+                let target = target(&mut routes, &message.bytes, message.kind.as_ref());
                 // What waited for a stream goes first, in order.
                 if let Some(tx) = &target
                     && !routes.backlog.is_empty()
@@ -223,13 +248,13 @@ impl Session {
                 match target {
                     Some(tx) if routes.backlog.is_empty() => Some(tx),
                     _ => {
-                        let weight = bytes.len() + queue::OVERHEAD;
+                        let weight = message.bytes.len() + queue::OVERHEAD;
                         if routes.backlog.is_empty()
                             || routes.backlog_bytes + weight <= BACKLOG_BYTES
                             || self.is_ended()
                         {
                             routes.backlog_bytes += weight;
-                            routes.backlog.push_back(bytes);
+                            routes.backlog.push_back(message);
                             return;
                         }
                         None
@@ -237,10 +262,10 @@ impl Session {
                 }
             };
             match target {
-                Some(tx) => match tx.send(bytes).await {
+                Some(tx) => match tx.send(message).await {
                     Ok(()) => return,
                     // That stream closed meanwhile: route again.
-                    Err(queue::Closed(back)) => bytes = back,
+                    Err(queue::Closed(back)) => message = back,
                 },
                 None => {
                     tracing::debug!(session = %self.id, "the client's streams are full or closed: waiting for the client");
@@ -252,18 +277,20 @@ impl Session {
         }
     }
 
-    /// Like `route`, without waiting (for the proxy's own errors as a session ends).
+    /// Like `route`, without waiting (for the proxy's own errors as a session ends, and for
+    /// what a closed stream did not send).
     pub fn route_now(&self, bytes: Vec<u8>, kind: Option<Kind>) {
         let mut routes = lock(&self.routes);
-        let bytes = match target(&mut routes, &bytes, kind.as_ref()) {
-            Some(tx) => match tx.try_send(bytes) {
+        let message = Outbound { bytes, kind };
+        let message = match target(&mut routes, &message.bytes, message.kind.as_ref()) {
+            Some(tx) => match tx.try_send(message) {
                 Ok(()) => return,
-                Err(queue::TrySendError::Full(bytes) | queue::TrySendError::Closed(bytes)) => bytes,
+                Err(queue::TrySendError::Full(back) | queue::TrySendError::Closed(back)) => back,
             },
-            None => bytes,
+            None => message,
         };
-        routes.backlog_bytes += bytes.len() + queue::OVERHEAD;
-        routes.backlog.push_back(bytes);
+        routes.backlog_bytes += message.bytes.len() + queue::OVERHEAD;
+        routes.backlog.push_back(message);
     }
 
     fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {

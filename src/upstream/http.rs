@@ -82,6 +82,11 @@ impl Shared {
     }
 
     async fn emit(&self, bytes: Vec<u8>) {
+        self.emit_read(bytes, None).await;
+    }
+
+    /// Passes a message on, with its envelope when it was read already.
+    async fn emit_read(&self, bytes: Vec<u8>, parsed: Option<message::Parsed>) {
         let frame = if bytes.len() > self.max_message_bytes {
             let mut scanner = EnvelopeScanner::default();
             scanner.feed(&bytes);
@@ -92,7 +97,13 @@ impl Shared {
                 method,
             }
         } else {
-            Frame::Line(bytes)
+            match parsed {
+                Some(parsed) => Frame::Read {
+                    line: bytes,
+                    parsed,
+                },
+                None => Frame::Line(bytes),
+            }
         };
         let _ = self.events.send(Event::Frame(frame)).await;
     }
@@ -351,10 +362,14 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         if initialize {
             remember_protocol(shared, &data);
         }
-        for key in message::response_keys(&data) {
-            unanswered.retain(|id| id.key() != key);
+        // The envelope is read once here, and travels with the bytes to the relay.
+        let parsed = message::parse(&data).ok();
+        if let Some(parsed) = &parsed {
+            for key in parsed.response_keys() {
+                unanswered.retain(|id| id.key() != key);
+            }
         }
-        shared.emit(data).await;
+        shared.emit_read(data, parsed).await;
     };
     if is_sse {
         let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);

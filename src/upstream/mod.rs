@@ -52,7 +52,7 @@ pub enum Event {
 impl Weigh for Event {
     fn weight(&self) -> usize {
         match self {
-            Event::Frame(Frame::Line(line)) => line.len(),
+            Event::Frame(Frame::Line(line) | Frame::Read { line, .. }) => line.len(),
             _ => 0,
         }
     }
