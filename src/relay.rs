@@ -123,6 +123,8 @@ pub struct Relay {
     request_timeout: Option<Duration>,
     initialize_timeout: Duration,
     max_in_flight: usize,
+    /// Signalled when a request with a deadline goes in flight.
+    deadline_added: tokio::sync::Notify,
 }
 
 /// What reaches the client of one server message.
@@ -177,7 +179,22 @@ impl Relay {
             request_timeout: None,
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            deadline_added: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The earliest deadline of a request in flight.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.state()
+            .pending
+            .values()
+            .filter_map(|f| f.deadline)
+            .min()
+    }
+
+    /// Completes when a request with a deadline went in flight (since the last call).
+    pub async fn deadline_added(&self) {
+        self.deadline_added.notified().await;
     }
 
     /// At most `max` requests in flight; more are refused with an error until answers come.
@@ -190,12 +207,6 @@ impl Relay {
     pub fn with_initialize_timeout(mut self, timeout: Duration) -> Self {
         self.initialize_timeout = timeout;
         self
-    }
-
-    /// The shortest timeout in force: how often [`Relay::expire`] is worth calling.
-    pub fn shortest_timeout(&self) -> Duration {
-        self.request_timeout
-            .map_or(self.initialize_timeout, |t| t.min(self.initialize_timeout))
     }
 
     /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
@@ -488,6 +499,10 @@ impl Relay {
                         progress_token,
                     },
                 );
+                drop(state);
+                if deadline.is_some() {
+                    self.deadline_added.notify_one();
+                }
                 routed.accepted.push(id);
                 forward
             }

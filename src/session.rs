@@ -110,21 +110,24 @@ pub async fn server_to_client(
     None
 }
 
-/// How often timeouts are checked, at most.
-fn sweep_interval(timeout: Duration) -> Duration {
-    (timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(500))
-}
-
 /// Answers timed-out requests and cancels them upstream, until the client or the upstream is
-/// gone (or the caller drops this future).
+/// gone (or the caller drops this future). No timer is armed while nothing has a deadline
+/// (with the defaults: once `initialize` is answered), so an idle session costs no wake-ups.
 pub async fn sweep_timeouts(
     relay: &Relay,
     to_server: &queue::Sender<Vec<u8>>,
     client: &impl ClientSide,
 ) {
-    let mut tick = tokio::time::interval(sweep_interval(relay.shortest_timeout()));
     loop {
-        tick.tick().await;
+        match relay.next_deadline() {
+            None => relay.deadline_added().await,
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {}
+                    () = relay.deadline_added() => continue,
+                }
+            }
+        }
         let expired = relay.expire(Instant::now());
         for cancel in expired.to_server {
             if to_server.send(cancel).await.is_err() {
