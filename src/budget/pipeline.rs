@@ -1,0 +1,233 @@
+//! The items pipeline: the stages, wired in the order of the contract (§3), and nothing else.
+//!
+//! locate the items ([`place`]) → `total_count` → [`horizon`] → [`filter`] → [`page`] →
+//! [`project`] → render ([`render`], put back in place). Each stage is a function of its own
+//! module; this file only passes the list from one to the next and collects the notices.
+
+use jsonpath_rust::query::queryable::Queryable;
+use serde_json::{Map, Value, json};
+
+use super::args::{CallArgs, Detail, Format, HorizonArg};
+use super::cursor::CursorKey;
+use super::place::{self, Source};
+use super::render::{self, Continuation};
+use super::{RenderError, filter, horizon, notice, page, project};
+use crate::policy::Items;
+
+/// Pages the items of `result` for one call; the result is rewritten in place. A result with
+/// no item list where the rule says is left as it is.
+pub fn run(
+    tool: &str,
+    items: &Items,
+    args: &CallArgs,
+    key: &CursorKey,
+    result: &mut Value,
+) -> Result<(), RenderError> {
+    let Some((source, mut document)) = place::locate(result, items) else {
+        tracing::debug!(tool, path = %items.path_text, "no item list in the result; passed unpaged");
+        return Ok(());
+    };
+    // 1–2: the items, and how many upstream returned.
+    let Some(path) = place::first_list_path(&document, items) else {
+        place::restore(result, source, document);
+        return Ok(());
+    };
+    let Some(Value::Array(mut list)) = document.reference_mut(path.as_str()).map(std::mem::take)
+    else {
+        place::restore(result, source, document);
+        return Ok(());
+    };
+    let total_count = list.len();
+    let summary = match (args.detail, &items.summary, args.format) {
+        (Some(Detail::Summary), Some(summary), Format::Json) => Some(summary),
+        _ => None,
+    };
+    // 3: horizon, then filters.
+    let mut notices = Vec::new();
+    if narrow(&mut list, items, args, summary) > 0
+        && args.horizon_defaulted
+        && let Some(h) = &items.horizon
+    {
+        notices.push(notice::horizon(h, &items.noun));
+    }
+    let matching = list.len();
+    // 4: page.
+    let page::Page {
+        items: mut page,
+        start: skipped,
+        next,
+    } = page::apply(list, args.after.as_ref(), args.limit, items.key.as_ref());
+    // 5: project (a table has its own fixed columns; nested items were projected in step 3).
+    if let Some(summary) = summary {
+        if items.nested.is_none() {
+            let selection = project::Selection::from_paths(summary);
+            page = page
+                .into_iter()
+                .map(|item| project::apply(item, &selection))
+                .collect();
+        }
+        if args.detail_defaulted && !page.is_empty() {
+            notices.push(notice::detail(summary, &items.noun));
+        }
+    }
+    if next.is_some() && args.limit_defaulted {
+        notices.push(notice::limit(
+            page.len(),
+            matching,
+            args.limit,
+            items.max_limit,
+            &items.noun,
+        ));
+    }
+    let continuation = Continuation {
+        total_count,
+        matching,
+        skipped,
+        next_after: next.map(|position| key.mint(&position, &args.digest)),
+        notices,
+    };
+    // 6: render, in the place the items came from.
+    match source {
+        Source::Blocks(indices) => {
+            render_blocks(tool, items, args, &page, &continuation, &indices, result)
+        }
+        source => render_in_place(
+            tool,
+            items,
+            args,
+            page,
+            &continuation,
+            (source, document, &path),
+            result,
+        ),
+    }
+}
+
+/// Step 3: the horizon, then the filters — on the items, or on each outer item's nested list
+/// (where the summary projection is applied too). Returns how many items the horizon dropped.
+fn narrow(
+    list: &mut Vec<Value>,
+    items: &Items,
+    args: &CallArgs,
+    summary: Option<&Vec<crate::policy::FieldPath>>,
+) -> usize {
+    let filters: Vec<filter::Filter> = args.filters.iter().map(|(_, f)| f.clone()).collect();
+    let live = |list: &mut Vec<Value>| match (args.horizon, &items.horizon) {
+        (Some(HorizonArg::Live), Some(h)) => horizon::apply(list, h),
+        _ => 0,
+    };
+    let Some((_, field)) = &items.nested else {
+        let dropped = live(list);
+        filter::apply(list, &filters);
+        return dropped;
+    };
+    let selection = summary.map(|s| project::Selection::from_paths(s));
+    let mut dropped = 0;
+    for outer in list.iter_mut() {
+        let Some(Value::Array(inner)) = outer.get_mut(field.as_str()) else {
+            continue;
+        };
+        dropped += live(inner);
+        filter::apply(inner, &filters);
+        if let Some(selection) = &selection {
+            let taken = std::mem::take(inner);
+            *inner = taken
+                .into_iter()
+                .map(|item| project::apply(item, selection))
+                .collect();
+        }
+    }
+    dropped
+}
+
+/// The items were text blocks: the page is blocks too (or one table), then the continuation.
+fn render_blocks(
+    tool: &str,
+    items: &Items,
+    args: &CallArgs,
+    page: &[Value],
+    continuation: &Continuation,
+    indices: &[usize],
+    result: &mut Value,
+) -> Result<(), RenderError> {
+    let at = place::remove_blocks(result, indices);
+    let (mut blocks, text) = match args.format {
+        Format::Json => {
+            let blocks: Vec<Value> = page
+                .iter()
+                .map(|item| json!({"type": "text", "text": item.to_string()}))
+                .collect();
+            let mut tail = Map::new();
+            render::decorate(&mut tail, continuation);
+            (blocks, Value::Object(tail).to_string())
+        }
+        Format::Csv | Format::Tsv => {
+            let columns = items.columns.as_deref().unwrap_or_default();
+            let table = render::table(page, columns, delimiter(args.format))?;
+            (
+                vec![json!({"type": "text", "text": table})],
+                render::table_continuation(continuation, page.len(), tool, &items.noun),
+            )
+        }
+    };
+    blocks.push(json!({"type": "text", "text": text}));
+    if let Some(content) = place::content_mut(result) {
+        let at = at.min(content.len());
+        content.splice(at..at, blocks);
+    }
+    Ok(())
+}
+
+/// The items were one list in a document: the page replaces the list there (JSON), or a table
+/// replaces the document (csv/tsv).
+fn render_in_place(
+    tool: &str,
+    items: &Items,
+    args: &CallArgs,
+    page: Vec<Value>,
+    continuation: &Continuation,
+    (source, mut document, path): (Source, Value, &str),
+    result: &mut Value,
+) -> Result<(), RenderError> {
+    match args.format {
+        Format::Json => {
+            let envelope = if path == "$" {
+                let mut map = Map::new();
+                map.insert(items.noun.clone(), Value::Array(page));
+                render::decorate(&mut map, continuation);
+                Value::Object(map)
+            } else {
+                if let Some(slot) = document.reference_mut(path) {
+                    *slot = Value::Array(page);
+                }
+                if let Value::Object(map) = &mut document {
+                    render::decorate(map, continuation);
+                }
+                document
+            };
+            place::put_json(result, source, envelope);
+        }
+        Format::Csv | Format::Tsv => {
+            let name = if args.format == Format::Csv {
+                "csv"
+            } else {
+                "tsv"
+            };
+            let columns = items.columns.as_deref().unwrap_or_default();
+            let table = render::table(&page, columns, delimiter(args.format))?;
+            let text = render::table_continuation(continuation, page.len(), tool, &items.noun);
+            place::put_table(
+                result,
+                source,
+                table,
+                text,
+                render::table_structured(continuation, page.len(), name),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn delimiter(format: Format) -> u8 {
+    if format == Format::Tsv { b'\t' } else { b',' }
+}
