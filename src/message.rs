@@ -117,9 +117,21 @@ struct RawEnvelope<'a> {
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
     #[serde(default)]
-    result: Option<IgnoredAny>,
+    result: Present,
     #[serde(default)]
-    error: Option<IgnoredAny>,
+    error: Present,
+}
+
+/// Whether a member is there at all — `"result": null` is a result (an `Option` would read
+/// it as absent).
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> Deserialize<'de> for Present {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(deserializer)?;
+        Ok(Present(true))
+    }
 }
 
 impl RawEnvelope<'_> {
@@ -144,7 +156,7 @@ impl RawEnvelope<'_> {
 }
 
 fn classify(envelope: RawEnvelope<'_>) -> Kind {
-    let has = envelope.result.is_some() || envelope.error.is_some();
+    let has = envelope.result.0 || envelope.error.0;
     envelope.kind(has)
 }
 
@@ -360,6 +372,16 @@ mod tests {
         );
         assert_eq!(single(r#"{"hello":1}"#), Kind::Other);
         assert_eq!(single("42"), Kind::Invalid);
+    }
+
+    #[test]
+    fn a_null_result_is_a_response() {
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":3,"result":null}"#),
+            Kind::Response {
+                id: Some(Id::from_json_text("3"))
+            }
+        );
     }
 
     #[test]

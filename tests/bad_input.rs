@@ -86,27 +86,66 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn envelope_reader_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
-        let _ = message::parse(&bytes);
-        let _ = message::cancelled_request_id(&bytes);
+    fn the_envelope_reader_accepts_exactly_the_json_text(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
+        // It reads a line as JSON exactly when serde_json does, and never panics.
+        let ours = message::parse(&bytes).is_ok();
+        let theirs = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok();
+        prop_assert_eq!(ours, theirs);
+        if message::cancelled_request_id(&bytes).is_some() {
+            prop_assert!(bytes.windows(9).any(|w| w == b"requestId"));
+        }
     }
 
     #[test]
-    fn framing_never_panics_and_keeps_every_line(bytes in prop::collection::vec(any::<u8>(), 0..2000), max in 1usize..300) {
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        runtime.block_on(async {
-            let mut reader = FrameReader::new(bytes.as_slice(), max);
-            let mut frames = 0;
-            while let Ok(Some(frame)) = reader.next_frame().await {
-                if let Frame::Line(line) = &frame {
-                    prop_assert!(line.len() <= max);
-                    prop_assert!(!line.contains(&b'\n'));
+    fn the_envelope_reader_classifies_json_rpc_objects(id in 0u32..1000, method in "[a-z/]{1,12}", kind in 0u8..3) {
+        let line = match kind {
+            0 => json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"x": [1, 2]}}),
+            1 => json!({"jsonrpc": "2.0", "method": method}),
+            _ => json!({"jsonrpc": "2.0", "id": id, "result": {"method": method}}),
+        };
+        let parsed = message::parse(line.to_string().as_bytes()).unwrap();
+        let expected = match kind {
+            0 => message::Kind::Request { id: message::Id::from_json_text(&id.to_string()), method: method.clone() },
+            1 => message::Kind::Notification { method: method.clone() },
+            _ => message::Kind::Response { id: Some(message::Id::from_json_text(&id.to_string())) },
+        };
+        prop_assert_eq!(parsed, message::Parsed::Single(expected));
+    }
+
+    #[test]
+    fn framing_keeps_every_line_exactly(bytes in prop::collection::vec(prop_oneof![Just(b'\n'), Just(b' '), any::<u8>()], 0..2000), max in 1usize..300) {
+        // What the reader must produce, worked out independently: each line (the last one
+        // even without its newline), blank ones skipped, those over `max` as TooLarge.
+        let mut segments: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+        if bytes.last() == Some(&b'\n') || bytes.is_empty() {
+            segments.pop();
+        }
+        let expected: Vec<(bool, Vec<u8>, usize)> = segments
+            .into_iter()
+            .filter_map(|line| {
+                if line.len() > max {
+                    Some((false, Vec::new(), line.len()))
+                } else if line.iter().all(u8::is_ascii_whitespace) {
+                    None
+                } else {
+                    Some((true, line.to_vec(), line.len()))
                 }
-                frames += 1;
+            })
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let got = runtime.block_on(async {
+            let mut reader = FrameReader::new(bytes.as_slice(), max);
+            let mut got = Vec::new();
+            while let Ok(Some(frame)) = reader.next_frame().await {
+                got.push(match frame {
+                    Frame::Line(line) => (true, line.clone(), line.len()),
+                    Frame::TooLarge { bytes, .. } => (false, Vec::new(), bytes),
+                    Frame::Read { .. } => unreachable!("the reader does not read envelopes"),
+                });
             }
-            prop_assert!(frames <= bytes.iter().filter(|b| **b == b'\n').count() + 1);
-            Ok(())
-        })?;
+            got
+        });
+        prop_assert_eq!(got, expected);
     }
 
     #[test]
@@ -118,8 +157,17 @@ proptest! {
                 let answer: Value = serde_json::from_slice(&answer).expect("the proxy writes JSON");
                 prop_assert_eq!(&answer["jsonrpc"], "2.0");
             }
-            // And the same shapes coming back from a server.
-            let _ = relay.from_server(Frame::Line(message.to_string().into_bytes()));
+            // And the same shapes coming back from a server: whatever passes is still the JSON
+            // that came in, and no response for an id nobody asked passes.
+            if let Some(delivered) = relay.from_server(Frame::Line(message.to_string().into_bytes())) {
+                let delivered: Value = serde_json::from_slice(&delivered).expect("the proxy forwards JSON");
+                let is_response = delivered.get("method").is_none()
+                    && (delivered.get("result").is_some() || delivered.get("error").is_some());
+                prop_assert!(
+                    !is_response || delivered.get("id").is_none_or(Value::is_null),
+                    "an answer to a request never sent passed: {}", delivered
+                );
+            }
         }
     }
 
@@ -127,7 +175,9 @@ proptest! {
     fn wrong_budget_arguments_are_tool_errors(arguments in arb_json()) {
         let relay = fleet_relay();
         let routed = relay.from_client(Frame::Line(tools_call(arguments).to_string().into_bytes()));
-        // Either forwarded upstream, or answered with a tool error the model can read.
+        // Either forwarded upstream, or answered with a tool error the model can read: never
+        // neither, never both.
+        prop_assert_eq!(routed.to_server.is_some(), routed.to_client.is_empty());
         for answer in routed.to_client {
             let answer: Value = serde_json::from_slice(&answer).unwrap();
             prop_assert_eq!(&answer["result"]["isError"], true);
