@@ -349,12 +349,22 @@ async fn the_report_of_the_fleet_recording() {
         )
     };
     assert_eq!(calls.len(), 4);
+    // The budgeted sizes, computed a second way: the same calls, with the recorded ids, through
+    // the real binary in front of the recording.
+    let mut proxied = replay_behind(&policy, &recording);
+    handshake(&mut proxied).await;
+    let mut live = Vec::new();
+    for (k, c) in calls.iter().enumerate() {
+        let request = json!({"jsonrpc": "2.0", "id": 3 + k, "method": "tools/call", "params": {"name": c["tool"], "arguments": c["arguments"]}});
+        proxied.send(&request.to_string()).await;
+        live.push(proxied.recv().await.len() as u64);
+    }
     assert_eq!(
         row(0),
         (
             "fleet_show".into(),
             758124,
-            24784,
+            live[0],
             "page of 25 (total 68, more pages)".into()
         )
     );
@@ -363,7 +373,7 @@ async fn the_report_of_the_fleet_recording() {
         (
             "wave_show".into(),
             117216,
-            6636,
+            live[1],
             "page of 6 (total 12)".into()
         )
     );
@@ -372,14 +382,16 @@ async fn the_report_of_the_fleet_recording() {
         (
             "wave_show".into(),
             138028,
-            5722,
+            live[2],
             "page of 5 (total 12)".into()
         )
     );
+    // stream_detail has no paging rule: what the client gets is what the server sent.
     assert_eq!(
         row(3),
         ("stream_detail".into(), 25952, 25952, "unchanged".into())
     );
+    assert_eq!(live[3], 25952);
     // Received bytes are the recorded messages' exact sizes.
     let text = std::fs::read_to_string(fixture("fleet-68.jsonl")).unwrap();
     let fleet_line = text
