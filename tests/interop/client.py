@@ -28,6 +28,21 @@ from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.exceptions import McpError
 
 
+# Results that differ between two direct runs of the same server, and why. They are compared by
+# shape (keys and types) instead of by value; any other difference between two direct runs fails.
+KNOWN_UNSTABLE = {
+    "call get-resource-reference": "server-everything words the resource it returns differently from run to run",
+}
+
+
+def shape(value):
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    return type(value).__name__
+
+
 def dump(value):
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json", exclude_none=True, by_alias=True)
@@ -63,9 +78,13 @@ async def everything_scenario(session):
     out = {}
     init = await session.initialize()
     out["initialize"] = {"protocolVersion": init.protocolVersion, "capabilities": dump(init.capabilities), "serverInfo": dump(init.serverInfo)}
-    # The sampling/elicitation tools appear after initialization (list_changed).
-    await asyncio.sleep(0.3)
-    tools = await list_all(session.list_tools, "tools")
+    # The sampling/elicitation tools appear after initialization (list_changed): wait for them
+    # (bounded), rather than for a fixed time that a slow machine can overrun.
+    for _ in range(100):
+        tools = await list_all(session.list_tools, "tools")
+        if any(t["name"] == "trigger-sampling-request" for t in tools):
+            break
+        await asyncio.sleep(0.1)
     out["tools"] = sorted(tools, key=lambda t: t["name"])
     names = {t["name"] for t in tools}
     calls = [
@@ -252,16 +271,22 @@ async def main():
         check("everything: a cancelled call left the session working", direct.get("cancel") == "timed out" and direct.get("ping after cancel") == {}, str(direct.get("cancel")))
         check("everything: resources, templates, prompts, completion", bool(direct.get("resources")) and bool(direct.get("templates")) and bool(direct.get("prompts")) and bool(direct.get("completion", {}).get("completion", {}).get("values")), "")
     unstable = {k for k in (direct or {}) if again and direct.get(k) != again.get(k)}
-    if unstable:
-        print(f"note  left out as nondeterministic between two direct runs: {sorted(unstable)}")
+    unexpected = sorted(unstable - KNOWN_UNSTABLE.keys())
+    check("everything: two direct runs agree, except where known", not unexpected, f"also differ: {unexpected}")
+    comparisons = 0
 
     def compare(label, reference, transcript):
+        nonlocal comparisons
         if reference is None or transcript is None:
+            check(f"{label}: compared with direct", False, "a run is missing, so nothing was compared")
             return
-        a = {k: v for k, v in reference.items() if k not in unstable}
-        b = {k: v for k, v in transcript.items() if k not in unstable}
+        # Known-unstable results are compared by shape, the rest by value: nothing is left out.
+        a = {k: (shape(v) if k in unstable else v) for k, v in reference.items()}
+        b = {k: (shape(v) if k in unstable else v) for k, v in transcript.items()}
         d = diff(a, b)
-        check(f"{label}: {len(a)} results identical to direct", d is None, d)
+        comparisons += len(a)
+        by_shape = len([k for k in a if k in unstable])
+        check(f"{label}: {len(a)} results identical to direct ({by_shape} by shape)", d is None, d)
 
     via = await run("everything stdio→stdio", everything_scenario, stdio_session(proxy, ["--", node, everything]))
     compare("everything stdio→stdio", direct, via)
@@ -371,6 +396,7 @@ async def main():
     else:
         check("git git_log (live)", False, "MCP_BUDGET_GIT_SERVER is not set (run through tests/interop/run.sh)")
 
+    print(f"{comparisons} results compared with a direct run")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 
