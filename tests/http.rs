@@ -813,6 +813,108 @@ mod upstream {
     }
 
     #[tokio::test]
+    async fn the_upstream_get_stream_delivers_server_notifications() {
+        tls();
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(header("mcp-session-id", "s-get"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                "id: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n",
+                "text/event-stream",
+            ))
+            .mount(&server)
+            .await;
+        mock_with_session(&server, "s-get").await;
+        let mut peer = proxy_to(&server).await;
+        // After initialized, the proxy opens the GET stream; what the server sends there arrives.
+        assert_eq!(
+            peer.recv().await,
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn the_upstream_session_is_deleted_when_the_proxy_stops() {
+        tls();
+        let server = MockServer::start().await;
+        mock_with_session(&server, "s-del").await;
+        let mut peer = proxy_to(&server).await;
+        peer.close_stdin();
+        assert!(peer.wait().await.success());
+        let requests = server.received_requests().await.unwrap();
+        let deleted = requests.iter().any(|r| {
+            r.method.as_str() == "DELETE"
+                && r.headers
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                    == Some("s-del")
+        });
+        assert!(deleted, "no DELETE for the upstream session: {requests:?}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_upstream_header_variable_stops_the_start_with_its_name() {
+        let out = common::run([
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--upstream-header",
+            "Authorization: Bearer ${MCP_BUDGET_SURELY_UNSET_VAR}",
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--upstream-header Authorization: the environment variable MCP_BUDGET_SURELY_UNSET_VAR is not set"),
+            "{stderr}"
+        );
+    }
+
+    #[tokio::test]
+    async fn upstream_header_secrets_stay_out_of_recordings() {
+        tls();
+        let server = MockServer::start().await;
+        mock_with_session(&server, "s-rec").await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(json!({"method": "ping"})))
+            .respond_with(json_reply(2, json!({})))
+            .mount(&server)
+            .await;
+        let dir = std::env::temp_dir().join(format!("mcp-budget-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let recording = dir.join("secret.jsonl");
+        let mut command = tokio::process::Command::new(common::proxy_bin());
+        command
+            .args([
+                "record",
+                "--out",
+                recording.to_str().unwrap(),
+                "--upstream",
+                &format!("{}/mcp", server.uri()),
+                "--upstream-header",
+                "Authorization: Bearer ${MCP_BUDGET_TEST_SECRET}",
+            ])
+            .env("MCP_BUDGET_TEST_SECRET", "hunter2-very-secret");
+        let mut peer = Peer::from_command(command);
+        handshake(&mut peer).await;
+        peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+            .await;
+        assert_eq!(peer.recv().await, r#"{"jsonrpc":"2.0","id":2,"result":{}}"#);
+        peer.close_stdin();
+        assert!(peer.wait().await.success());
+        // The secret went upstream, and nowhere near the recording.
+        let sent = server.received_requests().await.unwrap();
+        assert!(sent.iter().any(
+            |r| r.headers.get("authorization").and_then(|v| v.to_str().ok())
+                == Some("Bearer hunter2-very-secret")
+        ));
+        let text = std::fs::read_to_string(&recording).unwrap();
+        assert!(
+            text.contains(r#""method":"ping""#),
+            "the recording has the session"
+        );
+        assert!(!text.contains("hunter2"), "the secret is in the recording");
+    }
+
+    #[tokio::test]
     async fn an_unreachable_upstream_fails_each_request_clearly() {
         tls();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
