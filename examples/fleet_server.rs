@@ -5,13 +5,16 @@
 //! everything, every time — which is what mcp-budget is for.
 //!
 //! ```text
-//! cargo run --example fleet_server -- --streams 68 --seed 7
+//! cargo run --example fleet_server -- --streams 68 --seed 7 [--churn N]
 //! ```
+//!
+//! With `--churn N`, every `fleet_show` call first advances N live streams by one state
+//! (running → gated → blocked → merged), as a real fleet moves between two pages.
 
 #[path = "fleet/record.rs"]
 mod record;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -22,8 +25,52 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 struct FleetServer {
-    streams: Arc<Vec<Value>>,
+    streams: Mutex<Vec<Value>>,
     header: Value,
+    /// Live streams advanced per `fleet_show` call.
+    churn: usize,
+    /// `fleet_show` calls so far (picks which streams advance).
+    calls: Mutex<usize>,
+}
+
+impl FleetServer {
+    fn streams(&self) -> std::sync::MutexGuard<'_, Vec<Value>> {
+        self.streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Advances `churn` live streams by one state, deterministically.
+    fn advance(&self) {
+        if self.churn == 0 {
+            return;
+        }
+        let call = {
+            let mut calls = self
+                .calls
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *calls += 1;
+            *calls
+        };
+        let mut streams = self.streams();
+        let n = streams.len();
+        let mut moved = 0;
+        for k in 0..n {
+            if moved == self.churn {
+                break;
+            }
+            let stream = &mut streams[(call * 7919 + k * 31) % n];
+            let next = match stream["state"].as_str() {
+                Some("running") => "gated",
+                Some("gated") => "blocked",
+                Some("blocked") => "merged",
+                _ => continue,
+            };
+            stream["state"] = json!(next);
+            moved += 1;
+        }
+    }
 }
 
 fn object(value: Value) -> Arc<JsonObject> {
@@ -135,9 +182,10 @@ fn error(text: String) -> CallToolResponse {
 
 impl FleetServer {
     fn fleet_show(&self) -> CallToolResponse {
+        self.advance();
         let mut record = self.header.clone();
         if let Value::Object(map) = &mut record {
-            map.insert("streams".into(), Value::Array(self.streams.to_vec()));
+            map.insert("streams".into(), Value::Array(self.streams().to_vec()));
         }
         CallToolResult::structured(record).into()
     }
@@ -147,7 +195,7 @@ impl FleetServer {
             return error("wave_show needs a \"wave\" argument, e.g. {\"wave\":\"w1\"}".into());
         };
         let streams: Vec<Value> = self
-            .streams
+            .streams()
             .iter()
             .filter(|s| s["wave"] == wave)
             .cloned()
@@ -165,7 +213,12 @@ impl FleetServer {
         let Some(id) = id else {
             return error("stream_detail needs a \"stream_id\" argument".into());
         };
-        let Some(stream) = self.streams.iter().find(|s| s["stream_id"] == id) else {
+        let Some(stream) = self
+            .streams()
+            .iter()
+            .find(|s| s["stream_id"] == id)
+            .cloned()
+        else {
             return error(format!("no stream named {id:?}"));
         };
         let mut rng = record::Rng::new(id.bytes().map(u64::from).sum());
@@ -217,9 +270,10 @@ impl ServerHandler for FleetServer {
     }
 }
 
-fn parse_args() -> Result<(usize, u64), String> {
+fn parse_args() -> Result<(usize, u64, usize), String> {
     let mut streams = 68;
     let mut seed = 7;
+    let mut churn = 0;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -234,20 +288,25 @@ fn parse_args() -> Result<(usize, u64), String> {
                     .parse()
                     .map_err(|e| format!("--seed: {e}"))?
             }
+            "--churn" => {
+                churn = value("--churn")?
+                    .parse()
+                    .map_err(|e| format!("--churn: {e}"))?
+            }
             "--help" | "-h" => {
                 return Err(
-                    "usage: fleet_server [--streams N (default 68)] [--seed S (default 7)]".into(),
+                    "usage: fleet_server [--streams N (default 68)] [--seed S (default 7)] [--churn N (default 0)]".into(),
                 );
             }
             other => return Err(format!("unknown argument {other:?}; try --help")),
         }
     }
-    Ok((streams, seed))
+    Ok((streams, seed, churn))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    let (count, seed) = match parse_args() {
+    let (count, seed, churn) = match parse_args() {
         Ok(args) => args,
         Err(message) => {
             eprintln!("fleet_server: {message}");
@@ -261,8 +320,10 @@ async fn main() -> anyhow::Result<()> {
         map.insert("waves".into(), Value::Array(record::waves(&streams)));
     }
     let server = FleetServer {
-        streams: Arc::new(streams),
+        streams: Mutex::new(streams),
         header,
+        churn,
+        calls: Mutex::new(0),
     };
     let running = server.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;

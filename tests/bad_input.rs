@@ -151,8 +151,16 @@ proptest! {
     #[test]
     fn the_relay_answers_every_wrong_message_without_panicking(messages in prop::collection::vec(arb_message(), 1..8)) {
         let relay = fleet_relay();
+        // The ids of the requests that went upstream: only those may be answered.
+        let mut asked = std::collections::HashSet::new();
         for message in messages {
             let routed = relay.from_client(Frame::Line(message.to_string().into_bytes()));
+            if routed.to_server.is_some()
+                && message.get("method").is_some()
+                && let Some(id) = message.get("id").filter(|id| !id.is_null())
+            {
+                asked.insert(message::Id::from_json_text(&id.to_string()).key().to_string());
+            }
             for answer in routed.to_client {
                 let answer: Value = serde_json::from_slice(&answer).expect("the proxy writes JSON");
                 prop_assert_eq!(&answer["jsonrpc"], "2.0");
@@ -163,8 +171,12 @@ proptest! {
                 let delivered: Value = serde_json::from_slice(&delivered).expect("the proxy forwards JSON");
                 let is_response = delivered.get("method").is_none()
                     && (delivered.get("result").is_some() || delivered.get("error").is_some());
+                let id = delivered
+                    .get("id")
+                    .filter(|id| !id.is_null())
+                    .map(|id| message::Id::from_json_text(&id.to_string()).key().to_string());
                 prop_assert!(
-                    !is_response || delivered.get("id").is_none_or(Value::is_null),
+                    !is_response || id.is_none_or(|id| asked.contains(&id)),
                     "an answer to a request never sent passed: {}", delivered
                 );
             }

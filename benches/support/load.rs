@@ -123,11 +123,16 @@ async fn session(
             && result["isError"] == json!(false)
             && match tool {
                 "fleet_show" => {
-                    result["structuredContent"]["streams"]
+                    // A full page of this session's own limit, unless it is the last page.
+                    let len = result["structuredContent"]["streams"]
                         .as_array()
-                        .map(Vec::len)
-                        == Some(limit)
-                        && result["structuredContent"]["total_count"] == json!(20)
+                        .map_or(0, Vec::len);
+                    let more = result["structuredContent"]["next_after"].is_string();
+                    (if more {
+                        len == limit
+                    } else {
+                        (1..=limit).contains(&len)
+                    }) && result["structuredContent"]["total_count"] == json!(20)
                 }
                 _ => result["structuredContent"]["stream"]["stream_id"] == arguments["stream_id"],
             };

@@ -162,12 +162,82 @@ const NOTES: [&str; 6] = [
     "probe timed out once, next probe healthy",
 ];
 
-fn prose(rng: &mut Rng, sentences: usize) -> String {
-    let mut out = Vec::with_capacity(sentences);
-    for _ in 0..sentences {
-        out.push(rng.pick(&SENTENCES));
+const MODULES: [&str; 10] = [
+    "scheduler",
+    "lease",
+    "gate",
+    "wave",
+    "merge",
+    "probe",
+    "snapshot",
+    "audit",
+    "upload",
+    "config",
+];
+const FILES: [&str; 8] = [
+    "mod.rs",
+    "state.rs",
+    "retry.rs",
+    "store.rs",
+    "codec.rs",
+    "limits.rs",
+    "api.rs",
+    "metrics.rs",
+];
+const FINDINGS: [&str; 12] = [
+    "the error path now releases the lease before returning",
+    "a missing bounds check on the batch size was added",
+    "the timeout is read from configuration instead of a constant",
+    "the lock is no longer held across the network call",
+    "an off-by-one in the window arithmetic was fixed",
+    "the metric name follows the naming convention",
+    "a panic on an empty queue became a typed error",
+    "the retry loop has a budget and jitter",
+    "the log line no longer prints the token",
+    "the snapshot is fsynced before the rename",
+    "the fallback branch is covered by a new test",
+    "the deprecated flag still parses but warns",
+];
+const REVIEW_VERBS: [&str; 6] = [
+    "re-read",
+    "ran the suite against",
+    "bisected",
+    "profiled",
+    "diffed",
+    "walked through",
+];
+
+/// One sentence of review prose: a stock sentence, or one made from parts (a path, a commit, a
+/// number, a finding), so that no two records read alike.
+fn sentence(rng: &mut Rng) -> String {
+    match rng.below(3) {
+        0 => rng.pick(&SENTENCES).to_string(),
+        1 => format!(
+            "{} {} src/{}/{} at {} and found that {}.",
+            rng.pick(&OWNERS),
+            rng.pick(&REVIEW_VERBS),
+            rng.pick(&MODULES),
+            rng.pick(&FILES),
+            rng.hex(7),
+            rng.pick(&FINDINGS)
+        ),
+        _ => format!(
+            "Run {} of {} took {} s (p99 {} ms, {} retries); {}.",
+            rng.range(1, 9),
+            rng.pick(&["ci/integration", "ci/e2e", "bench/nightly", "ci/unit"]),
+            rng.range(40, 900),
+            rng.range(3, 480),
+            rng.range(0, 12),
+            rng.pick(&FINDINGS)
+        ),
     }
-    out.join(" ")
+}
+
+fn prose(rng: &mut Rng, sentences: usize) -> String {
+    (0..sentences)
+        .map(|_| sentence(rng))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn gate(rng: &mut Rng, minutes_ago: i64, sentences: usize) -> Value {
@@ -192,9 +262,9 @@ fn gate(rng: &mut Rng, minutes_ago: i64, sentences: usize) -> Value {
 
 fn liveness(rng: &mut Rng, terminal: bool, last_minutes_ago: i64) -> Value {
     let beats = if terminal {
-        rng.range(10, 16)
+        rng.range(9, 15)
     } else {
-        rng.range(1, 2)
+        rng.range(1, 4)
     };
     let every = rng.range(5, 15) as i64;
     let heartbeats: Vec<Value> = (0..beats)
@@ -250,7 +320,12 @@ pub fn stream(index: usize, rng: &mut Rng) -> Value {
         rng.range(5, 600) as i64
     };
     let created_ago = updated_ago + rng.range(2 * 1440, 20 * 1440) as i64;
-    let history_len = if terminal { rng.range(4, 6) } else { 0 };
+    // Live streams that were gated or blocked carry their own gate history too.
+    let history_len = match state {
+        "merged" | "closed-without-merge" => rng.range(4, 6),
+        "gated" | "blocked" => rng.range(1, 3),
+        _ => rng.range(0, 1),
+    };
     let gate_history: Vec<Value> = (0..history_len)
         .map(|k| {
             let sentences = rng.range(3, 5);
@@ -279,7 +354,7 @@ pub fn stream(index: usize, rng: &mut Rng) -> Value {
     let sentences = if terminal {
         rng.range(4, 6)
     } else {
-        rng.range(1, 2)
+        rng.range(2, 3)
     };
     record.insert("last_gate".into(), gate(rng, updated_ago, sentences));
     record.insert("gate_history".into(), json!(gate_history));

@@ -1,8 +1,12 @@
 //! Stage: the page. `limit` items after the cursor's position.
 //!
 //! A position is the last item's key (when the policy names a key field) and its offset. The
-//! key is looked up first, so that a page stays right when items before it came or went; the
-//! offset is the fallback when that item is gone.
+//! key is looked up first, so that a page stays right when items before it came or went. When
+//! that item itself is gone (it left the selection between two pages), a list ordered by its key
+//! goes on at the first key after it — so every item that stayed in the selection still comes
+//! exactly once; an unordered list falls back to the offset.
+
+use std::cmp::Ordering;
 
 use serde_json::Value;
 
@@ -44,7 +48,17 @@ pub fn apply(
                 }),
                 _ => None,
             };
-            by_key.map_or(position.offset, |index| index + 1)
+            match (by_key, &position.key, key) {
+                (Some(index), _, _) => index + 1,
+                (None, Some(wanted), Some(key)) if ordered_by(&items, key) => items
+                    .iter()
+                    .position(|item| {
+                        field::get(item, key)
+                            .is_some_and(|k| compare(k, wanted) == Ordering::Greater)
+                    })
+                    .unwrap_or(items.len()),
+                _ => position.offset,
+            }
         }
     };
     let start = start.min(items.len());
@@ -57,6 +71,22 @@ pub fn apply(
     });
     let items = items.into_iter().skip(start).take(end - start).collect();
     Page { items, start, next }
+}
+
+/// A key compared with a cursor's key text: as numbers when both are, else as text.
+fn compare(key: &Value, wanted: &str) -> Ordering {
+    if let (Some(a), Ok(b)) = (key.as_f64(), wanted.parse::<f64>()) {
+        return a.total_cmp(&b);
+    }
+    field::text(key).as_str().cmp(wanted)
+}
+
+/// Whether every item has the key and the keys strictly increase.
+fn ordered_by(items: &[Value], key: &FieldPath) -> bool {
+    let keys: Option<Vec<&Value>> = items.iter().map(|item| field::get(item, key)).collect();
+    let Some(keys) = keys else { return false };
+    keys.windows(2)
+        .all(|pair| compare(pair[1], &field::text(pair[0])) == Ordering::Greater)
 }
 
 #[cfg(test)]
@@ -89,13 +119,43 @@ mod tests {
         fewer.remove(0);
         let third = apply(fewer, Some(&second.next.unwrap()), 2, Some(&key));
         assert_eq!((third.items, third.start), (vec![json!({"k": "s4"})], 3));
-        // The key is gone: offset.
+        // The key is gone from an unordered list: offset.
         let gone = Position {
             offset: 4,
             key: Some("zz".into()),
         };
-        let page = apply(items(5), Some(&gone), 2, Some(&key));
+        let mut unordered = items(5);
+        unordered.swap(0, 1);
+        let page = apply(unordered, Some(&gone), 2, Some(&key));
         assert_eq!((page.items, page.next), (vec![json!({"k": "s4"})], None));
+    }
+
+    #[test]
+    fn in_an_ordered_list_a_vanished_key_continues_after_it() {
+        let key = vec!["k".to_string()];
+        // Page 1 ended at s3; then s3 and s1 left the selection.
+        let after = Position {
+            offset: 4,
+            key: Some("s3".into()),
+        };
+        let left: Vec<Value> = items(8)
+            .into_iter()
+            .filter(|i| i["k"] != "s3" && i["k"] != "s1")
+            .collect();
+        let page = apply(left, Some(&after), 2, Some(&key));
+        // The offset would have skipped s4; the order finds it.
+        assert_eq!(page.items, vec![json!({"k": "s4"}), json!({"k": "s5"})]);
+        // Numeric keys compare as numbers.
+        let numbers: Vec<Value> = [2, 9, 10, 11].iter().map(|n| json!({"k": n})).collect();
+        let after = Position {
+            offset: 2,
+            key: Some("8".into()),
+        };
+        let page = apply(numbers, Some(&after), 5, Some(&key));
+        assert_eq!(
+            page.items,
+            vec![json!({"k": 9}), json!({"k": 10}), json!({"k": 11})]
+        );
     }
 
     #[test]
