@@ -40,8 +40,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // MCP_BUDGET_BASELINE_BIN runs another build under the same load, for a side-by-side figure.
+    let proxy = std::env::var_os("MCP_BUDGET_BASELINE_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")));
+    println!("proxy: {}", proxy.display());
     let report = runtime.block_on(load::run(
-        std::path::Path::new(env!("CARGO_BIN_EXE_mcp-budget")),
+        &proxy,
         &fleet_server(),
         &policy,
         sessions,

@@ -161,9 +161,22 @@ pub async fn run(
     calls: usize,
 ) -> LoadReport {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Every session comes from this one address: the per-client cap must allow them all (on
+    // builds that have one).
+    let per_client = std::process::Command::new(proxy)
+        .arg("--help")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("--max-sessions-per-client"));
+    let cap = (sessions + 1).to_string();
+    let per_client_args: Vec<&str> = if per_client {
+        vec!["--max-sessions-per-client", &cap]
+    } else {
+        Vec::new()
+    };
     let mut child = tokio::process::Command::new(proxy)
         .args(["--listen", "http://127.0.0.1:0/mcp", "--max-sessions"])
-        .arg((sessions + 1).to_string())
+        .arg(&cap)
+        .args(&per_client_args)
         .arg("--policy")
         .arg(policy)
         .arg("--")
