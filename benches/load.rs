@@ -45,13 +45,7 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")));
     println!("proxy: {}", proxy.display());
-    let report = runtime.block_on(load::run(
-        &proxy,
-        &fleet_server(),
-        &policy,
-        sessions,
-        calls,
-    ));
+    let report = runtime.block_on(load::run(&proxy, &fleet_server(), &policy, sessions, calls));
     let total = report.latencies.len();
     println!(
         "load: {sessions} concurrent HTTP sessions × {calls} tools/call (fleet_show limit 5 / stream_detail), fleet policy"

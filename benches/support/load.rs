@@ -166,7 +166,9 @@ pub async fn run(
     let per_client = std::process::Command::new(proxy)
         .arg("--help")
         .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("--max-sessions-per-client"));
+        .is_ok_and(|out| {
+            String::from_utf8_lossy(&out.stdout).contains("--max-sessions-per-client")
+        });
     let cap = (sessions + 1).to_string();
     let per_client_args: Vec<&str> = if per_client {
         vec!["--max-sessions-per-client", &cap]
