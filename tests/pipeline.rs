@@ -551,3 +551,52 @@ fn budget_arguments_are_stripped_before_the_call_goes_upstream_unless_passed_thr
         "{err}"
     );
 }
+
+#[test]
+fn numbers_reach_the_client_exactly_as_the_server_wrote_them() {
+    // Values a float would change (a 30-digit integer, 36 digits of pi) and forms a float
+    // would re-spell (1.50, -0): kept byte for byte in a budgeted page (serde_json's
+    // arbitrary_precision). Exponents keep their value but not their spelling (1e3 → 1e+3):
+    // exact bytes there need the pipeline to carry raw values, which is the exact-data work
+    // of the automatic-paging issue.
+    let b = budget(POLICY);
+    let forms = [
+        "123456789012345678901234567890",
+        "3.14159265358979323846264338327950288",
+        "1.50",
+        "1e3",
+        "-0",
+        "2.5E-7",
+    ];
+    let items: Vec<String> = forms
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                r#"{{"id":"t{i}","state":"open","color":"red","meta":{{"size":{n},"note":"x"}}}}"#
+            )
+        })
+        .collect();
+    let document = format!(r#"{{"kind":"things","items":[{}]}}"#, items.join(","));
+    let result: Value = serde_json::from_str(&format!(
+        r#"{{"content":[{{"type":"text","text":{}}}],"structuredContent":{document},"isError":false}}"#,
+        serde_json::to_string(&document).unwrap()
+    ))
+    .unwrap();
+    let mut params = json!({"name": "list_things", "arguments": {"limit": 5}});
+    let plan = b.prepare_call(&mut params).unwrap();
+    let bytes = b.finish_call(&plan, result).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    for form in &forms[..5] {
+        if form.contains('e') {
+            continue;
+        }
+        assert!(
+            text.contains(&format!(r#""size":{form}}}"#)),
+            "{form} did not survive: {text}"
+        );
+    }
+    let page: Value = serde_json::from_str(&text).unwrap();
+    let size = &page["structuredContent"]["items"][3]["meta"]["size"];
+    assert_eq!(size.as_f64(), Some(1000.0), "1e3 kept its value");
+}
