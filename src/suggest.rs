@@ -303,8 +303,12 @@ pub fn suggest(recording: &Recording, min_bytes: usize) -> String {
         }
     }
     for (names, bytes, calls, proposal) in groups {
+        let calls = match calls {
+            1 => "1 call recorded".to_string(),
+            n => format!("{n} calls recorded"),
+        };
         out.push_str(&format!(
-            "\n# {}: largest result {bytes} bytes ({calls} calls recorded)\n",
+            "\n# {}: largest result {bytes} bytes ({calls})\n",
             names.join(", ")
         ));
         out.push_str(&format!("[[tool]]\nname = [{}]\n", quoted(&names)));

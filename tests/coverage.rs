@@ -433,3 +433,40 @@ async fn batches_and_request_timeouts_over_http() {
         "the server did not answer tools/call within 0.5 s (--request-timeout-secs); the request was cancelled"
     );
 }
+
+#[tokio::test]
+async fn healthz_answers_a_load_balancer_without_a_token() {
+    let (_proxy, url) = common::listen(
+        &[
+            "--auth-token-env",
+            "T",
+            "--max-sessions",
+            "1",
+            "--",
+            &quirky(),
+        ],
+        &[("T", "s3cret")],
+    )
+    .await;
+    let client = http();
+    let health = url.replace("/mcp", "/healthz");
+    let response = client.get(&health).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "ok\n");
+    // The MCP path itself still wants the token.
+    let refused = common::mcp_post(&client, &url, None, INITIALIZE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    // Full: the one session slot is taken, so the balancer should send new sessions elsewhere.
+    let opened = common::mcp_post(&client, &url, None, INITIALIZE)
+        .header("authorization", "Bearer s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 200);
+    let response = client.get(&health).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.text().await.unwrap(), "unavailable\n");
+}

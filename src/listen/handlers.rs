@@ -558,6 +558,16 @@ fn answer_stream(guard: StreamGuard) -> impl Stream<Item = Result<SseEvent, Infa
     })
 }
 
+/// `GET /healthz`, for a load balancer: 200 while this instance takes new sessions, 503 when it
+/// is full or shutting down. No token, no session, and nothing in the body but that.
+pub(super) async fn health(State(listener): State<Arc<Listener>>) -> Response {
+    if listener.sessions.accepting() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable\n").into_response()
+    }
+}
+
 pub(super) async fn get(
     State(listener): State<Arc<Listener>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

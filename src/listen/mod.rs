@@ -11,6 +11,8 @@
 //! body is read; body limit (413); caps on sessions, in total and per client (503, 429); a cap
 //! on connections; a timeout for request headers that also closes idle connections. The
 //! client's `Authorization` header is never passed upstream: only the message bodies are.
+//! `GET /healthz` answers a load balancer (200 while sessions are taken, else 503) and needs
+//! no token: it says nothing else.
 
 mod handlers;
 mod session;
@@ -35,6 +37,9 @@ use crate::session::Options;
 use crate::upstream::UpstreamSpec;
 
 use session::Sessions;
+
+/// Where a load balancer asks whether this instance takes sessions (outside the MCP path).
+pub const HEALTH_PATH: &str = "/healthz";
 
 /// How the listener behaves.
 #[derive(Debug, Clone)]
@@ -155,14 +160,16 @@ pub async fn serve(
     let grace = options.session.shutdown_grace;
     let sessions = Arc::new(Sessions::new(options, spec, budget));
     let state = Arc::new(handlers::Listener::new(sessions.clone(), local));
-    let app = Router::new()
-        .route(
-            &path,
-            post(handlers::post)
-                .get(handlers::get)
-                .delete(handlers::delete),
-        )
-        .with_state(state);
+    let mut app = Router::new().route(
+        &path,
+        post(handlers::post)
+            .get(handlers::get)
+            .delete(handlers::delete),
+    );
+    if path != HEALTH_PATH {
+        app = app.route(HEALTH_PATH, axum::routing::get(handlers::health));
+    }
+    let app = app.with_state(state);
     tracing::info!(%local, %path, "listening");
 
     let (stop_tx, stop_rx) = watch::channel(false);

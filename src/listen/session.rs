@@ -399,6 +399,11 @@ impl Sessions {
         &self.options
     }
 
+    /// Whether a new session would be opened now (not shutting down, under `--max-sessions`).
+    pub fn accepting(&self) -> bool {
+        !self.closing.load(Ordering::SeqCst) && lock(&self.map).len() < self.options.max_sessions
+    }
+
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
         lock(&self.map).get(id).cloned()
     }
