@@ -189,6 +189,16 @@ fn find_session(
     Ok(session)
 }
 
+/// Access checks, then the session the request names (GET and DELETE).
+fn checked_session(
+    listener: &Listener,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<Arc<Session>, Refusal> {
+    let client = check_access(listener, headers, peer)?;
+    find_session(listener, headers, &client)
+}
+
 fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(version) = header_str(headers, VERSION_HEADER) else {
         return Ok(()); // absent: the spec says assume 2025-03-26
@@ -581,8 +591,7 @@ fn handle_get(
     peer: SocketAddr,
     headers: &HeaderMap,
 ) -> Result<Response, Refusal> {
-    let client = check_access(listener, headers, peer)?;
-    let session = find_session(listener, headers, &client)?;
+    let session = checked_session(listener, headers, peer)?;
     if !accepts(headers, "text/event-stream") {
         return Err(refuse(
             StatusCode::NOT_ACCEPTABLE,
@@ -616,8 +625,7 @@ fn handle_delete(
     peer: SocketAddr,
     headers: &HeaderMap,
 ) -> Result<Response, Refusal> {
-    let client = check_access(listener, headers, peer)?;
-    let session = find_session(listener, headers, &client)?;
+    let session = checked_session(listener, headers, peer)?;
     tracing::info!(session = %session.id, "session ended by the client");
     listener
         .sessions
