@@ -197,7 +197,122 @@ fn spread(values: &mut [f64]) -> (f64, f64, f64) {
     )
 }
 
+/// Bare-relay mode of this binary: `stdio` or `http:URL`.
+const BARE_ENV: &str = "MCP_BUDGET_BENCH_BARE";
+
+/// The floor: a blocking relay that does no protocol work at all. `stdio` relays lines to a
+/// child server and back; `http:URL` POSTs each line on one kept-alive connection and writes
+/// the body back. What the proxy spends above these is its own.
+fn bare_relay(mode: &str) {
+    use std::io::{BufRead, Read, Write};
+    let mut input = std::io::stdin().lock();
+    let mut line = Vec::new();
+    if let Some(url) = mode.strip_prefix("http:") {
+        let rest = url.trim_start_matches("http://");
+        let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let stream = std::net::TcpStream::connect(host).expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        let mut writer = stream;
+        let mut out = std::io::stdout().lock();
+        let mut head = String::new();
+        loop {
+            line.clear();
+            if input.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let body = line.trim_ascii_end();
+            let mut request = format!(
+                "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            request.extend_from_slice(body);
+            writer.write_all(&request).expect("send");
+            let mut length = 0;
+            loop {
+                head.clear();
+                reader.read_line(&mut head).expect("head");
+                if head == "\r\n" || head.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = head.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().expect("length");
+                }
+            }
+            let mut answer = vec![0; length];
+            reader.read_exact(&mut answer).expect("body");
+            if length > 0 {
+                answer.push(b'\n');
+                out.write_all(&answer)
+                    .and_then(|()| out.flush())
+                    .expect("write");
+            }
+        }
+    }
+    let mut child = Command::new(std::env::current_exe().expect("own path"))
+        .env_remove(BARE_ENV)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let mut to_child = child.stdin.take().expect("stdin");
+    let mut from_child = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    std::thread::spawn(move || {
+        let mut out = std::io::stdout().lock();
+        let mut answer = Vec::new();
+        loop {
+            answer.clear();
+            if from_child.read_until(b'\n', &mut answer).unwrap_or(0) == 0 {
+                return;
+            }
+            if out.write_all(&answer).and_then(|()| out.flush()).is_err() {
+                return;
+            }
+        }
+    });
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if to_child
+            .write_all(&line)
+            .and_then(|()| to_child.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(to_child);
+    let _ = child.wait();
+}
+
+/// CPU per call of a bare relay (`mode` as in [`bare_relay`]).
+fn bare_cpu_per_call(me: &Path, mode: &str) -> Duration {
+    let mut command = Command::new(me);
+    command.env(BARE_ENV, mode).stderr(Stdio::null());
+    let mut session = Session::start(command);
+    for _ in 0..WARMUP {
+        session.call();
+    }
+    let pid = session.pid();
+    let before = cpu(pid);
+    for _ in 0..CALLS {
+        session.call();
+    }
+    let spent = cpu(pid) - before;
+    session.stop();
+    spent / CALLS as u32
+}
+
 fn main() {
+    if let Some(mode) = std::env::var_os(BARE_ENV) {
+        bare_relay(&mode.to_string_lossy());
+        return;
+    }
     if std::env::var_os(SERVE_ENV).is_some() {
         support::serve();
         return;
@@ -231,7 +346,16 @@ async fn run() {
     for _ in 0..WARMUP {
         direct.call().await;
     }
+    // The bare relays' CPU per call: stdio→stdio, stdio→HTTP, per round.
+    let mut bare: [Vec<f64>; 2] = Default::default();
     for round in 0..ROUNDS {
+        let floor_stdio = bare_cpu_per_call(&me, "stdio").as_secs_f64() * 1e6;
+        let floor_http = bare_cpu_per_call(&me, &format!("http:{upstream}")).as_secs_f64() * 1e6;
+        eprintln!(
+            "round {round} bare relays: stdio→stdio {floor_stdio:.1} µs CPU/call, stdio→HTTP {floor_http:.1} µs CPU/call"
+        );
+        bare[0].push(floor_stdio);
+        bare[1].push(floor_http);
         for (k, (_, bin)) in builds.iter().enumerate() {
             let stdio = stdio_cpu_per_call(bin, &[], &me);
             let http = stdio_cpu_per_call(bin, &["--upstream", &upstream], &me);
@@ -261,7 +385,18 @@ async fn run() {
     println!(
         "proxy in front of a Streamable HTTP server ({ROUNDS} rounds × {CALLS} calls; min / median / max over rounds):"
     );
+    let (b0, b1, b2) = spread(&mut bare[0].clone());
+    let (c0, c1, c2) = spread(&mut bare[1].clone());
+    println!("  bare blocking relays (the floor: no protocol work, no runtime):");
+    println!("    stdio→stdio CPU/call        {b0:.1} / {b1:.1} / {b2:.1} µs");
+    println!("    stdio→HTTP  CPU/call        {c0:.1} / {c1:.1} / {c2:.1} µs");
     for (k, (name, _)) in builds.iter().enumerate() {
+        let over_floor = |mine: &[f64], floor: &[f64]| {
+            let mut ratios: Vec<f64> = mine.iter().zip(floor).map(|(m, f)| m / f).collect();
+            spread(&mut ratios)
+        };
+        let (f0, f1, f2) = over_floor(&figures[k][0], &bare[0]);
+        let (g0, g1, g2) = over_floor(&figures[k][1], &bare[1]);
         let [stdio, http, added] = &mut figures[k];
         let ratios: Vec<f64> = http.iter().zip(stdio.iter()).map(|(h, s)| h / s).collect();
         let (s0, s1, s2) = spread(stdio);
@@ -272,6 +407,8 @@ async fn run() {
         println!("    stdio→stdio proxy CPU/call  {s0:.1} / {s1:.1} / {s2:.1} µs");
         println!("    stdio→HTTP  proxy CPU/call  {h0:.1} / {h1:.1} / {h2:.1} µs");
         println!("    stdio→HTTP ÷ stdio→stdio    {r0:.2} / {r1:.2} / {r2:.2}×  (target ≤ 1.5×)");
+        println!("    stdio→stdio ÷ its bare relay {f0:.2} / {f1:.2} / {f2:.2}×");
+        println!("    stdio→HTTP ÷ its bare relay  {g0:.2} / {g1:.2} / {g2:.2}×");
         println!(
             "    HTTP→HTTP p50 added         {a0:.1} / {a1:.1} / {a2:.1} µs over the server direct  (target ≤ 60 µs)"
         );

@@ -186,7 +186,7 @@ async fn proxy(
     let spec = match (upstream, &run.upstream, run.server.is_empty()) {
         (Some(spec), _, _) => spec,
         (None, Some(url), _) => {
-            let url = reqwest::Url::parse(url)
+            let url = url::Url::parse(url)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https"))
                 .with_context(|| {

@@ -586,6 +586,109 @@ async fn each_refusal_has_its_status() {
     assert_eq!(response.status(), 200);
 }
 
+// ---- The upstream client's connections --------------------------------------------------------
+
+/// A raw HTTP/1.1 MCP responder on 127.0.0.1:0 that counts the connections it accepts; with
+/// `close_after_each`, it answers as if keeping the connection alive and then closes it (the
+/// race a pooled connection must survive). Returns its URL and the count.
+async fn counting_server(close_after_each: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                loop {
+                    // One request: the head, then content-length bytes of body.
+                    let head_end = loop {
+                        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..head_end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buffer.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body: Vec<u8> = buffer.drain(..head_end + length).skip(head_end).collect();
+                    let reply = match serde_json::from_slice::<Value>(&body) {
+                        _ if head.starts_with("get ") => {
+                            "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n"
+                                .to_string()
+                        }
+                        Ok(message) if message.get("id").is_some() => {
+                            let answer =
+                                json!({"jsonrpc": "2.0", "id": message["id"], "result": {}})
+                                    .to_string();
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                                answer.len()
+                            )
+                        }
+                        _ => "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_string(),
+                    };
+                    if stream.write_all(reply.as_bytes()).await.is_err() || close_after_each {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test]
+async fn the_upstream_connection_is_kept_alive_and_a_closed_one_replaced() {
+    use std::sync::atomic::Ordering;
+    const CALLS: u64 = 40;
+    for close_after_each in [false, true] {
+        let (url, accepted) = counting_server(close_after_each).await;
+        let mut peer = Peer::spawn(common::proxy_bin(), &["--upstream", &url]);
+        handshake(&mut peer).await;
+        for id in 0..CALLS {
+            peer.send(&format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#,
+                100 + id
+            ))
+            .await;
+            assert_eq!(
+                peer.recv().await,
+                format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, 100 + id),
+                "every call is answered (server closing each connection: {close_after_each})"
+            );
+        }
+        let connections = accepted.load(Ordering::SeqCst);
+        if close_after_each {
+            // initialize, initialized, the GET attempt and every call: each on a new connection.
+            assert!(connections as u64 >= CALLS, "{connections} connections");
+        } else {
+            // One for the exchanges, one the GET stream's attempt may have taken.
+            assert!(
+                connections <= 2,
+                "{connections} connections for {CALLS} calls"
+            );
+        }
+    }
+}
+
 // ---- Upstream behaviours, with wiremock -------------------------------------------------------
 
 mod upstream {

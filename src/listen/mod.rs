@@ -26,11 +26,11 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::post;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use reqwest::Url;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tower::ServiceExt;
+use url::Url;
 
 use crate::budget::Budget;
 use crate::session::Options;

@@ -1,6 +1,6 @@
 //! Reading an HTTP upstream's response bodies under a size limit and a time limit.
 //!
-//! Why: a body is the server's to size, and reqwest reads whatever comes. An error page of a
+//! Why: a body is the server's to size, and an HTTP client reads whatever comes. An error page of a
 //! gigabyte, one SSE event that never ends, or a body that trickles at a byte a second would
 //! otherwise hold the proxy's memory or a request forever. Here a JSON body stops at
 //! `--max-message-bytes`, an SSE stream is cut when one event grows past it, and a message
@@ -12,9 +12,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use memchr::memchr2;
-use reqwest::Response;
 use sse_stream::SseStream;
 use tokio::time::Instant;
+
+use super::conn::Body;
 
 /// Bytes an SSE event may hold beyond its data's limit, for its field names and id.
 const FIELD_ALLOWANCE: usize = 4096;
@@ -35,7 +36,7 @@ pub enum BodyError {
     )]
     Slow(u64),
     #[error("reading the upstream server's response failed: {0}")]
-    Read(#[from] reqwest::Error),
+    Read(#[from] hyper::Error),
 }
 
 impl BodyError {
@@ -49,9 +50,8 @@ impl BodyError {
 }
 
 /// At most `max` bytes of the body (the rest is never read: the connection is dropped).
-pub async fn read_prefix(response: Response, max: usize) -> Bytes {
+pub async fn read_prefix(mut stream: Body, max: usize) -> Bytes {
     let mut out = Vec::new();
-    let mut stream = response.bytes_stream();
     let reading = async {
         while out.len() < max {
             match stream.next().await {
@@ -70,12 +70,11 @@ pub async fn read_prefix(response: Response, max: usize) -> Bytes {
 
 /// The whole body, refused past `limit` bytes or when it takes longer than `timeout`.
 pub async fn read_limited(
-    response: Response,
+    mut stream: Body,
     limit: usize,
     timeout: Duration,
 ) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
     let reading = async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
@@ -86,7 +85,13 @@ pub async fn read_limited(
         }
         Ok(())
     };
-    match tokio::time::timeout(timeout, reading).await {
+    // A body that is already here needs no clock: arming a timer costs every call.
+    let mut reading = std::pin::pin!(reading);
+    let finished = match futures_util::FutureExt::now_or_never(reading.as_mut()) {
+        Some(done) => Ok(done),
+        None => tokio::time::timeout(timeout, reading).await,
+    };
+    match finished {
         Ok(Ok(())) => Ok(body),
         Ok(Err(err)) => Err(err),
         Err(_) => Err(BodyError::Slow(timeout.as_secs())),
@@ -97,11 +102,11 @@ pub async fn read_limited(
 /// Between events there is no time limit: a server may work long before it answers (the
 /// session's request timeout governs that).
 pub fn events(
-    response: Response,
+    body: Body,
     limit: usize,
     timeout: Duration,
 ) -> impl Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send + Unpin {
-    let chunks = response.bytes_stream().boxed();
+    let chunks = body.boxed();
     // The bound counts field names and ids too (`data: `, `id: …`): they are allowed on top.
     let state = (chunks, EventBounds::new(limit), None::<Instant>, false);
     let bounded = futures_util::stream::unfold(

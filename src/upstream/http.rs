@@ -11,11 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Response, StatusCode, Url};
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, StatusCode};
 use tokio::sync::{Mutex, oneshot};
+use url::Url;
 
 use super::body::{self, BodyError};
+use super::conn::{self, ClientResponse, ConnError};
 use super::{Event, Link, Upstream};
 use crate::framing::{EnvelopeScanner, Frame};
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
@@ -45,8 +47,8 @@ pub enum HttpError {
     Header(String),
     #[error("--upstream-header {1}: the environment variable {0} is not set")]
     MissingVar(String, String),
-    #[error("cannot build the HTTP client: {0}")]
-    Client(#[from] reqwest::Error),
+    #[error("cannot use the upstream URL: {0}")]
+    Client(#[from] conn::SetupError),
 }
 
 #[derive(Default)]
@@ -59,7 +61,7 @@ struct SessionState {
 }
 
 struct Shared {
-    client: reqwest::Client,
+    client: conn::Client,
     url: Url,
     headers: HeaderMap,
     state: std::sync::Mutex<SessionState>,
@@ -116,21 +118,35 @@ impl Shared {
         }
     }
 
-    async fn post(&self, body: bytes::Bytes, session: Option<&str>) -> reqwest::Result<Response> {
-        let mut request = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream")
-            .body(body);
-        if let Some(session) = session {
-            request = request.header(SESSION_HEADER, session);
+    /// The headers of every request: the static ones, the session's id and version.
+    fn headers(&self, session: Option<&str>) -> HeaderMap {
+        let mut headers = self.headers.clone();
+        if let Some(value) = session.and_then(|s| HeaderValue::try_from(s).ok()) {
+            headers.insert(SESSION_HEADER, value);
         }
-        if let Some(version) = self.state().protocol.clone() {
-            request = request.header(VERSION_HEADER, version);
+        if let Some(value) = self
+            .state()
+            .protocol
+            .as_deref()
+            .and_then(|v| HeaderValue::try_from(v).ok())
+        {
+            headers.insert(VERSION_HEADER, value);
         }
-        request.send().await
+        headers
+    }
+
+    async fn post(
+        &self,
+        body: bytes::Bytes,
+        session: Option<&str>,
+    ) -> Result<ClientResponse, ConnError> {
+        let mut headers = self.headers(session);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        self.client.send(Method::POST, headers, body).await
     }
 }
 
@@ -169,9 +185,7 @@ pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpE
     }
     // rustls needs a process-wide crypto provider; a second install is a harmless no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()?;
+    let client = conn::Client::new(&spec.url, Duration::from_secs(10))?;
     Ok(Upstream::spawn(move |link: Link| {
         let shared = Arc::new(Shared {
             client,
@@ -193,12 +207,13 @@ async fn run(
     stop: oneshot::Receiver<Duration>,
 ) {
     tokio::pin!(stop);
-    let mut tasks = tokio::task::JoinSet::new();
+    // The exchanges under way, polled by this task: a message costs no task of its own.
+    let mut tasks = futures_util::stream::FuturesUnordered::new();
     loop {
         tokio::select! {
             message = messages.recv() => match message {
                 Some(bytes) => {
-                    tasks.spawn(send_message(shared.clone(), bytes));
+                    tasks.push(send_message(shared.clone(), bytes));
                 }
                 None => {
                     // No more messages; wait for the stop (the session ends it).
@@ -207,25 +222,27 @@ async fn run(
                 }
             },
             _ = &mut stop => break,
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(()) = tasks.next(), if !tasks.is_empty() => {}
         }
     }
     // Let answers already under way arrive briefly, then end the session upstream.
     let _ = tokio::time::timeout(Duration::from_millis(500), async {
-        while tasks.join_next().await.is_some() {}
+        while tasks.next().await.is_some() {}
     })
     .await;
-    tasks.abort_all();
+    drop(tasks);
     if let Some(session) = shared.session() {
-        let delete = shared
-            .client
-            .delete(shared.url.clone())
-            .headers(shared.headers.clone())
-            .header(SESSION_HEADER, session)
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await;
-        tracing::debug!(status = ?delete.as_ref().map(Response::status).ok(), "upstream session deleted");
+        let delete = shared.client.send(
+            Method::DELETE,
+            shared.headers(Some(&session)),
+            bytes::Bytes::new(),
+        );
+        let delete = tokio::time::timeout(Duration::from_secs(2), delete).await;
+        let status = match &delete {
+            Ok(Ok(response)) => Some(response.status),
+            _ => None,
+        };
+        tracing::debug!(?status, "upstream session deleted");
     }
     let _ = shared
         .events
@@ -282,7 +299,7 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
     let body = bytes::Bytes::from(bytes);
     let mut response = shared.post(body.clone(), session.as_deref()).await;
     if let Ok(r) = &response
-        && r.status() == StatusCode::NOT_FOUND
+        && r.status == StatusCode::NOT_FOUND
         && session.is_some()
         && !outgoing.initialize
     {
@@ -317,13 +334,13 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
     };
     if outgoing.initialize
         && let Some(session) = response
-            .headers()
+            .headers
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
     {
         shared.state().id = Some(session.to_string());
     }
-    let ok = response.status().is_success();
+    let ok = response.status.is_success();
     deliver(
         &shared,
         response,
@@ -337,13 +354,13 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
 }
 
 /// Passes the messages of a POST's response on, and fails the requests it left unanswered.
-async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initialize: bool) {
-    let status = response.status();
+async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], initialize: bool) {
+    let status = response.status;
     if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT {
         return;
     }
     if !status.is_success() {
-        let body = body::read_prefix(response, body::ERROR_EXCERPT_BYTES).await;
+        let body = body::read_prefix(response.body, body::ERROR_EXCERPT_BYTES).await;
         let why = format!(
             "the upstream server answered HTTP {status}: {}",
             jsonrpc::excerpt(&body, 300)
@@ -353,7 +370,7 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         return;
     }
     let is_sse = response
-        .headers()
+        .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
@@ -372,7 +389,7 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
         shared.emit_read(data, parsed).await;
     };
     if is_sse {
-        let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);
+        let mut events = body::events(response.body, shared.max_message_bytes, shared.read_timeout);
         let mut broken = None;
         while let Some(event) = events.next().await {
             match event {
@@ -402,7 +419,8 @@ async fn deliver(shared: &Arc<Shared>, response: Response, ids: &[Id], initializ
             shared.fail(&unanswered, &why).await;
         }
     } else {
-        match body::read_limited(response, shared.max_message_bytes, shared.read_timeout).await {
+        match body::read_limited(response.body, shared.max_message_bytes, shared.read_timeout).await
+        {
             Ok(body) if !body.is_empty() => on_message(body).await,
             Ok(_) => {}
             Err(why) => {
@@ -450,22 +468,22 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
         .post(initialize.into(), None)
         .await
         .map_err(|e| failed(e.to_string()))?;
-    if !response.status().is_success() {
-        return Err(failed(format!("HTTP {}", response.status())));
+    if !response.status.is_success() {
+        return Err(failed(format!("HTTP {}", response.status)));
     }
     let session = response
-        .headers()
+        .headers
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     // Read (and keep to ourselves) the initialize answer: the client already has one.
     let is_sse = response
-        .headers()
+        .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if is_sse {
-        let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);
+        let mut events = body::events(response.body, shared.max_message_bytes, shared.read_timeout);
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| failed(e.to_string()))?;
             if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
@@ -474,7 +492,7 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
             }
         }
     } else {
-        let body = body::read_limited(response, shared.max_message_bytes, shared.read_timeout)
+        let body = body::read_limited(response.body, shared.max_message_bytes, shared.read_timeout)
             .await
             .map_err(|e| failed(e.to_string()))?;
         remember_protocol(shared, &body);
@@ -484,10 +502,10 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
         .post(jsonrpc::initialized().into(), session.as_deref())
         .await
         .map_err(|e| failed(e.to_string()))?;
-    if !response.status().is_success() {
+    if !response.status.is_success() {
         return Err(failed(format!(
             "notifications/initialized got HTTP {}",
-            response.status()
+            response.status
         )));
     }
     tracing::info!(
@@ -517,35 +535,36 @@ fn open_get_stream(shared: &Arc<Shared>) {
             let Some(session) = shared.session() else {
                 return;
             };
-            let mut request = shared
+            let mut headers = shared.headers(Some(&session));
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+            if let Some(id) = last_event
+                .as_deref()
+                .and_then(|id| HeaderValue::try_from(id).ok())
+            {
+                headers.insert("last-event-id", id);
+            }
+            let response = match shared
                 .client
-                .get(shared.url.clone())
-                .headers(shared.headers.clone())
-                .header(ACCEPT, "text/event-stream")
-                .header(SESSION_HEADER, session);
-            if let Some(version) = shared.state().protocol.clone() {
-                request = request.header(VERSION_HEADER, version);
-            }
-            if let Some(id) = &last_event {
-                request = request.header("last-event-id", id.clone());
-            }
-            let response = match request.send().await {
+                .send(Method::GET, headers, bytes::Bytes::new())
+                .await
+            {
                 Ok(response) => response,
                 Err(err) => {
                     tracing::debug!(%err, "upstream GET stream failed");
                     continue;
                 }
             };
-            match response.status() {
+            match response.status {
                 StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_FOUND => {
-                    tracing::debug!(status = %response.status(), "the upstream server offers no GET stream");
+                    tracing::debug!(status = %response.status, "the upstream server offers no GET stream");
                     shared.state().get_stream = false;
                     return;
                 }
                 status if !status.is_success() => continue,
                 _ => {}
             }
-            let mut events = body::events(response, shared.max_message_bytes, shared.read_timeout);
+            let mut events =
+                body::events(response.body, shared.max_message_bytes, shared.read_timeout);
             while let Some(Ok(event)) = events.next().await {
                 if let Some(id) = event.id {
                     last_event = Some(id);

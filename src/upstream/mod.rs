@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod child;
+pub mod conn;
 pub mod http;
 pub mod replay;
 pub mod supervise;
