@@ -148,8 +148,14 @@ impl HttpClient {
 
 /// `bin --listen … --upstream url`, initialized; the client and the proxy process.
 async fn http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process::Child) {
-    let mut proxy = tokio::process::Command::new(bin)
-        .args(["--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream])
+    let mut command = tokio::process::Command::new(bin);
+    command.args(["--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream]);
+    through(command).await
+}
+
+/// The proxy (or bare relay) that `command` starts, listening, with an initialized client.
+async fn through(mut command: tokio::process::Command) -> (HttpClient, tokio::process::Child) {
+    let mut proxy = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -205,6 +211,10 @@ const BARE_ENV: &str = "MCP_BUDGET_BENCH_BARE";
 /// the body back. What the proxy spends above these is its own.
 fn bare_relay(mode: &str) {
     use std::io::{BufRead, Read, Write};
+    if let Some(url) = mode.strip_prefix("http-relay:") {
+        bare_http_relay(url);
+        return;
+    }
     let mut input = std::io::stdin().lock();
     let mut line = Vec::new();
     if let Some(url) = mode.strip_prefix("http:") {
@@ -290,6 +300,81 @@ fn bare_relay(mode: &str) {
     let _ = child.wait();
 }
 
+/// Reads one HTTP/1.1 message (head and a content-length body); `None` at the end.
+fn read_http(reader: &mut impl std::io::BufRead) -> Option<(String, Vec<u8>)> {
+    let mut head = String::new();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
+        }
+        head.push_str(&line);
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
+
+/// The HTTP→HTTP floor: a blocking forwarder, a thread per client connection, each with its
+/// own kept-alive connection upstream; bodies pass as they are, with a fixed session id.
+fn bare_http_relay(upstream: &str) {
+    use std::io::Write;
+    let rest = upstream.trim_start_matches("http://");
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (host, path) = (host.to_string(), path.to_string());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    println!(
+        "listening on http://{}/mcp",
+        listener.local_addr().expect("addr")
+    );
+    let _ = std::io::stdout().flush();
+    for client in listener.incoming().flatten() {
+        let (host, path) = (host.clone(), path.clone());
+        std::thread::spawn(move || {
+            let _ = client.set_nodelay(true);
+            let server = std::net::TcpStream::connect(&host).expect("connect");
+            let _ = server.set_nodelay(true);
+            let mut from_client = std::io::BufReader::new(client.try_clone().expect("clone"));
+            let mut to_client = client;
+            let mut from_server = std::io::BufReader::new(server.try_clone().expect("clone"));
+            let mut to_server = server;
+            while let Some((_, body)) = read_http(&mut from_client) {
+                let mut request = format!(
+                    "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                )
+                .into_bytes();
+                request.extend_from_slice(&body);
+                if to_server.write_all(&request).is_err() {
+                    return;
+                }
+                let Some((head, answer)) = read_http(&mut from_server) else {
+                    return;
+                };
+                let status = head.lines().next().unwrap_or("HTTP/1.1 502 Bad Gateway");
+                let mut response = format!(
+                    "{status}\r\ncontent-type: application/json\r\nmcp-session-id: bare\r\ncontent-length: {}\r\n\r\n",
+                    answer.len()
+                )
+                .into_bytes();
+                response.extend_from_slice(&answer);
+                if to_client.write_all(&response).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 /// CPU per call of a bare relay (`mode` as in [`bare_relay`]).
 fn bare_cpu_per_call(me: &Path, mode: &str) -> Duration {
     let mut command = Command::new(me);
@@ -347,7 +432,7 @@ async fn run() {
         direct.call().await;
     }
     // The bare relays' CPU per call: stdio→stdio, stdio→HTTP, per round.
-    let mut bare: [Vec<f64>; 2] = Default::default();
+    let mut bare: [Vec<f64>; 3] = Default::default();
     for round in 0..ROUNDS {
         let floor_stdio = bare_cpu_per_call(&me, "stdio").as_secs_f64() * 1e6;
         let floor_http = bare_cpu_per_call(&me, &format!("http:{upstream}")).as_secs_f64() * 1e6;
@@ -356,6 +441,23 @@ async fn run() {
         );
         bare[0].push(floor_stdio);
         bare[1].push(floor_http);
+        {
+            let mut command = tokio::process::Command::new(&me);
+            command.env(BARE_ENV, format!("http-relay:{upstream}"));
+            let (mut relayed, relay) = through(command).await;
+            for _ in 0..WARMUP {
+                relayed.call().await;
+            }
+            let (mut d, mut t) = (Vec::new(), Vec::new());
+            for _ in 0..CALLS {
+                d.push(direct.call().await);
+                t.push(relayed.call().await);
+            }
+            drop(relay);
+            let added = (p50(&mut t).as_secs_f64() - p50(&mut d).as_secs_f64()) * 1e6;
+            eprintln!("round {round} bare HTTP→HTTP relay: +{added:.1} µs p50");
+            bare[2].push(added);
+        }
         for (k, (_, bin)) in builds.iter().enumerate() {
             let stdio = stdio_cpu_per_call(bin, &[], &me);
             let http = stdio_cpu_per_call(bin, &["--upstream", &upstream], &me);
@@ -390,6 +492,10 @@ async fn run() {
     println!("  bare blocking relays (the floor: no protocol work, no runtime):");
     println!("    stdio→stdio CPU/call        {b0:.1} / {b1:.1} / {b2:.1} µs");
     println!("    stdio→HTTP  CPU/call        {c0:.1} / {c1:.1} / {c2:.1} µs");
+    let (d0, d1, d2) = spread(&mut bare[2].clone());
+    println!(
+        "    HTTP→HTTP p50 added         {d0:.1} / {d1:.1} / {d2:.1} µs over the server direct"
+    );
     for (k, (name, _)) in builds.iter().enumerate() {
         let over_floor = |mine: &[f64], floor: &[f64]| {
             let mut ratios: Vec<f64> = mine.iter().zip(floor).map(|(m, f)| m / f).collect();

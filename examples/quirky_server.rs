@@ -26,7 +26,7 @@ fn send(out: &mut impl Write, line: &str) {
     }
 }
 
-const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text.","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
+const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
 
 fn main() {
     let stdin = std::io::stdin();
@@ -35,6 +35,8 @@ fn main() {
     let mut lines = stdin.lock().lines();
     // The `report` call waiting for the client's sampling answer: (call id, progress token).
     let mut awaiting_sampling: Option<(String, String)> = None;
+    // How many times each tool ran (the side effect that tests count).
+    let mut executions: std::collections::BTreeMap<String, u64> = Default::default();
     while let Some(Ok(line)) = lines.next() {
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
             send(
@@ -92,7 +94,32 @@ fn main() {
             }
             (Some("tools/call"), Some(id)) => {
                 let token = params["_meta"]["progressToken"].to_string();
-                match params["name"].as_str().unwrap_or("") {
+                let name = params["name"].as_str().unwrap_or("");
+                *executions.entry(name.to_string()).or_default() += 1;
+                match name {
+                    "executions" => {
+                        let counts = serde_json::to_string(&executions).unwrap_or_default();
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{counts}}}}}"#,
+                                Value::String(counts.clone())
+                            ),
+                        );
+                    }
+                    "journal" => {
+                        let n = params["arguments"]["lines"].as_u64().unwrap_or(10);
+                        let text: String = (1..=n)
+                            .map(|i| format!("entry {i:06}: the journal line\n"))
+                            .collect();
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}]}}}}"#,
+                                Value::String(text)
+                            ),
+                        );
+                    }
                     "report" => {
                         for (k, total) in [(1, "3"), (2, "3.0")] {
                             send(
@@ -151,7 +178,13 @@ fn main() {
                     }
                     "big" => {
                         let n = params["arguments"]["bytes"].as_u64().unwrap_or(1000) as usize;
-                        let text = "x".repeat(n);
+                        let text = match params["arguments"]["line"].as_u64() {
+                            Some(line) if line > 1 => {
+                                let line = "x".repeat(line as usize - 1) + "\\n";
+                                line.repeat(n / (line.len() - 1))
+                            }
+                            _ => "x".repeat(n),
+                        };
                         send(
                             &mut out,
                             &format!(

@@ -6,26 +6,55 @@
 //! spliced into the original bytes in place of the old one, so the rest of the response
 //! (id form, key order, extra fields) stays as the server wrote it.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 
-use crate::budget::{Budget, CallPlan};
+use crate::budget::auto::{self, At, Unpageable};
+use crate::budget::cursor::{self, CursorError, SelectionDigest};
+use crate::budget::{Budget, CallPlan, Finished, descriptor};
 use crate::message::{Id, splice};
 use crate::policy::Policy;
 
-/// Applies the budget at the relay's two interception points.
+/// Applies the budget at the relay's two interception points, for one session.
 #[derive(Debug)]
 pub struct Interceptor {
     budget: Arc<Budget>,
+    /// This session's scope in the result cache.
+    scope: u64,
+    /// What this session's `tools/list` said about each tool.
+    tools: Mutex<HashMap<String, ToolInfo>>,
+}
+
+/// What a tool's descriptor says that automatic paging needs.
+#[derive(Debug, Default, Clone)]
+struct ToolInfo {
+    /// `annotations.readOnlyHint`: the tool may be called again to serve a page.
+    read_only: bool,
+    /// The tool takes an `after` argument of its own.
+    own_after: bool,
+    /// Its arguments that can narrow a result, for a refusal.
+    narrowing: Vec<String>,
 }
 
 /// What the relay remembers about a `tools/call` until its response arrives.
 #[derive(Debug)]
 pub struct CallContext {
     plan: CallPlan,
+    auto: Option<AutoCall>,
+}
+
+/// An automatically paged call: the upstream arguments (for the cursor's digest, computed
+/// only when a result needs paging) or the digest itself, and where the page starts.
+#[derive(Debug)]
+struct AutoCall {
+    arguments: Option<Box<RawValue>>,
+    digest: Option<SelectionDigest>,
+    at: Option<At>,
 }
 
 /// What to do with a client's `tools/call` request.
@@ -53,64 +82,163 @@ struct IdOf<'a> {
 }
 
 #[derive(Deserialize)]
-struct CallName<'a> {
+struct CallParts<'a> {
     #[serde(borrow)]
-    params: Option<NameOnly<'a>>,
+    params: Option<ParamsParts<'a>>,
 }
 
 #[derive(Deserialize)]
-struct NameOnly<'a> {
+struct ParamsParts<'a> {
     #[serde(borrow)]
-    name: Option<std::borrow::Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// Argument names that usually narrow what a tool returns.
+const NARROWING: &[&str] = &[
+    "head", "tail", "limit", "max", "count", "offset", "start", "end", "line", "path", "pattern",
+    "query", "filter", "glob", "depth", "since", "until", "range", "exclude", "include", "page",
+    "first", "last", "top", "search", "match", "select", "field", "columns", "where", "n", "bytes",
+    "size", "length", "lines",
+];
+
+/// The digest that identifies an automatically paged call.
+fn auto_digest(tool: &str, arguments: &Map<String, Value>) -> SelectionDigest {
+    cursor::digest(&json!({"tool": tool, "arguments": arguments, "auto": true}))
+}
+
+impl Drop for Interceptor {
+    fn drop(&mut self) {
+        self.budget.cache().forget(self.scope);
+    }
 }
 
 impl Interceptor {
     pub fn new(budget: Budget) -> Self {
-        Interceptor {
-            budget: Arc::new(budget),
-        }
+        Interceptor::shared(Arc::new(budget))
     }
 
     /// An interceptor for one of several sessions under the same budget (and cursor key).
     pub fn shared(budget: Arc<Budget>) -> Self {
-        Interceptor { budget }
+        let scope = budget.cache().scope();
+        Interceptor {
+            budget,
+            scope,
+            tools: Mutex::new(HashMap::new()),
+        }
     }
 
-    /// The built-in policy: no rules; every tool result is capped at the default size.
+    /// No rules: every tool result over the default budget is paged automatically.
     pub fn passthrough() -> Self {
         Interceptor::new(Budget::new(Policy::default()))
     }
 
+    fn tool_info(&self, tool: &str) -> ToolInfo {
+        self.tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tool)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.
     pub fn tools_list_response(&self, message: &[u8]) -> Option<Vec<u8>> {
-        if self.budget.policy().rules.is_empty() {
+        let policy = self.budget.policy();
+        if policy.rules.is_empty() && !policy.auto {
             return None;
         }
         let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
             .ok()?
             .result?;
         let mut result: Value = serde_json::from_str(raw.get()).ok()?;
-        if !self.budget.rewrite_tools_list(&mut result) {
-            return None;
+        self.remember_tools(&result);
+        let mut text: Option<String> = None;
+        if policy.auto {
+            text = descriptor::add_auto_after(raw.get(), |name| self.budget.auto_for(name));
         }
-        let bytes = serde_json::to_vec(&result).ok()?;
-        Some(splice(message, raw, &bytes))
+        if !policy.rules.is_empty() {
+            if let Some(spliced) = &text {
+                result = serde_json::from_str(spliced).ok()?;
+            }
+            if self.budget.rewrite_tools_list(&mut result) {
+                text = Some(serde_json::to_string(&result).ok()?);
+            }
+        }
+        let text = text?;
+        Some(splice(message, raw, text.as_bytes()))
+    }
+
+    fn remember_tools(&self, result: &Value) {
+        let Some(tools) = result.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut known = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let properties = tool
+                .pointer("/inputSchema/properties")
+                .and_then(Value::as_object);
+            let names: Vec<String> = properties
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            let narrowing = names
+                .iter()
+                .filter(|n| {
+                    let lower = n.to_ascii_lowercase();
+                    NARROWING
+                        .iter()
+                        .any(|w| lower == *w || (w.len() > 2 && lower.contains(w)))
+                })
+                .cloned()
+                .collect();
+            known.insert(
+                name.to_string(),
+                ToolInfo {
+                    read_only: tool.pointer("/annotations/readOnlyHint")
+                        == Some(&Value::Bool(true)),
+                    own_after: names.iter().any(|n| n == "after"),
+                    narrowing,
+                },
+            );
+        }
     }
 
     /// A client's `tools/call` request.
     pub fn tools_call_request(&self, id: &Id, message: &[u8]) -> CallDecision {
-        let forward = |plan: CallPlan, rewritten: Option<Vec<u8>>| CallDecision::Forward {
-            rewritten,
-            context: CallContext { plan },
+        let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
+            CallDecision::Forward {
+                rewritten,
+                context: CallContext { plan, auto },
+            }
         };
-        let name = serde_json::from_slice::<CallName<'_>>(message)
+        let parts = serde_json::from_slice::<CallParts<'_>>(message)
             .ok()
-            .and_then(|m| m.params)
-            .and_then(|p| p.name)
-            .map(|n| n.into_owned())
-            .unwrap_or_default();
+            .and_then(|m| m.params);
+        let name = parts
+            .as_ref()
+            .and_then(|p| p.name.as_deref())
+            .unwrap_or_default()
+            .to_string();
+        if self.budget.auto_for(&name) {
+            let arguments = parts.as_ref().and_then(|p| p.arguments);
+            let mentions_after = arguments
+                .is_some_and(|a| memchr::memmem::find(a.get().as_bytes(), b"\"after\"").is_some());
+            if !mentions_after {
+                let auto = AutoCall {
+                    arguments: arguments.map(|a| a.to_owned()),
+                    digest: None,
+                    at: None,
+                };
+                return forward(self.budget.plan_unpaged(name), Some(auto), None);
+            }
+            return self.auto_continue(id, name, message);
+        }
         if !self.budget.is_paged(&name) {
-            return forward(self.budget.plan_unpaged(name), None);
+            return forward(self.budget.plan_unpaged(name), None, None);
         }
         let mut request = match serde_json::from_slice::<Value>(message) {
             Ok(request) => request,
@@ -127,7 +255,7 @@ impl Interceptor {
             }
         };
         let Some(params) = request.get_mut("params") else {
-            return forward(self.budget.plan_unpaged(name), None);
+            return forward(self.budget.plan_unpaged(name), None, None);
         };
         let before = params
             .get("arguments")
@@ -144,8 +272,157 @@ impl Interceptor {
                 let rewritten = (before != after)
                     .then(|| serde_json::to_vec(&request).ok())
                     .flatten();
-                forward(plan, rewritten)
+                forward(plan, None, rewritten)
             }
+        }
+    }
+
+    /// A call to an automatically paged tool that carries `after`: the next page, from the
+    /// cache, or from calling the tool again when that is safe, or a clear error.
+    fn auto_continue(&self, id: &Id, name: String, message: &[u8]) -> CallDecision {
+        let info = self.tool_info(&name);
+        let plain = |arguments: Option<Box<RawValue>>| CallDecision::Forward {
+            rewritten: None,
+            context: CallContext {
+                plan: self.budget.plan_unpaged(name.clone()),
+                auto: Some(AutoCall {
+                    arguments,
+                    digest: None,
+                    at: None,
+                }),
+            },
+        };
+        let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
+            return plain(None);
+        };
+        let Some(Value::Object(arguments)) = request.pointer_mut("/params/arguments") else {
+            return plain(None);
+        };
+        let after = arguments.get("after").cloned();
+        let own = |arguments: &Map<String, Value>| serde_json::value::to_raw_value(arguments).ok();
+        let cursor = match after {
+            Some(Value::String(cursor)) => cursor,
+            _ if info.own_after => return plain(own(arguments)),
+            // "after" was only mentioned in a value.
+            None => return plain(own(arguments)),
+            Some(Value::Null) => {
+                // `null` means absent.
+                arguments.remove("after");
+                let raw = own(arguments);
+                let rewritten = serde_json::to_vec(&request).ok();
+                return CallDecision::Forward {
+                    rewritten,
+                    context: CallContext {
+                        plan: self.budget.plan_unpaged(name),
+                        auto: Some(AutoCall {
+                            arguments: raw,
+                            digest: None,
+                            at: None,
+                        }),
+                    },
+                };
+            }
+            Some(_) => {
+                return CallDecision::Answer(crate::jsonrpc::tool_error(
+                    id,
+                    "after must be the next_after string of a previous page; call again without after to start from the first page",
+                ));
+            }
+        };
+        let mut rest = arguments.clone();
+        rest.remove("after");
+        let digest = auto_digest(&name, &rest);
+        let at = match self.budget.key().verify(&cursor, &digest) {
+            Ok(position) => auto::At::from_position(&position),
+            Err(_) if info.own_after => return plain(own(arguments)),
+            Err(err) => {
+                return CallDecision::Answer(crate::jsonrpc::tool_error(
+                    id,
+                    &cursor_refusal(err, &name),
+                ));
+            }
+        };
+        let Some(at) = at else {
+            return CallDecision::Answer(crate::jsonrpc::tool_error(
+                id,
+                &cursor_refusal(CursorError::Invalid, &name),
+            ));
+        };
+        if let Some(result) = self.budget.cache().get(self.scope, &digest) {
+            tracing::debug!(tool = %name, "page served from the result cache");
+            let answer = match auto::page(
+                &result,
+                at,
+                self.budget.policy().max_bytes,
+                &name,
+                self.budget.key(),
+                &digest,
+            ) {
+                Ok(page) => crate::jsonrpc::result_response(id, &page.result),
+                Err(why) => {
+                    crate::jsonrpc::tool_error(id, &self.unpageable(&name, &why, result.len()))
+                }
+            };
+            return CallDecision::Answer(answer);
+        }
+        if !(info.read_only || self.budget.idempotent(&name)) {
+            let ttl = self.budget.cache().ttl().as_secs();
+            let minutes = ttl.div_ceil(60);
+            return CallDecision::Answer(crate::jsonrpc::tool_error(
+                id,
+                &format!(
+                    "The result this cursor pages is no longer in mcp-budget's cache (results are kept {minutes} minute{}, within {} MiB), and {name} is not marked read-only, so the proxy will not run it again on its own. Call {name} again without after to start over.",
+                    if minutes == 1 { "" } else { "s" },
+                    self.budget.cache().limit() / (1024 * 1024)
+                ),
+            ));
+        }
+        tracing::debug!(tool = %name, "the paged result left the cache; calling the read-only tool again");
+        arguments.remove("after");
+        let rewritten = serde_json::to_vec(&request).ok();
+        CallDecision::Forward {
+            rewritten,
+            context: CallContext {
+                plan: self.budget.plan_unpaged(name),
+                auto: Some(AutoCall {
+                    arguments: None,
+                    digest: Some(digest),
+                    at: Some(at),
+                }),
+            },
+        }
+    }
+
+    /// The refusal of a result that cannot be paged, written for the model.
+    fn unpageable(&self, tool: &str, why: &Unpageable, bytes: usize) -> String {
+        let max = self.budget.policy().max_bytes;
+        match why {
+            Unpageable::TooLarge { what, bytes: piece } => {
+                let narrowing = self.tool_info(tool).narrowing;
+                let moves = if narrowing.is_empty() {
+                    format!("call {tool} again with arguments that select less")
+                } else {
+                    format!(
+                        "call {tool} again with arguments that select less ({})",
+                        narrowing.join(", ")
+                    )
+                };
+                tracing::warn!(
+                    tool,
+                    bytes,
+                    piece = what.as_str(),
+                    "a result holds a piece larger than the whole budget; it was refused (a policy rule for this tool, or a larger budget.max_bytes, can help)"
+                );
+                format!(
+                    "result-too-large: {tool}'s result is {bytes} bytes and {what} alone is {piece} bytes, more than the whole {max}-byte budget, so it cannot be paged; {moves}."
+                )
+            }
+            Unpageable::Gone => format!(
+                "The result of {tool} no longer reaches the page this cursor points to (it changed since the cursor was issued). Call {tool} again without after to start over."
+            ),
+            Unpageable::Unreadable => format!(
+                "result-too-large: {tool}'s result is {bytes} bytes, over the {max}-byte budget, and is not a tool result the proxy can page; call {tool} again with arguments that select less."
+            ),
         }
     }
 
@@ -155,34 +432,119 @@ impl Interceptor {
             .ok()?
             .result?;
         let size = raw.get().len();
+        if let Some(auto) = context.auto {
+            return self.auto_response(&context.plan.tool, auto, message, raw);
+        }
         if self.budget.passes_unread(&context.plan, size) {
             return None;
         }
-        let bytes = if context.plan.is_paged() {
+        let finished = if context.plan.is_paged() {
             match serde_json::from_str::<Value>(raw.get()) {
                 Ok(result) => self.budget.finish_call(&context.plan, result),
-                Err(_) => self.budget.refuse_unread(&context.plan, size),
+                Err(_) => self
+                    .budget
+                    .refuse_unread(&context.plan, size)
+                    .map(Finished::Bytes),
             }
         } else {
-            self.budget.refuse_unread(&context.plan, size)
+            self.budget
+                .refuse_unread(&context.plan, size)
+                .map(Finished::Bytes)
         };
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
+        let bytes = match finished {
+            Ok(Finished::Bytes(bytes)) => bytes,
+            Ok(Finished::Auto { at, digest }) => {
+                let auto = AutoCall {
+                    arguments: None,
+                    digest: Some(digest),
+                    at,
+                };
+                return self.auto_response(&context.plan.tool, auto, message, raw);
+            }
             Err(err) => {
                 tracing::error!(tool = %context.plan.tool, %err, "the budget failed on a result");
-                let id = serde_json::from_slice::<IdOf<'_>>(message)
-                    .ok()
-                    .and_then(|m| m.id)
-                    .map(|raw| Id::from_json_text(raw.get()));
-                return Some(crate::jsonrpc::error_response(
-                    id.as_ref(),
-                    crate::jsonrpc::UPSTREAM_ERROR,
-                    &format!("mcp-budget: {err}; the result was withheld rather than cut"),
-                    None,
-                ));
+                return Some(self.withheld(message, &err.to_string()));
             }
         };
         Some(splice(message, raw, &bytes))
+    }
+
+    fn withheld(&self, message: &[u8], why: &str) -> Vec<u8> {
+        let id = serde_json::from_slice::<IdOf<'_>>(message)
+            .ok()
+            .and_then(|m| m.id)
+            .map(|raw| Id::from_json_text(raw.get()));
+        crate::jsonrpc::error_response(
+            id.as_ref(),
+            crate::jsonrpc::UPSTREAM_ERROR,
+            &format!("mcp-budget: {why}; the result was withheld rather than cut"),
+            None,
+        )
+    }
+
+    /// An automatically paged call's response: unchanged when it fits, else its page.
+    fn auto_response(
+        &self,
+        tool: &str,
+        call: AutoCall,
+        message: &[u8],
+        raw: &RawValue,
+    ) -> Option<Vec<u8>> {
+        let max = self.budget.policy().max_bytes;
+        let result = raw.get();
+        if call.at.is_none() && result.len() < max {
+            return None;
+        }
+        let digest = call.digest.unwrap_or_else(|| {
+            let arguments = call
+                .arguments
+                .as_deref()
+                .and_then(|a| serde_json::from_str::<Map<String, Value>>(a.get()).ok())
+                .unwrap_or_default();
+            auto_digest(tool, &arguments)
+        });
+        let at = call.at.unwrap_or_default();
+        let page = auto::page(result, at, max, tool, self.budget.key(), &digest);
+        let bytes = match page {
+            Ok(page) => {
+                if page.next.is_some() {
+                    let stored = self
+                        .budget
+                        .cache()
+                        .put(self.scope, digest, Arc::from(result));
+                    if !stored {
+                        tracing::warn!(
+                            tool,
+                            bytes = result.len(),
+                            "a paged result is larger than the whole result cache; its next pages will call the tool again if it is read-only"
+                        );
+                    }
+                }
+                tracing::debug!(
+                    tool,
+                    bytes = result.len(),
+                    page = page.result.len(),
+                    "result paged automatically"
+                );
+                page.result.into_bytes()
+            }
+            Err(why) => {
+                let text = self.unpageable(tool, &why, result.len());
+                json!({"content": [{"type": "text", "text": text}], "isError": true})
+                    .to_string()
+                    .into_bytes()
+            }
+        };
+        Some(splice(message, raw, &bytes))
+    }
+}
+
+fn cursor_refusal(err: CursorError, tool: &str) -> String {
+    match err {
+        CursorError::Invalid => "after is not a cursor this proxy issued (it is malformed or was altered); call again without after to start from the first page".to_string(),
+        CursorError::OtherQuery => format!(
+            "after belongs to a different query (another tool or other arguments); repeat the exact arguments of the {tool} call that returned it, or call again without after to start from the first page"
+        ),
     }
 }
 

@@ -84,6 +84,11 @@ pub fn tool_error(id: &Id, text: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A result response for `id`; `result` is the raw JSON of the result, written as it is.
+pub fn result_response(id: &Id, result: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.raw()).into_bytes()
+}
+
 /// A short, printable excerpt of a line for logs and error messages.
 pub fn excerpt(line: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(&line[..line.len().min(max)]);

@@ -60,6 +60,12 @@ struct BudgetFile {
     /// An environment variable holding the cursor key, so that several proxies accept each
     /// other's cursors. Default: a random key per process.
     cursor_key_env: Option<String>,
+    /// Page automatically the results of tools that no rule pages. Default true.
+    auto: Option<bool>,
+    /// The result cache's limit in bytes (all sessions together). Default 64 MiB.
+    cache_bytes: Option<Spanned<i64>>,
+    /// How long a result is kept for its next pages, in seconds. Default 600.
+    cache_ttl_secs: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +91,11 @@ struct ToolFile {
     passthrough: Vec<Spanned<String>>,
     /// Page a long plain-text result by lines (instead of `items`).
     text: Option<TextFile>,
+    /// Page automatically when no `items` or `text` applies. Default: the budget's `auto`.
+    auto: Option<bool>,
+    /// The tool may be called again to serve a page whose result left the cache (as for a tool
+    /// annotated `readOnlyHint`). Default false.
+    idempotent: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,6 +149,10 @@ pub struct Policy {
     pub max_bytes: usize,
     pub max_result_size_chars: usize,
     pub cursor_key_env: Option<String>,
+    /// Automatic paging for tools no rule pages.
+    pub auto: bool,
+    pub cache_bytes: usize,
+    pub cache_ttl: std::time::Duration,
     pub rules: Vec<Rule>,
 }
 
@@ -148,6 +163,9 @@ impl Default for Policy {
             max_bytes: DEFAULT_MAX_BYTES,
             max_result_size_chars: DEFAULT_MAX_BYTES,
             cursor_key_env: None,
+            auto: true,
+            cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
+            cache_ttl: crate::cache::DEFAULT_CACHE_TTL,
             rules: Vec::new(),
         }
     }
@@ -161,6 +179,10 @@ pub struct Rule {
     pub items: Option<Items>,
     /// How its long text result is paged.
     pub text: Option<TextPaging>,
+    /// Automatic paging applies where `items` and `text` do not.
+    pub auto: bool,
+    /// The tool may be re-called to serve a page (see [`ToolFile`]).
+    pub idempotent: bool,
 }
 
 /// Paging a long plain-text result by lines.
@@ -204,6 +226,7 @@ impl Policy {
         Policy {
             max_bytes: usize::MAX,
             max_result_size_chars: usize::MAX,
+            auto: false,
             ..Policy::default()
         }
     }
@@ -299,20 +322,36 @@ impl Resolver<'_> {
             Some(v) => self.positive(v, "budget.max_result_size_chars")?,
             None => max_bytes,
         };
+        let auto = file.budget.auto.unwrap_or(true);
         let rules = file
             .tool
             .into_iter()
-            .map(|tool| self.rule(tool))
+            .map(|tool| self.rule(tool, auto))
             .collect::<Result<_, _>>()?;
+        let cache_bytes = match &file.budget.cache_bytes {
+            Some(v) => self.positive(v, "budget.cache_bytes")?,
+            None => crate::cache::DEFAULT_CACHE_BYTES,
+        };
+        let cache_ttl = match &file.budget.cache_ttl_secs {
+            Some(v) => {
+                std::time::Duration::from_secs(self.positive(v, "budget.cache_ttl_secs")? as u64)
+            }
+            None => crate::cache::DEFAULT_CACHE_TTL,
+        };
         Ok(Policy {
             max_bytes,
             max_result_size_chars,
             cursor_key_env: file.budget.cursor_key_env,
+            auto: file.budget.auto.unwrap_or(true),
+            cache_bytes,
+            cache_ttl,
             rules,
         })
     }
 
-    fn rule(&self, tool: ToolFile) -> Result<Rule, PolicyError> {
+    fn rule(&self, tool: ToolFile, auto: bool) -> Result<Rule, PolicyError> {
+        let auto = tool.auto.unwrap_or(auto);
+        let idempotent = tool.idempotent.unwrap_or(false);
         let names = match tool.name.get_ref() {
             OneOrMany::One(name) => vec![name.clone()],
             OneOrMany::Many(names) => names.clone(),
@@ -352,6 +391,8 @@ impl Resolver<'_> {
                 names,
                 items: None,
                 text,
+                auto,
+                idempotent,
             });
         };
         let path_text = items.get_ref().clone();
@@ -446,6 +487,8 @@ impl Resolver<'_> {
         Ok(Rule {
             names,
             text: None,
+            auto,
+            idempotent,
             items: Some(Items {
                 path_text,
                 path,

@@ -94,6 +94,29 @@ fn outcome(original: &Value, budgeted: &Value, page_len: Option<usize>) -> Strin
     if original["result"] == *result {
         return "unchanged".into();
     }
+    if let Some(notice) = result["content"]
+        .as_array()
+        .and_then(|blocks| blocks.last())
+        .and_then(|block| block["text"].as_str())
+        && notice.starts_with("mcp-budget paged this result")
+    {
+        let holds = notice
+            .split("this page holds ")
+            .nth(1)
+            .map(|rest| {
+                rest.split(". ")
+                    .next()
+                    .unwrap_or(rest)
+                    .trim_end_matches('.')
+            })
+            .unwrap_or_default();
+        let more = if notice.contains("More remain") {
+            ", more pages"
+        } else {
+            ""
+        };
+        return format!("paged automatically: {holds}{more}");
+    }
     if let Some(notice) = result["content"][1]["text"].as_str()
         && notice.starts_with("Lines ")
     {

@@ -392,7 +392,7 @@ async fn descriptors_carry_the_budget_arguments_and_the_allowance() {
 }
 
 #[tokio::test]
-async fn tools_without_a_rule_pass_unchanged_and_are_still_capped() {
+async fn tools_without_a_rule_gain_only_after_and_are_still_budgeted() {
     let quirky = example("quirky_server");
     let policy = fleet_policy();
     let mut direct = Peer::quirky();
@@ -405,8 +405,17 @@ async fn tools_without_a_rule_pass_unchanged_and_are_still_capped() {
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     direct.send(list).await;
     proxied.send(list).await;
+    // Automatic paging adds `after` to each tool no rule governs, and changes nothing else.
+    let after = format!(
+        r#""after":{}"#,
+        json!({"type": "string", "description": mcp_budget::budget::descriptor::AUTO_AFTER})
+    );
     for _ in 0..2 {
-        assert_eq!(direct.recv().await, proxied.recv().await);
+        let through = proxied.recv().await;
+        let restored = through
+            .replace(&format!(r#""properties":{{{after}}},"#), "")
+            .replace(&format!("{after},"), "");
+        assert_eq!(direct.recv().await, restored);
     }
     let big = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"big","arguments":{"bytes":300000}}}"#;
     proxied.send(big).await;
@@ -415,10 +424,10 @@ async fn tools_without_a_rule_pass_unchanged_and_are_still_capped() {
     assert_eq!(reply["result"]["isError"], true);
     let message = reply["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
-        message.starts_with("result-too-large: big response is 3000"),
+        message.starts_with("result-too-large: big's result is 3000"),
         "{message}"
     );
-    assert!(message.contains("big has no budget rule"), "{message}");
+    assert!(message.contains("cannot be paged"), "{message}");
     // Under the cap, untouched.
     let small = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"big","arguments":{"bytes":10}}}"#;
     proxied.send(small).await;
@@ -427,7 +436,7 @@ async fn tools_without_a_rule_pass_unchanged_and_are_still_capped() {
 }
 
 #[tokio::test]
-async fn without_a_policy_the_default_cap_still_applies() {
+async fn without_a_policy_the_default_budget_still_applies() {
     let quirky = example("quirky_server");
     let mut proxied = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
     handshake(&mut proxied).await;
@@ -440,12 +449,12 @@ async fn without_a_policy_the_default_cap_still_applies() {
         reply["result"]["content"][0]["text"]
             .as_str()
             .unwrap()
-            .contains("exceeds the 200000-byte cap")
+            .contains("more than the whole 200000-byte budget")
     );
 }
 
 #[tokio::test]
-async fn stream_detail_is_capped_but_not_paged() {
+async fn stream_detail_is_budgeted_though_no_rule_pages_it() {
     let dir = std::env::temp_dir().join(format!("mcp-budget-cap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let policy = dir.join("small.toml");
@@ -458,7 +467,13 @@ async fn stream_detail_is_capped_but_not_paged() {
         .call("stream_detail", json!({"stream_id": "st-0003"}))
         .await;
     let message = text_of(&result);
-    assert!(message.ends_with("bytes, exceeds the 5000-byte cap — stream_detail's results are capped but not paged by the policy; call it with narrower arguments"), "{message}");
+    // Its rule only caps it, so automatic paging applies: one JSON line of 12 KB cannot be
+    // split under a 5000-byte budget, and the refusal says so.
+    assert!(
+        message.starts_with("result-too-large: stream_detail's result is")
+            && message.contains("more than the whole 5000-byte budget, so it cannot be paged"),
+        "{message}"
+    );
     // Its arguments pass through untouched (it takes no budget arguments).
     let (unknown, _) = proxy
         .call("stream_detail", json!({"stream_id": "st-9999", "limit": 5}))

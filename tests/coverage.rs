@@ -282,7 +282,9 @@ fn csv_fields_with_newlines_commas_and_quotes_survive_a_real_csv_parser() {
     let result = json!({"content": [{"type": "text", "text": document.to_string()}], "structuredContent": document});
     let mut params = json!({"name": "t", "arguments": {"format": "csv", "limit": 25}});
     let plan = budget.prepare_call(&mut params).unwrap();
-    let out: Value = serde_json::from_slice(&budget.finish_call(&plan, result).unwrap()).unwrap();
+    let out: Value =
+        serde_json::from_slice(&budget.finish_call(&plan, result).unwrap().bytes().unwrap())
+            .unwrap();
     let table = out["content"][0]["text"].as_str().unwrap();
     let mut reader = csv::ReaderBuilder::new().from_reader(table.as_bytes());
     let rows: Vec<(String, String)> = reader

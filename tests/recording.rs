@@ -188,10 +188,28 @@ async fn the_everything_recording_replays_its_results_and_a_cap_refuses_the_larg
         json!({"messageType": "success", "includeImage": true}),
     )
     .await;
+    // Its rule only caps it: automatic paging splits it by blocks. The first page holds the
+    // text block; the next, served from the cache, would be the image, which alone is more
+    // than the whole 2000-byte budget.
+    assert_ne!(annotated["isError"], true, "{annotated}");
+    let blocks = annotated["content"].as_array().unwrap();
+    let notice = blocks.last().unwrap()["text"].as_str().unwrap();
+    assert!(notice.contains("content block 1"), "{notice}");
+    let start = notice.find("after:\"").unwrap() + "after:\"".len();
+    let cursor = &notice[start..start + notice[start..].find('"').unwrap()];
+    let annotated = call(
+        &mut peer,
+        50,
+        "get-annotated-message",
+        json!({"messageType": "success", "includeImage": true, "after": cursor}),
+    )
+    .await;
     assert_eq!(annotated["isError"], true);
-    assert_eq!(
-        annotated["content"][0]["text"],
-        "result-too-large: get-annotated-message response is 5603 bytes, exceeds the 2000-byte cap — get-annotated-message's results are capped but not paged by the policy; call it with narrower arguments"
+    let refusal = annotated["content"][0]["text"].as_str().unwrap();
+    assert!(
+        refusal.starts_with("result-too-large: get-annotated-message's result is 5603 bytes")
+            && refusal.contains("one image block alone is"),
+        "{refusal}"
     );
     // Recorded progress is emitted in its place, addressed to the caller's token.
     peer.send(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":1,"steps":3},"_meta":{"progressToken":"mine"}}}"#).await;
@@ -411,10 +429,16 @@ async fn the_report_of_the_fleet_recording() {
     assert_eq!(report["capped_tools"], json!([]));
     assert_eq!(report["tools_without_rule"], json!([]));
 
-    // Without a policy: the built-in cap would refuse fleet_show and wave_show w5 has no rule.
+    // Without a policy: fleet_show is over the default budget and is paged automatically by
+    // its largest list; nothing is refused.
     let table = common::run_ok(["report".as_ref(), recording.as_os_str()]);
+    let fleet_row = table.lines().find(|l| l.contains("fleet_show")).unwrap();
     assert!(
-        table.contains("tools the cap would refuse with default arguments: fleet_show"),
+        fleet_row.contains("paged automatically: items 1-") && fleet_row.contains("more pages"),
+        "{table}"
+    );
+    assert!(
+        table.contains("tools the cap would refuse with default arguments: none"),
         "{table}"
     );
     assert!(

@@ -299,6 +299,93 @@ pub fn rewrite_output_schema(schema: &mut Value, items: &Items) {
     }
 }
 
+/// How the `after` that automatic paging adds is described to the model.
+pub const AUTO_AFTER: &str = "Continue a result that mcp-budget paged: pass the next_after value of the previous page, with the other arguments unchanged. Leave it out for the first page.";
+
+/// Adds the optional `after` argument to the input schema of each tool that `wants` names,
+/// splicing it into the server's own text of the `tools/list` result, so that nothing else
+/// in it changes. A tool that has an `after` argument of its own keeps it. `None` when
+/// nothing was added.
+pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<String> {
+    use super::raw;
+    let find = |members: &[(String, std::ops::Range<usize>)], name: &str| {
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, r)| r.clone())
+    };
+    let members = raw::members(result)?;
+    let tools_at = find(&members, "tools")?;
+    let tools = &result[tools_at.clone()];
+    let property = format!(
+        "\"after\":{}",
+        json!({"type": "string", "description": AUTO_AFTER})
+    );
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    for element in raw::elements(tools)? {
+        let tool = &tools[element.clone()];
+        let at = tools_at.start + element.start;
+        let Some(members) = raw::members(tool) else {
+            continue;
+        };
+        let Some(name) =
+            find(&members, "name").and_then(|r| serde_json::from_str::<String>(&tool[r]).ok())
+        else {
+            continue;
+        };
+        if !wants(&name) {
+            continue;
+        }
+        let Some(schema_at) = find(&members, "inputSchema") else {
+            continue;
+        };
+        let schema = &tool[schema_at.clone()];
+        let Some(schema_members) = raw::members(schema) else {
+            continue;
+        };
+        let at = at + schema_at.start;
+        match find(&schema_members, "properties") {
+            Some(props_at) => {
+                let props = &tool[schema_at.start + props_at.start..schema_at.start + props_at.end];
+                let Some(props_members) = raw::members(props) else {
+                    continue;
+                };
+                if props_members.iter().any(|(k, _)| k == "after") {
+                    continue; // the tool's own
+                }
+                let Some(open) = props.find('{') else {
+                    continue;
+                };
+                let comma = if props_members.is_empty() { "" } else { "," };
+                inserts.push((at + props_at.start + open + 1, format!("{property}{comma}")));
+            }
+            None => {
+                let Some(open) = schema.find('{') else {
+                    continue;
+                };
+                let comma = if schema_members.is_empty() { "" } else { "," };
+                inserts.push((
+                    at + open + 1,
+                    format!("\"properties\":{{{property}}}{comma}"),
+                ));
+            }
+        }
+    }
+    if inserts.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(result.len() + inserts.len() * property.len());
+    let mut from = 0;
+    for (at, text) in inserts {
+        out.push_str(&result[from..at]);
+        out.push_str(&text);
+        from = at;
+    }
+    out.push_str(&result[from..]);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

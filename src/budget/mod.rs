@@ -14,6 +14,7 @@
 //! shares the cursor key can serve the next page.
 
 pub mod args;
+pub mod auto;
 pub mod cap;
 pub mod cursor;
 pub mod descriptor;
@@ -25,6 +26,7 @@ pub mod page;
 mod pipeline;
 mod place;
 pub mod project;
+pub mod raw;
 pub mod render;
 pub mod text;
 
@@ -40,6 +42,10 @@ use cursor::CursorKey;
 pub struct Budget {
     policy: Policy,
     key: CursorKey,
+    /// Upstream results of paged calls, for their next pages (all sessions, scoped).
+    cache: crate::cache::ResultCache,
+    /// Tools whose rule's `items` matched nothing, already warned about.
+    unmatched: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What the response hook needs to know about one call.
@@ -77,16 +83,60 @@ impl Budget {
             }
             None => CursorKey::random(),
         };
-        Budget { policy, key }
+        Budget::with_key(policy, key)
     }
 
     /// With a fixed cursor key (tests, benchmarks, replay).
     pub fn with_key(policy: Policy, key: CursorKey) -> Budget {
-        Budget { policy, key }
+        let cache = crate::cache::ResultCache::new(policy.cache_bytes, policy.cache_ttl);
+        Budget {
+            policy,
+            key,
+            cache,
+            unmatched: Default::default(),
+        }
     }
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    pub fn key(&self) -> &CursorKey {
+        &self.key
+    }
+
+    pub fn cache(&self) -> &crate::cache::ResultCache {
+        &self.cache
+    }
+
+    /// Whether automatic paging applies to `tool`: no rule pages it, and `auto` is on.
+    pub fn auto_for(&self, tool: &str) -> bool {
+        match self.policy.rule_for(tool) {
+            None => self.policy.auto,
+            Some(rule) => rule.auto && rule.items.is_none() && rule.text.is_none(),
+        }
+    }
+
+    /// Whether the policy declares `tool` safe to call again for a page.
+    pub fn idempotent(&self, tool: &str) -> bool {
+        self.policy
+            .rule_for(tool)
+            .is_some_and(|rule| rule.idempotent)
+    }
+
+    /// Logs, once per tool, that its rule's `items` matched nothing in a result.
+    fn warn_unmatched(&self, tool: &str, path: &str) {
+        let mut warned = self
+            .unmatched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if warned.insert(tool.to_string()) {
+            tracing::warn!(
+                tool,
+                items = path,
+                "the rule's items path matches nothing in this tool's result; paging it automatically instead (fix the path: `mcp-budget check POLICY --recording FILE` lists paths that match nothing)"
+            );
+        }
     }
 
     fn rule_index(&self, tool: &str) -> Option<usize> {
@@ -179,9 +229,10 @@ impl Budget {
             && !cap::exceeds(bytes, self.policy.max_bytes)
     }
 
-    /// The result the client receives for this call: the budgeted page, or the cap's refusal.
-    /// Returns the serialized result.
-    pub fn finish_call(&self, plan: &CallPlan, mut result: Value) -> Result<Vec<u8>, RenderError> {
+    /// The result the client receives for this call: the budgeted page, or the cap's refusal
+    /// (serialized); or word that automatic paging takes over (the rule's items matched
+    /// nothing, or the cursor is an automatic page's).
+    pub fn finish_call(&self, plan: &CallPlan, mut result: Value) -> Result<Finished, RenderError> {
         let rule = plan
             .rule
             .as_ref()
@@ -190,7 +241,20 @@ impl Budget {
         match rule {
             Some((rule, Some(Paging::Items(args)))) if !is_error => {
                 if let Some(items) = &rule.items {
-                    pipeline::run(&plan.tool, items, args, &self.key, &mut result)?;
+                    if let Some(at) = args.after.as_ref().and_then(auto::At::from_position) {
+                        return Ok(Finished::Auto {
+                            at: Some(at),
+                            digest: args.digest,
+                        });
+                    }
+                    let located = pipeline::run(&plan.tool, items, args, &self.key, &mut result)?;
+                    if !located && rule.auto {
+                        self.warn_unmatched(&plan.tool, &items.path_text);
+                        return Ok(Finished::Auto {
+                            at: None,
+                            digest: args.digest,
+                        });
+                    }
                 }
             }
             Some((rule, Some(Paging::Text(args)))) if !is_error => {
@@ -202,12 +266,12 @@ impl Budget {
         }
         let bytes = serde_json::to_vec(&result)?;
         if !cap::exceeds(bytes.len(), self.policy.max_bytes) {
-            return Ok(bytes);
+            return Ok(Finished::Bytes(bytes));
         }
         let moves = self.moves(rule);
         let text = cap::refusal(&plan.tool, bytes.len(), self.policy.max_bytes, &moves);
         tracing::info!(tool = %plan.tool, bytes = bytes.len(), "result refused by the cap");
-        Ok(serde_json::to_vec(&refusal_result(&text))?)
+        Ok(Finished::Bytes(serde_json::to_vec(&refusal_result(&text))?))
     }
 
     /// The refusal for a result of `bytes` bytes that passes unparsed (no paging rule).
@@ -288,6 +352,28 @@ impl Budget {
         if let Some(content) = place::content_mut(result) {
             content[index]["text"] = json!(slice);
             content.insert(index + 1, json!({"type": "text", "text": notice}));
+        }
+    }
+}
+
+/// What [`Budget::finish_call`] made of a result.
+#[derive(Debug)]
+pub enum Finished {
+    /// The result to send.
+    Bytes(Vec<u8>),
+    /// Automatic paging takes over, from `at` (the first page when `None`).
+    Auto {
+        at: Option<auto::At>,
+        digest: cursor::SelectionDigest,
+    },
+}
+
+impl Finished {
+    /// The bytes to send, unless automatic paging takes over.
+    pub fn bytes(self) -> Option<Vec<u8>> {
+        match self {
+            Finished::Bytes(bytes) => Some(bytes),
+            Finished::Auto { .. } => None,
         }
     }
 }

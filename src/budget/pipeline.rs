@@ -15,27 +15,27 @@ use super::{RenderError, filter, horizon, notice, page, project};
 use crate::policy::Items;
 
 /// Pages the items of `result` for one call; the result is rewritten in place. A result with
-/// no item list where the rule says is left as it is.
+/// no item list where the rule says is left as it is, and `Ok(false)` says so.
 pub fn run(
     tool: &str,
     items: &Items,
     args: &CallArgs,
     key: &CursorKey,
     result: &mut Value,
-) -> Result<(), RenderError> {
+) -> Result<bool, RenderError> {
     let Some((source, mut document)) = place::locate(result, items) else {
-        tracing::debug!(tool, path = %items.path_text, "no item list in the result; passed unpaged");
-        return Ok(());
+        tracing::debug!(tool, path = %items.path_text, "no item list in the result");
+        return Ok(false);
     };
     // 1–2: the items, and how many upstream returned.
     let Some(path) = place::first_list_path(&document, items) else {
         place::restore(result, source, document);
-        return Ok(());
+        return Ok(false);
     };
     let Some(Value::Array(mut list)) = document.reference_mut(path.as_str()).map(std::mem::take)
     else {
         place::restore(result, source, document);
-        return Ok(());
+        return Ok(false);
     };
     let total_count = list.len();
     let summary = match (args.detail, &items.summary, args.format) {
@@ -87,7 +87,7 @@ pub fn run(
         notices,
     };
     // 6: render, in the place the items came from.
-    match source {
+    let rendered = match source {
         Source::Blocks(indices) => {
             render_blocks(tool, items, args, &page, &continuation, &indices, result)
         }
@@ -100,7 +100,8 @@ pub fn run(
             (source, document, &path),
             result,
         ),
-    }
+    };
+    rendered.map(|()| true)
 }
 
 /// Step 3: the horizon, then the filters — on the items, or on each outer item's nested list

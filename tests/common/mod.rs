@@ -345,3 +345,14 @@ pub fn authority(url: &str) -> String {
     let rest = url.strip_prefix("http://").expect("an http URL");
     rest.split('/').next().expect("authority").to_string()
 }
+
+/// `line` without the `after` argument that automatic paging adds to tool descriptors (the
+/// only change the proxy makes to a `tools/list` when no rule applies).
+pub fn without_auto_after(line: &str) -> String {
+    let after = format!(
+        r#""after":{}"#,
+        serde_json::json!({"type": "string", "description": mcp_budget::budget::descriptor::AUTO_AFTER})
+    );
+    line.replace(&format!(r#""properties":{{{after}}},"#), "")
+        .replace(&format!("{after},"), "")
+}

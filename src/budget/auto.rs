@@ -1,0 +1,897 @@
+//! Automatic paging: a result over the budget from a tool that no rule pages is cut into pages
+//! that each fit, without losing or re-spelling anything.
+//!
+//! The result is read as a sequence of pieces, paged in order:
+//! - a text block is paged by lines, cut in its JSON string literal at a `\n` escape, so that
+//!   the server's other escapes stay as they were written and the pages' texts concatenate to
+//!   the whole text;
+//! - a text block that holds JSON is paged by its largest array (the rest of the document is
+//!   on every page), the kept elements being the server's own bytes;
+//! - any other block (an image, a resource) is one piece, never split.
+//!
+//! `structuredContent` that repeats a text block (the same JSON, or the text as one of its
+//! fields) is paged with that block; structuredContent of its own is paged by its largest array,
+//! after the blocks. Every page carries the continuation twice: a text block at the end of
+//! `content`, and `next_after`, `total_count` and `notice` in `structuredContent`, so a client
+//! that reads only one of them still sees that more remains.
+//!
+//! Only a piece that cannot be split and is larger than the whole budget is refused.
+
+use std::ops::Range;
+
+use serde_json::value::RawValue;
+
+use super::cursor::{CursorKey, SelectionDigest};
+use super::page::Position;
+use super::raw::{self, FoundArray};
+
+/// Bytes kept free on a page for the notice block and the structured continuation.
+const CONTINUATION_ALLOWANCE: usize = 1200;
+
+/// Where a page starts: which piece, and where in it (a byte offset in a text literal, or an
+/// element index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct At {
+    pub piece: usize,
+    pub offset: usize,
+}
+
+impl At {
+    pub fn to_position(self) -> Position {
+        Position {
+            offset: self.offset,
+            key: Some(format!("auto:{}", self.piece)),
+        }
+    }
+
+    pub fn from_position(position: &Position) -> Option<At> {
+        let piece = position
+            .key
+            .as_deref()?
+            .strip_prefix("auto:")?
+            .parse()
+            .ok()?;
+        Some(At {
+            piece,
+            offset: position.offset,
+        })
+    }
+}
+
+/// What cannot be paged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unpageable {
+    /// The result is not a tool result this pager can read.
+    Unreadable,
+    /// One piece is larger than the whole budget: what it is, and its size.
+    TooLarge { what: String, bytes: usize },
+    /// The cursor points past the result (it changed since the cursor was minted).
+    Gone,
+}
+
+/// One page of a result.
+#[derive(Debug)]
+pub struct AutoPage {
+    /// The page, as the `result` of the response.
+    pub result: String,
+    /// Where the next page starts.
+    pub next: Option<At>,
+}
+
+enum Kind {
+    /// Text, paged by lines: the range of its string literal in the block (quotes included).
+    Lines { literal: Range<usize> },
+    /// JSON in a text block, paged by an array of the decoded document.
+    Items {
+        literal: Range<usize>,
+        doc: String,
+        array: FoundArray,
+    },
+    /// Never split.
+    Whole,
+}
+
+struct Block<'a> {
+    raw: &'a str,
+    kind: Kind,
+}
+
+/// How `structuredContent` relates to the blocks.
+enum Mirror {
+    /// Nothing to page in it, or no structuredContent.
+    None,
+    /// The same JSON as block `block`: paged with it, by the array at the same path.
+    Json { block: usize, array: FoundArray },
+    /// The text of block `block` is the value of this member.
+    Field { block: usize, member: Range<usize> },
+    /// A document of its own, paged by this array after the blocks.
+    Own { array: FoundArray },
+}
+
+struct Parts<'a> {
+    result: &'a str,
+    /// The members of the result object, as (key, range).
+    members: Vec<(String, Range<usize>)>,
+    blocks: Vec<Block<'a>>,
+    structured: Option<&'a str>,
+    mirror: Mirror,
+}
+
+/// What one page takes from each piece.
+#[derive(Debug, Clone)]
+struct Taken {
+    piece: usize,
+    /// Byte range of a literal's inside, or element range.
+    from: usize,
+    to: usize,
+}
+
+/// Pages `result` (the raw JSON of a tool result) from `at`, each page under `max_bytes`.
+pub fn page(
+    result: &str,
+    at: At,
+    max_bytes: usize,
+    tool: &str,
+    key: &CursorKey,
+    digest: &SelectionDigest,
+) -> Result<AutoPage, Unpageable> {
+    let room = max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64);
+    let parts = read(result, room)?;
+    let mut room = room;
+    // A page's exact size is known once it is written; a page over the budget is made again
+    // with less room (a few rounds at most: the estimates are close).
+    for _ in 0..8 {
+        let page = parts.page(at, room, tool, key, digest)?;
+        if page.result.len() < max_bytes {
+            return Ok(page);
+        }
+        room = room * 4 / 5;
+    }
+    Err(Unpageable::TooLarge {
+        what: "the result".into(),
+        bytes: result.len(),
+    })
+}
+
+/// Reads the pieces of a result.
+fn read(result: &str, room: usize) -> Result<Parts<'_>, Unpageable> {
+    let members = raw::members(result).ok_or(Unpageable::Unreadable)?;
+    let member = |name: &str| {
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, r)| &result[r.clone()])
+    };
+    let mut blocks = Vec::new();
+    if let Some(content) = member("content") {
+        let elements = raw::elements(content).ok_or(Unpageable::Unreadable)?;
+        for element in elements {
+            let raw_block = &content[element];
+            blocks.push(Block {
+                raw: raw_block,
+                kind: block_kind(raw_block, room),
+            });
+        }
+    }
+    let structured = member("structuredContent").filter(|s| s.trim_start().starts_with('{'));
+    let mirror = match structured {
+        Some(structured) => mirror(structured, &blocks, room),
+        None => Mirror::None,
+    };
+    Ok(Parts {
+        result,
+        members,
+        blocks,
+        structured,
+        mirror,
+    })
+}
+
+fn block_kind(block: &str, room: usize) -> Kind {
+    let Some(members) = raw::members(block) else {
+        return Kind::Whole;
+    };
+    let get = |name: &str| members.iter().rev().find(|(k, _)| k == name);
+    let is_text = get("type").is_some_and(|(_, r)| &block[r.clone()] == "\"text\"");
+    let Some((_, literal)) = get("text").filter(|_| is_text) else {
+        return Kind::Whole;
+    };
+    let literal = literal.clone();
+    let Ok(text) = serde_json::from_str::<String>(&block[literal.clone()]) else {
+        return Kind::Whole;
+    };
+    let trimmed = text.trim_start();
+    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+        && serde_json::from_str::<&RawValue>(&text).is_ok()
+        && let Some(array) = raw::largest_array(&text, room / 2)
+        && text.len() - array.span.len() < room / 2
+    {
+        return Kind::Items {
+            literal,
+            doc: text,
+            array,
+        };
+    }
+    Kind::Lines { literal }
+}
+
+fn mirror(structured: &str, blocks: &[Block<'_>], room: usize) -> Mirror {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(structured) else {
+        return Mirror::None;
+    };
+    for (index, block) in blocks.iter().enumerate() {
+        match &block.kind {
+            Kind::Items { doc, array, .. } => {
+                if serde_json::from_str::<serde_json::Value>(doc).ok().as_ref() == Some(&value)
+                    && let Some(array) = raw::array_at(structured, &array.path)
+                {
+                    return Mirror::Json {
+                        block: index,
+                        array,
+                    };
+                }
+            }
+            Kind::Lines { literal } => {
+                let Ok(text) = serde_json::from_str::<String>(&block.raw[literal.clone()]) else {
+                    continue;
+                };
+                let Some(members) = raw::members(structured) else {
+                    continue;
+                };
+                for (_, range) in members {
+                    if structured[range.clone()].starts_with('"')
+                        && serde_json::from_str::<String>(&structured[range.clone()]).ok()
+                            == Some(text.clone())
+                    {
+                        return Mirror::Field {
+                            block: index,
+                            member: range,
+                        };
+                    }
+                }
+            }
+            Kind::Whole => {}
+        }
+    }
+    match raw::largest_array(structured, room / 2) {
+        Some(array) if structured.len() > room / 4 => Mirror::Own { array },
+        _ => Mirror::None,
+    }
+}
+
+/// The byte length of `text` once written inside a JSON string literal (an upper bound).
+fn escaped_len(text: &str) -> usize {
+    text.len()
+        + text
+            .bytes()
+            .map(|b| match b {
+                b'"' | b'\\' => 1,
+                0..=0x1f => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
+}
+
+/// Where lines end in a string literal's inside: just after each `\n` (or `\u000a`) escape.
+fn line_end_before(inner: &str, from: usize, limit: usize) -> Option<usize> {
+    let bytes = inner.as_bytes();
+    let mut i = from;
+    let mut last = None;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            let step = match bytes.get(i + 1) {
+                Some(b'u') => 6,
+                _ => 2,
+            };
+            let newline = match bytes.get(i + 1) {
+                Some(b'n') => true,
+                Some(b'u') => inner
+                    .get(i + 2..i + 6)
+                    .is_some_and(|hex| hex.eq_ignore_ascii_case("000a")),
+                _ => false,
+            };
+            i += step;
+            if i > limit {
+                return last;
+            }
+            if newline {
+                last = Some(i);
+            }
+        } else {
+            i += 1;
+            if i > limit {
+                return last;
+            }
+        }
+    }
+    // The text ends within the limit.
+    Some(bytes.len())
+}
+
+/// How many lines the inside of a literal holds, and the 1-based line at `offset`.
+fn line_number(inner: &str, offset: usize) -> usize {
+    let bytes = &inner.as_bytes()[..offset.min(inner.len())];
+    let mut lines = 1;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            match bytes.get(i + 1) {
+                Some(b'n') => {
+                    lines += 1;
+                    i += 2;
+                }
+                Some(b'u') => {
+                    if inner
+                        .get(i + 2..i + 6)
+                        .is_some_and(|hex| hex.eq_ignore_ascii_case("000a"))
+                        && i + 6 <= bytes.len()
+                    {
+                        lines += 1;
+                    }
+                    i += 6;
+                }
+                _ => i += 2,
+            }
+        } else {
+            i += 1;
+        }
+    }
+    lines
+}
+
+fn total_lines(inner: &str) -> usize {
+    let lines = line_number(inner, inner.len());
+    if inner.ends_with("\\n") {
+        lines - 1
+    } else {
+        lines
+    }
+    .max(1)
+}
+
+impl Parts<'_> {
+    fn piece_count(&self) -> usize {
+        self.blocks.len() + usize::from(matches!(self.mirror, Mirror::Own { .. }))
+    }
+
+    /// The extra bytes that a piece's page costs in `structuredContent` when it is mirrored.
+    fn mirror_factor(&self, piece: usize) -> usize {
+        match &self.mirror {
+            Mirror::Json { block, .. } | Mirror::Field { block, .. } if *block == piece => 2,
+            _ => 1,
+        }
+    }
+
+    fn page(
+        &self,
+        at: At,
+        room: usize,
+        tool: &str,
+        key: &CursorKey,
+        digest: &SelectionDigest,
+    ) -> Result<AutoPage, Unpageable> {
+        let count = self.piece_count();
+        if at.piece >= count.max(1) && !(count == 0 && at.piece == 0) {
+            return Err(Unpageable::Gone);
+        }
+        let fixed: usize = self
+            .members
+            .iter()
+            .filter(|(k, _)| k != "content" && k != "structuredContent")
+            .map(|(k, r)| k.len() + r.len() + 4)
+            .sum();
+        let mut used = fixed
+            + match (&self.mirror, self.structured) {
+                (Mirror::None, Some(s)) => s.len(),
+                (Mirror::Json { array, .. } | Mirror::Own { array }, Some(s)) => {
+                    s.len() - array.span.len()
+                }
+                (Mirror::Field { member, .. }, Some(s)) => s.len() - member.len(),
+                _ => 0,
+            };
+        let mut taken: Vec<Taken> = Vec::new();
+        let mut next = None;
+        let mut piece = at.piece;
+        let mut offset = at.offset;
+        while piece < count {
+            let left = room.saturating_sub(used);
+            let factor = self.mirror_factor(piece);
+            let first = taken.is_empty();
+            let (to, done, cost) = match self.piece_kind(piece) {
+                PieceKind::Whole(raw) => {
+                    if raw.len() + 1 > left {
+                        if first {
+                            return Err(Unpageable::TooLarge {
+                                what: whole_what(raw),
+                                bytes: raw.len(),
+                            });
+                        }
+                        next = Some(At { piece, offset: 0 });
+                        break;
+                    }
+                    (1, true, raw.len() + 1)
+                }
+                PieceKind::Lines(inner) => {
+                    if offset > inner.len() {
+                        return Err(Unpageable::Gone);
+                    }
+                    let budget = left / factor;
+                    match line_end_before(inner, offset, offset + budget) {
+                        Some(end) if end > offset || inner.is_empty() => {
+                            (end, end >= inner.len(), (end - offset) * factor + 2)
+                        }
+                        _ if first => {
+                            let end =
+                                line_end_before(inner, offset, usize::MAX).unwrap_or(inner.len());
+                            return Err(Unpageable::TooLarge {
+                                what: format!("line {} of its text", line_number(inner, offset)),
+                                bytes: end - offset,
+                            });
+                        }
+                        _ => {
+                            next = Some(At { piece, offset });
+                            break;
+                        }
+                    }
+                }
+                PieceKind::Items {
+                    doc,
+                    array,
+                    in_text,
+                } => {
+                    if offset > array.elements.len() {
+                        return Err(Unpageable::Gone);
+                    }
+                    let mut end = offset;
+                    // The document around the list is on every page of it.
+                    let mut cost = if in_text {
+                        escaped_len(doc) - escaped_len(&doc[array.span.clone()])
+                    } else {
+                        0
+                    };
+                    while end < array.elements.len() {
+                        let element = &doc[array.elements[end].clone()];
+                        let size = if in_text {
+                            escaped_len(element)
+                        } else {
+                            element.len()
+                        } + 1;
+                        let size = size * factor;
+                        if cost + size > left {
+                            break;
+                        }
+                        cost += size;
+                        end += 1;
+                    }
+                    if end == offset && offset < array.elements.len() {
+                        if first {
+                            return Err(Unpageable::TooLarge {
+                                what: format!(
+                                    "item {} of {}",
+                                    offset + 1,
+                                    raw::path_text(&array.path)
+                                ),
+                                bytes: array.elements[offset].len(),
+                            });
+                        }
+                        next = Some(At { piece, offset });
+                        break;
+                    }
+                    (end, end >= array.elements.len(), cost)
+                }
+            };
+            used += cost;
+            taken.push(Taken {
+                piece,
+                from: offset,
+                to,
+            });
+            if !done {
+                next = Some(At { piece, offset: to });
+                break;
+            }
+            piece += 1;
+            offset = 0;
+        }
+        if next.is_none() && piece < count && taken.is_empty() {
+            return Err(Unpageable::Gone);
+        }
+        Ok(self.write(at, &taken, next, tool, key, digest))
+    }
+
+    fn piece_kind(&self, piece: usize) -> PieceKind<'_> {
+        if piece < self.blocks.len() {
+            let block = &self.blocks[piece];
+            match &block.kind {
+                Kind::Whole => PieceKind::Whole(block.raw),
+                Kind::Lines { literal } => {
+                    PieceKind::Lines(&block.raw[literal.start + 1..literal.end - 1])
+                }
+                Kind::Items { doc, array, .. } => PieceKind::Items {
+                    doc,
+                    array,
+                    in_text: true,
+                },
+            }
+        } else {
+            match (&self.mirror, self.structured) {
+                (Mirror::Own { array }, Some(doc)) => PieceKind::Items {
+                    doc,
+                    array,
+                    in_text: false,
+                },
+                _ => PieceKind::Whole(""),
+            }
+        }
+    }
+
+    /// Writes the page: the result's members in their order, `content` and
+    /// `structuredContent` cut to what was taken, the continuation in both.
+    fn write(
+        &self,
+        at: At,
+        taken: &[Taken],
+        next: Option<At>,
+        tool: &str,
+        key: &CursorKey,
+        digest: &SelectionDigest,
+    ) -> AutoPage {
+        let cursor = next.map(|n| key.mint(&n.to_position(), digest));
+        let (notice, total_count) = self.notice(at, taken, tool, cursor.as_deref());
+        let mut blocks: Vec<String> = Vec::new();
+        for t in taken.iter().filter(|t| t.piece < self.blocks.len()) {
+            let block = &self.blocks[t.piece];
+            match &block.kind {
+                Kind::Whole => blocks.push(block.raw.to_string()),
+                Kind::Lines { literal } => {
+                    let inner = &block.raw[literal.start + 1..literal.end - 1];
+                    blocks.push(format!(
+                        "{}\"{}\"{}",
+                        &block.raw[..literal.start],
+                        &inner[t.from..t.to],
+                        &block.raw[literal.end..]
+                    ));
+                }
+                Kind::Items {
+                    literal,
+                    doc,
+                    array,
+                } => {
+                    let page = cut(doc, array, t.from, t.to);
+                    let text = serde_json::Value::String(page).to_string();
+                    blocks.push(format!(
+                        "{}{}{}",
+                        &block.raw[..literal.start],
+                        text,
+                        &block.raw[literal.end..]
+                    ));
+                }
+            }
+        }
+        blocks.push(serde_json::json!({"type": "text", "text": notice}).to_string());
+        let structured = self.structured.map(|doc| {
+            let body = match &self.mirror {
+                Mirror::None => doc.to_string(),
+                Mirror::Json { block, array } => match taken.iter().find(|t| t.piece == *block) {
+                    Some(t) => cut(doc, array, t.from, t.to),
+                    None => cut(doc, array, 0, 0),
+                },
+                Mirror::Own { array } => {
+                    match taken.iter().find(|t| t.piece == self.blocks.len()) {
+                        Some(t) => cut(doc, array, t.from, t.to),
+                        None => cut(doc, array, 0, 0),
+                    }
+                }
+                Mirror::Field { block, member } => {
+                    let value = match taken.iter().find(|t| t.piece == *block) {
+                        Some(t) => {
+                            let block = &self.blocks[*block];
+                            match &block.kind {
+                                Kind::Lines { literal } => {
+                                    let inner = &block.raw[literal.start + 1..literal.end - 1];
+                                    format!("\"{}\"", &inner[t.from..t.to])
+                                }
+                                _ => "\"\"".to_string(),
+                            }
+                        }
+                        None => "\"\"".to_string(),
+                    };
+                    format!("{}{}{}", &doc[..member.start], value, &doc[member.end..])
+                }
+            };
+            decorate(&body, cursor.as_deref(), total_count, &notice)
+        });
+        let mut out = String::with_capacity(self.result.len().min(1 << 20));
+        out.push('{');
+        let mut first = true;
+        let mut wrote_content = false;
+        for (name, range) in &self.members {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(&serde_json::Value::String(name.clone()).to_string());
+            out.push(':');
+            match name.as_str() {
+                "content" => {
+                    out.push('[');
+                    out.push_str(&blocks.join(","));
+                    out.push(']');
+                    wrote_content = true;
+                }
+                "structuredContent" => match &structured {
+                    Some(s) => out.push_str(s),
+                    None => out.push_str(&self.result[range.clone()]),
+                },
+                _ => out.push_str(&self.result[range.clone()]),
+            }
+        }
+        if !wrote_content {
+            if !first {
+                out.push(',');
+            }
+            out.push_str("\"content\":[");
+            out.push_str(&blocks.join(","));
+            out.push(']');
+        }
+        out.push('}');
+        AutoPage { result: out, next }
+    }
+
+    /// The notice a page ends with, and the count `total_count` reports.
+    fn notice(&self, at: At, taken: &[Taken], tool: &str, cursor: Option<&str>) -> (String, usize) {
+        let mut parts = Vec::new();
+        let mut total_count = 0;
+        for (i, t) in taken.iter().enumerate() {
+            let what = match self.piece_kind(t.piece) {
+                PieceKind::Whole(_) => format!("content block {}", t.piece + 1),
+                PieceKind::Lines(inner) => {
+                    let lines = total_lines(inner);
+                    if i == 0 {
+                        total_count = lines;
+                    }
+                    let first = line_number(inner, t.from);
+                    let last = if t.to > t.from {
+                        line_number(inner, t.to.saturating_sub(1)).min(lines)
+                    } else {
+                        first
+                    };
+                    format!("lines {first}-{last} of {lines}")
+                }
+                PieceKind::Items { array, .. } => {
+                    if i == 0 {
+                        total_count = array.elements.len();
+                    }
+                    format!(
+                        "items {}-{} of {} in {}",
+                        t.from + 1,
+                        t.to,
+                        array.elements.len(),
+                        raw::path_text(&array.path)
+                    )
+                }
+            };
+            let source = if t.piece < self.blocks.len() && self.blocks.len() > 1 {
+                format!(" (content block {})", t.piece + 1)
+            } else {
+                String::new()
+            };
+            parts.push(format!("{what}{source}"));
+        }
+        let mut text = format!(
+            "mcp-budget paged this result of {tool} ({} bytes, over the budget): this page holds {}.",
+            self.result.len(),
+            parts.join("; ")
+        );
+        match cursor {
+            Some(cursor) => text.push_str(&format!(
+                " More remain: call {tool} again with the same arguments and after:\"{cursor}\" for the next page; the pages together are the whole result."
+            )),
+            None if at != At::default() => text.push_str(" This is the last page."),
+            None => {}
+        }
+        (text, total_count)
+    }
+}
+
+enum PieceKind<'a> {
+    Whole(&'a str),
+    /// The inside of a text literal.
+    Lines(&'a str),
+    Items {
+        doc: &'a str,
+        array: &'a FoundArray,
+        in_text: bool,
+    },
+}
+
+fn whole_what(raw: &str) -> String {
+    let kind = raw::members(raw)
+        .and_then(|m| {
+            m.into_iter()
+                .find(|(k, _)| k == "type")
+                .and_then(|(_, r)| serde_json::from_str::<String>(&raw[r]).ok())
+        })
+        .unwrap_or_else(|| "content".into());
+    format!("one {kind} block")
+}
+
+/// `doc` with its array cut to elements `from..to` (the server's own bytes, and its own
+/// separators between them).
+fn cut(doc: &str, array: &FoundArray, from: usize, to: usize) -> String {
+    let mut out = String::with_capacity(doc.len().min(1 << 20));
+    out.push_str(&doc[..array.span.start]);
+    out.push('[');
+    if from < to && to <= array.elements.len() {
+        out.push_str(&doc[array.elements[from].start..array.elements[to - 1].end]);
+    }
+    out.push(']');
+    out.push_str(&doc[array.span.end..]);
+    out
+}
+
+/// The structured document with the continuation added at its end.
+fn decorate(doc: &str, cursor: Option<&str>, total_count: usize, notice: &str) -> String {
+    let trimmed = doc.trim_end();
+    let Some(body) = trimmed.strip_suffix('}') else {
+        return doc.to_string();
+    };
+    let existing = raw::members(doc).unwrap_or_default();
+    let taken = |name: &str| existing.iter().any(|(k, _)| k == name);
+    let mut fields = serde_json::Map::new();
+    if let Some(cursor) = cursor {
+        fields.insert("next_after".into(), cursor.into());
+    }
+    fields.insert("total_count".into(), total_count.into());
+    fields.insert("notice".into(), notice.into());
+    // Never a duplicate key: a document that already has one of these names gets them inside
+    // an object of the proxy's own.
+    let addition = if fields.keys().any(|k| taken(k)) {
+        format!("\"mcp_budget\":{}", serde_json::Value::Object(fields))
+    } else {
+        let text = serde_json::Value::Object(fields).to_string();
+        text[1..text.len() - 1].to_string()
+    };
+    let separator = if existing.is_empty() { "" } else { "," };
+    format!("{body}{separator}{addition}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> CursorKey {
+        CursorKey::from_secret(b"test")
+    }
+
+    /// Follows a chain of pages to its end; returns the pages.
+    fn chain(result: &str, max_bytes: usize) -> Vec<String> {
+        let mut at = At::default();
+        let mut pages = Vec::new();
+        loop {
+            let page = page(result, at, max_bytes, "t", &key(), &[0; 16]).unwrap();
+            assert!(
+                page.result.len() < max_bytes,
+                "{} ≥ {max_bytes}",
+                page.result.len()
+            );
+            serde_json::from_str::<serde_json::Value>(&page.result).unwrap();
+            pages.push(page.result);
+            match page.next {
+                Some(next) => at = next,
+                None => return pages,
+            }
+        }
+    }
+
+    fn texts(page: &str) -> Vec<String> {
+        let value: serde_json::Value = serde_json::from_str(page).unwrap();
+        value["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["text"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn text_pages_concatenate_to_the_text_and_keep_its_escapes() {
+        let text: String = (0..400)
+            .map(|i| format!("line {i} caf\u{e9} \"quoted\" tab\t/\n"))
+            .collect();
+        let literal = serde_json::Value::String(text.clone()).to_string();
+        let literal = literal.replace('é', "\\u00e9");
+        let result = format!(
+            r#"{{"content":[{{"type":"text","text":{literal}}}],"structuredContent":{{"content":{literal}}}}}"#
+        );
+        let pages = chain(&result, 3000);
+        assert!(pages.len() > 3);
+        let mut joined = String::new();
+        let mut structured = String::new();
+        for page in &pages {
+            assert!(page.contains("\\u00e9"), "the escape stays as written");
+            let t = texts(page);
+            joined.push_str(&t[0]);
+            let v: serde_json::Value = serde_json::from_str(page).unwrap();
+            structured.push_str(v["structuredContent"]["content"].as_str().unwrap());
+            assert!(v["structuredContent"]["notice"].is_string());
+        }
+        assert_eq!(joined, text);
+        assert_eq!(structured, text);
+    }
+
+    #[test]
+    fn json_pages_keep_the_document_and_the_servers_bytes() {
+        let items: Vec<String> = (0..300)
+            .map(|i| format!(r#"{{"n":{i}.50,"big":123456789012345678901234567890,"s":"\u00e9"}}"#))
+            .collect();
+        let doc = format!(
+            r#"{{"total":300,"entries":[{}],"tail":true}}"#,
+            items.join(", ")
+        );
+        let text = serde_json::Value::String(doc.clone()).to_string();
+        let result =
+            format!(r#"{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{doc}}}"#);
+        let pages = chain(&result, 6000);
+        assert!(pages.len() > 3);
+        let mut got = Vec::new();
+        for page in &pages {
+            let v: serde_json::Value = serde_json::from_str(page).unwrap();
+            let inner = texts(page)[0].clone();
+            let from_text: serde_json::Value = serde_json::from_str(&inner).unwrap();
+            assert_eq!(from_text["total"], 300);
+            assert_eq!(from_text["tail"], true);
+            let n = from_text["entries"].as_array().unwrap().len();
+            assert_eq!(
+                v["structuredContent"]["entries"].as_array().unwrap().len(),
+                n
+            );
+            assert_eq!(v["structuredContent"]["total_count"], 300);
+            // The items are the server's bytes.
+            let raw_entries = &page[page.find(r#""structuredContent""#).unwrap()..];
+            assert!(raw_entries.contains("123456789012345678901234567890"));
+            assert!(raw_entries.contains(r#""s":"\u00e9""#));
+            got.extend(from_text["entries"].as_array().unwrap().iter().cloned());
+        }
+        assert_eq!(got.len(), 300);
+    }
+
+    #[test]
+    fn an_image_larger_than_the_budget_is_refused_and_blocks_page_in_order() {
+        let image = format!(
+            r#"{{"type":"image","data":"{}","mimeType":"image/png"}}"#,
+            "A".repeat(5000)
+        );
+        let result = format!(r#"{{"content":[{image}]}}"#);
+        let err = page(&result, At::default(), 2000, "t", &key(), &[0; 16]).unwrap_err();
+        assert_eq!(
+            err,
+            Unpageable::TooLarge {
+                what: "one image block".into(),
+                bytes: image.len()
+            }
+        );
+        let blocks: Vec<String> = (0..20)
+            .map(|i| {
+                format!(
+                    r#"{{"type":"text","text":"block {i} {}"}}"#,
+                    "x".repeat(200)
+                )
+            })
+            .collect();
+        let result = format!(r#"{{"content":[{}],"isError":false}}"#, blocks.join(","));
+        let pages = chain(&result, 2500);
+        let all: Vec<String> = pages
+            .iter()
+            .flat_map(|p| {
+                let t = texts(p);
+                t[..t.len() - 1].to_vec()
+            })
+            .collect();
+        assert_eq!(all.len(), 20);
+        for (i, t) in all.iter().enumerate() {
+            assert!(t.starts_with(&format!("block {i} ")));
+        }
+    }
+}

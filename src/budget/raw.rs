@@ -1,0 +1,223 @@
+//! Reading JSON without re-spelling it: the members of an object and the elements of an array
+//! as byte ranges of the text they came from, so that a page is cut out of the server's own
+//! bytes (numbers, escapes, key order and spacing intact) instead of being re-serialized.
+
+use std::ops::Range;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// The byte range of `inner` inside `outer` (`inner` must be a slice of `outer`).
+pub fn span(outer: &str, inner: &str) -> Range<usize> {
+    let start = (inner.as_ptr() as usize).saturating_sub(outer.as_ptr() as usize);
+    start..start + inner.len()
+}
+
+/// The members of the JSON object `text`, in order: (key, value range in `text`).
+pub fn members(text: &str) -> Option<Vec<(String, Range<usize>)>> {
+    struct Members<'a>(&'a str);
+    impl<'de> Visitor<'de> for Members<'de> {
+        type Value = Vec<(String, Range<usize>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some((key, value)) = map.next_entry::<String, &'de RawValue>()? {
+                out.push((key, span(self.0, value.get())));
+            }
+            Ok(out)
+        }
+    }
+    let trimmed = text.trim_start();
+    if !trimmed.starts_with('{') {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.deserialize_map(Members(text)).ok()
+}
+
+/// The elements of the JSON array `text`: their ranges in `text`.
+pub fn elements(text: &str) -> Option<Vec<Range<usize>>> {
+    if !text.trim_start().starts_with('[') {
+        return None;
+    }
+    let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+    Some(items.iter().map(|item| span(text, item.get())).collect())
+}
+
+/// One step of a path into a document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// An array found in a document: where it is, and its elements' ranges (all in the document).
+#[derive(Debug, Clone)]
+pub struct FoundArray {
+    pub path: Vec<Step>,
+    pub span: Range<usize>,
+    pub elements: Vec<Range<usize>>,
+}
+
+/// How deep the search for the largest array goes.
+const MAX_DEPTH: usize = 8;
+
+/// The largest array (in bytes) of `doc`, at its root or nested in objects and arrays, among
+/// those with at least two elements, none of them over `max_element` bytes (an array with a
+/// larger element could not be paged: a list nested in that element may be); the shallowest
+/// wins a tie.
+pub fn largest_array(doc: &str, max_element: usize) -> Option<FoundArray> {
+    let mut best: Option<FoundArray> = None;
+    search(
+        doc,
+        0..doc.len(),
+        &mut Vec::new(),
+        0,
+        max_element,
+        &mut best,
+    );
+    best
+}
+
+fn search(
+    doc: &str,
+    range: Range<usize>,
+    path: &mut Vec<Step>,
+    depth: usize,
+    max_element: usize,
+    best: &mut Option<FoundArray>,
+) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let text = &doc[range.clone()];
+    let offset = range.start;
+    let first = text.trim_start().as_bytes().first().copied();
+    match first {
+        Some(b'[') => {
+            let Some(elements) = elements(text) else {
+                return;
+            };
+            let shift = |r: &Range<usize>| r.start + offset..r.end + offset;
+            let elements: Vec<Range<usize>> = elements.iter().map(shift).collect();
+            let size = text.trim().len();
+            if elements.len() >= 2
+                && elements.iter().all(|e| e.len() <= max_element)
+                && best.as_ref().is_none_or(|b| size > b.span.len())
+            {
+                let start = offset + (text.len() - text.trim_start().len());
+                *best = Some(FoundArray {
+                    path: path.clone(),
+                    span: start..start + size,
+                    elements: elements.clone(),
+                });
+            }
+            for (index, element) in elements.into_iter().enumerate() {
+                // Only an element larger than the best so far can hold a larger array.
+                if best.as_ref().is_some_and(|b| element.len() <= b.span.len()) {
+                    continue;
+                }
+                path.push(Step::Index(index));
+                search(doc, element, path, depth + 1, max_element, best);
+                path.pop();
+            }
+        }
+        Some(b'{') => {
+            let Some(members) = members(text) else { return };
+            for (key, value) in members {
+                let value = value.start + offset..value.end + offset;
+                if best.as_ref().is_some_and(|b| value.len() <= b.span.len()) {
+                    continue;
+                }
+                path.push(Step::Key(key));
+                search(doc, value, path, depth + 1, max_element, best);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The array at `path` in `doc`, when there is one.
+pub fn array_at(doc: &str, path: &[Step]) -> Option<FoundArray> {
+    let mut range = 0..doc.len();
+    for step in path {
+        let text = &doc[range.clone()];
+        let inner = match step {
+            Step::Key(key) => {
+                members(text)?
+                    .into_iter()
+                    .rev() // the last of duplicate keys is the one a parser keeps
+                    .find(|(k, _)| k == key)?
+                    .1
+            }
+            Step::Index(index) => elements(text)?.get(*index)?.clone(),
+        };
+        range = inner.start + range.start..inner.end + range.start;
+    }
+    let text = &doc[range.clone()];
+    let elements = elements(text)?
+        .into_iter()
+        .map(|r| r.start + range.start..r.end + range.start)
+        .collect();
+    let start = range.start + (text.len() - text.trim_start().len());
+    Some(FoundArray {
+        path: path.to_vec(),
+        span: start..start + text.trim().len(),
+        elements,
+    })
+}
+
+/// The path as JSONPath text, for notices (`$.entries`, `$[0].children`).
+pub fn path_text(path: &[Step]) -> String {
+    let mut out = String::from("$");
+    for step in path {
+        match step {
+            Step::Key(key) if key.chars().all(|c| c.is_alphanumeric() || c == '_') => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Step::Key(key) => out.push_str(&format!("[{}]", serde_json::Value::from(key.as_str()))),
+            Step::Index(index) => out.push_str(&format!("[{index}]")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_and_elements_are_ranges_of_the_original_bytes() {
+        let doc = r#"{"a": 1.50, "b" : [1e3, -0, "\u00e9"], "c":{"d":[1,2]}}"#;
+        let m = members(doc).unwrap();
+        assert_eq!(m[0].0, "a");
+        assert_eq!(&doc[m[0].1.clone()], "1.50");
+        let b = &doc[m[1].1.clone()];
+        let e = elements(b).unwrap();
+        let texts: Vec<&str> = e.iter().map(|r| &b[r.clone()]).collect();
+        assert_eq!(texts, vec!["1e3", "-0", r#""\u00e9""#]);
+    }
+
+    #[test]
+    fn the_largest_array_is_found_where_it_is() {
+        let doc = r#"{"meta":{"n":3},"x":[1,2],"data":{"rows":[{"v":"aaaa"},{"v":"bbbb"},{"v":"cccc"}]}}"#;
+        let found = largest_array(doc, 1000).unwrap();
+        assert_eq!(
+            found.path,
+            vec![Step::Key("data".into()), Step::Key("rows".into())]
+        );
+        assert_eq!(found.elements.len(), 3);
+        assert_eq!(&doc[found.elements[1].clone()], r#"{"v":"bbbb"}"#);
+        assert_eq!(path_text(&found.path), "$.data.rows");
+        let again = array_at(doc, &found.path).unwrap();
+        assert_eq!(again.span, found.span);
+        // The root holds everything; with an element over the limit, the list inside it.
+        let root = "[ [1,2,3,4,5,6,7,8,9], [1] ]";
+        assert_eq!(largest_array(root, 1000).unwrap().path, vec![]);
+        assert_eq!(largest_array(root, 10).unwrap().path, vec![Step::Index(0)]);
+    }
+}

@@ -1,0 +1,227 @@
+//! The result cache: the upstream result of a paged call, kept so that the pages after the
+//! first are served without running the tool again.
+//!
+//! Why: a tool may have side effects, and re-running a big query for each page costs the
+//! server (and the proxy) the whole result again, so a chain of pages grows with the square
+//! of its size. Entries are scoped: each session gets its own scope, and no lookup crosses
+//! scopes. Memory is bounded in bytes: the least recently used entries are evicted to stay
+//! under the limit, and an entry older than the TTL is never served.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// What defines one cached result within a scope (the selection digest of the call).
+pub type EntryKey = [u8; 16];
+
+/// The default limit of the cache, in bytes of results held.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The default time a result is kept.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(600);
+
+struct Entry {
+    result: Arc<str>,
+    stored: Instant,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<(u64, EntryKey), Entry>,
+    /// Least recently used first: tick → entry.
+    order: BTreeMap<u64, (u64, EntryKey)>,
+    tick: u64,
+    bytes: usize,
+}
+
+/// Counters, for logs and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub bytes: usize,
+    pub entries: usize,
+}
+
+/// A byte-bounded, TTL-limited LRU of upstream results, shared by the sessions of one proxy.
+pub struct ResultCache {
+    limit: usize,
+    ttl: Duration,
+    inner: Mutex<Inner>,
+    next_scope: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+}
+
+impl std::fmt::Debug for ResultCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultCache")
+            .field("limit", &self.limit)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResultCache {
+    pub fn new(limit: usize, ttl: Duration) -> ResultCache {
+        ResultCache {
+            limit,
+            ttl,
+            inner: Mutex::new(Inner::default()),
+            next_scope: AtomicU64::new(1),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new scope (one per session).
+    pub fn scope(&self) -> u64 {
+        self.next_scope.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The result stored under `key` in `scope`, if it is there and not too old.
+    pub fn get(&self, scope: u64, key: &EntryKey) -> Option<Arc<str>> {
+        let mut inner = self.inner();
+        let inner = &mut *inner;
+        let found = match inner.entries.get_mut(&(scope, *key)) {
+            Some(entry) if entry.stored.elapsed() <= self.ttl => {
+                inner.order.remove(&entry.tick);
+                inner.tick += 1;
+                entry.tick = inner.tick;
+                inner.order.insert(entry.tick, (scope, *key));
+                Some(entry.result.clone())
+            }
+            Some(_) => {
+                remove(inner, &(scope, *key));
+                None
+            }
+            None => None,
+        };
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Stores `result`; older entries are evicted to make room. A result larger than the
+    /// whole cache is not stored (returns false).
+    pub fn put(&self, scope: u64, key: EntryKey, result: Arc<str>) -> bool {
+        if result.len() > self.limit {
+            return false;
+        }
+        let mut inner = self.inner();
+        let inner = &mut *inner;
+        remove(inner, &(scope, key));
+        while inner.bytes + result.len() > self.limit {
+            let Some((_, oldest)) = inner.order.pop_first() else {
+                break;
+            };
+            if let Some(entry) = inner.entries.remove(&oldest) {
+                inner.bytes -= entry.result.len();
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        inner.tick += 1;
+        let tick = inner.tick;
+        inner.bytes += result.len();
+        inner.order.insert(tick, (scope, key));
+        inner.entries.insert(
+            (scope, key),
+            Entry {
+                result,
+                stored: Instant::now(),
+                tick,
+            },
+        );
+        true
+    }
+
+    /// Drops every entry of `scope` (its session ended).
+    pub fn forget(&self, scope: u64) {
+        let mut inner = self.inner();
+        let keys: Vec<(u64, EntryKey)> = inner
+            .entries
+            .keys()
+            .filter(|(s, _)| *s == scope)
+            .copied()
+            .collect();
+        for key in keys {
+            remove(&mut inner, &key);
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let inner = self.inner();
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            bytes: inner.bytes,
+            entries: inner.entries.len(),
+        }
+    }
+}
+
+fn remove(inner: &mut Inner, key: &(u64, EntryKey)) {
+    if let Some(entry) = inner.entries.remove(key) {
+        inner.order.remove(&entry.tick);
+        inner.bytes -= entry.result.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_never_cross_and_bytes_stay_bounded() {
+        let cache = ResultCache::new(100, Duration::from_secs(60));
+        let (a, b) = (cache.scope(), cache.scope());
+        assert!(cache.put(a, [1; 16], Arc::from("x".repeat(40))));
+        assert!(cache.get(b, &[1; 16]).is_none(), "another session's entry");
+        assert!(cache.get(a, &[1; 16]).is_some());
+        assert!(cache.put(a, [2; 16], Arc::from("y".repeat(40))));
+        // [1] was used last-but-one, [2] last: a third entry evicts [1].
+        assert!(cache.put(b, [3; 16], Arc::from("z".repeat(40))));
+        assert!(cache.get(a, &[1; 16]).is_none());
+        assert!(cache.get(a, &[2; 16]).is_some());
+        assert!(cache.stats().bytes <= 100);
+        assert_eq!(cache.stats().evictions, 1);
+        assert!(
+            !cache.put(a, [4; 16], Arc::from("w".repeat(101))),
+            "over the whole limit"
+        );
+        cache.forget(a);
+        assert!(cache.get(a, &[2; 16]).is_none());
+        assert!(cache.get(b, &[3; 16]).is_some());
+    }
+
+    #[test]
+    fn an_entry_past_its_ttl_is_not_served() {
+        let cache = ResultCache::new(100, Duration::ZERO);
+        let scope = cache.scope();
+        cache.put(scope, [1; 16], Arc::from("x"));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(cache.get(scope, &[1; 16]).is_none());
+        assert_eq!(cache.stats().bytes, 0);
+    }
+}

@@ -1,0 +1,260 @@
+//! Automatic paging through the real binary, with no policy or a policy without rules for the
+//! tools: the real quirky server behind, results followed page by page as a client would.
+
+mod common;
+
+use common::{Peer, example, handshake};
+use serde_json::{Value, json};
+
+struct Client {
+    peer: Peer,
+    next_id: u64,
+}
+
+impl Client {
+    /// The proxy with `options` in front of the quirky server, initialized, tools listed.
+    async fn start(options: &[&str]) -> Client {
+        let quirky = example("quirky_server");
+        let mut peer = Peer::proxy(options, &[quirky.to_str().unwrap()]);
+        handshake(&mut peer).await;
+        let mut client = Client { peer, next_id: 10 };
+        client.request("tools/list", json!({})).await;
+        client
+    }
+
+    /// One request; returns (the response, its line).
+    async fn request(&mut self, method: &str, params: Value) -> (Value, String) {
+        self.next_id += 1;
+        let request =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        self.peer.send(&request.to_string()).await;
+        loop {
+            let line = self.peer.recv().await;
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == self.next_id {
+                return (message, line);
+            }
+        }
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> (Value, String) {
+        let (message, line) = self
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await;
+        (message["result"].clone(), line)
+    }
+
+    /// How many times each tool ran on the server.
+    async fn executions(&mut self) -> Value {
+        self.call("executions", json!({})).await.0["structuredContent"].clone()
+    }
+}
+
+/// The cursor a page's notice gives, if any.
+fn next_after(result: &Value) -> Option<String> {
+    let blocks = result["content"].as_array()?;
+    let notice = blocks.last()?["text"].as_str()?;
+    let start = notice.find("after:\"")? + "after:\"".len();
+    let end = notice[start..].find('"')? + start;
+    Some(notice[start..end].to_string())
+}
+
+/// Follows a chain of pages of `tool`; returns each page's result and response line.
+async fn chain(client: &mut Client, tool: &str, arguments: Value) -> Vec<(Value, String)> {
+    let mut pages = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = arguments.clone();
+        if let Some(cursor) = &after {
+            args["after"] = json!(cursor);
+        }
+        let (result, line) = client.call(tool, args).await;
+        assert_ne!(result["isError"], true, "{line}");
+        after = next_after(&result);
+        pages.push((result, line));
+        if after.is_none() {
+            return pages;
+        }
+        assert!(pages.len() < 100, "the chain does not end");
+    }
+}
+
+/// The text of a page: its blocks but the notice, joined.
+fn page_text(result: &Value) -> String {
+    let blocks = result["content"].as_array().unwrap();
+    blocks[..blocks.len() - 1]
+        .iter()
+        .map(|b| b["text"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn without_a_policy_a_long_text_is_paged_and_the_pages_are_the_text() {
+    let mut proxied = Client::start(&[]).await;
+    let arguments = json!({"bytes": 450_000, "line": 100});
+    let pages = chain(&mut proxied, "big", arguments.clone()).await;
+    assert!(pages.len() >= 3, "{} pages", pages.len());
+    let mut direct = Peer::quirky();
+    handshake(&mut direct).await;
+    direct
+        .send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "big", "arguments": arguments}}).to_string())
+        .await;
+    let whole: Value = direct.recv_json().await;
+    let whole = whole["result"]["content"][0]["text"].as_str().unwrap();
+    let mut joined = String::new();
+    for (result, line) in &pages {
+        let size = line.len() - line.find(r#""result":"#).unwrap();
+        assert!(size < 200_000, "a page of {size} bytes");
+        joined.push_str(&page_text(result));
+    }
+    assert_eq!(joined, whole, "the pages concatenate to the server's text");
+    // The first page says where it is and how to go on; the last says it is the last.
+    let first = pages[0].0["content"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(first.contains("lines 1-"), "{first}");
+    assert!(first.contains("of 4500"), "{first}");
+    let last = pages.last().unwrap().0["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(last.ends_with("This is the last page."), "{last}");
+    // The server ran once for the whole chain: the next pages came from the cache.
+    assert_eq!(proxied.executions().await["big"], 1);
+}
+
+#[tokio::test]
+async fn tools_gain_only_after_spliced_into_the_servers_bytes() {
+    let quirky = example("quirky_server");
+    let mut direct = Peer::quirky();
+    handshake(&mut direct).await;
+    let mut proxied = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
+    handshake(&mut proxied).await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    direct.send(list).await;
+    proxied.send(list).await;
+    // The server logs before it answers; the answer is the line with the id.
+    let mut direct_line = direct.recv().await;
+    while !direct_line.contains(r#""id":2"#) {
+        direct_line = direct.recv().await;
+    }
+    let mut proxied_line = proxied.recv().await;
+    while !proxied_line.contains(r#""id":2"#) {
+        proxied_line = proxied.recv().await;
+    }
+    let (direct, proxied) = (direct_line, proxied_line);
+    assert_ne!(direct, proxied);
+    let after = format!(
+        r#""after":{}"#,
+        json!({"type": "string", "description": mcp_budget::budget::descriptor::AUTO_AFTER})
+    );
+    let restored = proxied
+        .replace(&format!(r#""properties":{{{after}}},"#), "")
+        .replace(&format!("{after},"), "");
+    assert_eq!(
+        restored, direct,
+        "nothing but `after` changed, byte for byte"
+    );
+    let tools: Value = serde_json::from_str(&proxied).unwrap();
+    for tool in tools["result"]["tools"].as_array().unwrap() {
+        assert_eq!(
+            tool["inputSchema"]["properties"]["after"]["type"], "string",
+            "{}",
+            tool["name"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn what_cannot_be_split_is_refused_with_the_tools_own_arguments() {
+    let mut proxied = Client::start(&[]).await;
+    // One line of 300,000 bytes: more than the whole budget.
+    let (result, line) = proxied.call("big", json!({"bytes": 300_000})).await;
+    assert_eq!(result["isError"], true, "{line}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("result-too-large: big's result is 3000"),
+        "{text}"
+    );
+    assert!(
+        text.contains("line 1 of its text alone is 300000 bytes"),
+        "{text}"
+    );
+    assert!(text.contains("(bytes, line)"), "{text}");
+    assert!(
+        !text.contains("policy"),
+        "operator advice is for the log: {text}"
+    );
+    // Under the budget: untouched.
+    let mut direct = Peer::quirky();
+    handshake(&mut direct).await;
+    let small = json!({"bytes": 10});
+    direct
+        .send(&json!({"jsonrpc": "2.0", "id": proxied.next_id + 1, "method": "tools/call", "params": {"name": "big", "arguments": small}}).to_string())
+        .await;
+    let (_, through) = proxied.call("big", small).await;
+    assert_eq!(through, direct.recv().await);
+}
+
+#[tokio::test]
+async fn a_tool_with_side_effects_runs_once_per_chain_and_is_never_rerun() {
+    let mut proxied = Client::start(&[]).await;
+    let pages = chain(&mut proxied, "journal", json!({"lines": 20_000})).await;
+    assert!(pages.len() >= 3);
+    let joined: String = pages.iter().map(|(r, _)| page_text(r)).collect();
+    let expected: String = (1..=20_000)
+        .map(|i| format!("entry {i:06}: the journal line\n"))
+        .collect();
+    assert_eq!(joined, expected);
+    assert_eq!(proxied.executions().await["journal"], 1);
+}
+
+#[tokio::test]
+async fn when_the_cache_cannot_hold_a_result_read_only_tools_are_recalled_and_others_refused() {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("tiny-cache.toml");
+    std::fs::write(&policy, "[budget]\ncache_bytes = 1000\n").unwrap();
+    let mut proxied = Client::start(&["--policy", policy.to_str().unwrap()]).await;
+    // A read-only tool: the chain goes on, the tool is called again for each page.
+    let pages = chain(&mut proxied, "big", json!({"bytes": 450_000, "line": 100})).await;
+    let joined: String = pages.iter().map(|(r, _)| page_text(r)).collect();
+    assert_eq!(joined.len(), 450_000);
+    assert_eq!(
+        proxied.executions().await["big"],
+        pages.len() as u64,
+        "one execution per page"
+    );
+    // A tool with side effects: page 2 is refused, clearly, and the tool is not run again.
+    let (first, _) = proxied.call("journal", json!({"lines": 20_000})).await;
+    let cursor = next_after(&first).expect("a second page");
+    let (second, line) = proxied
+        .call("journal", json!({"lines": 20_000, "after": cursor}))
+        .await;
+    assert_eq!(second["isError"], true, "{line}");
+    let text = second["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("no longer in mcp-budget's cache") && text.contains("without after"),
+        "{text}"
+    );
+    assert_eq!(proxied.executions().await["journal"], 1);
+    // A cursor for other arguments is refused as such.
+    let (other, _) = proxied
+        .call(
+            "journal",
+            json!({"lines": 5, "after": next_after(&first).unwrap()}),
+        )
+        .await;
+    assert!(
+        other["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("different query"),
+        "{other}"
+    );
+}
