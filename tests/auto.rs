@@ -149,13 +149,7 @@ async fn tools_gain_only_after_spliced_into_the_servers_bytes() {
     }
     let (direct, proxied) = (direct_line, proxied_line);
     assert_ne!(direct, proxied);
-    let after = format!(
-        r#""after":{}"#,
-        json!({"type": "string", "description": mcp_budget::budget::descriptor::AUTO_AFTER})
-    );
-    let restored = proxied
-        .replace(&format!(r#""properties":{{{after}}},"#), "")
-        .replace(&format!("{after},"), "");
+    let restored = common::without_auto_after(&proxied);
     assert_eq!(
         restored, direct,
         "nothing but `after` changed, byte for byte"

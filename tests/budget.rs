@@ -406,15 +406,9 @@ async fn tools_without_a_rule_gain_only_after_and_are_still_budgeted() {
     direct.send(list).await;
     proxied.send(list).await;
     // Automatic paging adds `after` to each tool no rule governs, and changes nothing else.
-    let after = format!(
-        r#""after":{}"#,
-        json!({"type": "string", "description": mcp_budget::budget::descriptor::AUTO_AFTER})
-    );
     for _ in 0..2 {
         let through = proxied.recv().await;
-        let restored = through
-            .replace(&format!(r#""properties":{{{after}}},"#), "")
-            .replace(&format!("{after},"), "");
+        let restored = common::without_auto_after(&through);
         assert_eq!(direct.recv().await, restored);
     }
     let big = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"big","arguments":{"bytes":300000}}}"#;

@@ -134,6 +134,16 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
             .unwrap()
             .shift_remove("after");
         assert!(after.is_some(), "{tool}");
+        // And the continuation fields a paged structuredContent may carry.
+        if let Some(output) = tool
+            .get_mut("outputSchema")
+            .and_then(|schema| schema.get_mut("properties"))
+            .and_then(Value::as_object_mut)
+        {
+            for name in ["next_after", "total_count", "notice", "mcp_budget"] {
+                assert!(output.shift_remove(name).is_some(), "{name}");
+            }
+        }
     }
     assert_eq!(direct, proxied);
     assert_eq!(

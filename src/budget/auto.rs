@@ -221,37 +221,38 @@ fn mirror(structured: &str, blocks: &[Block<'_>], room: usize) -> Mirror {
         return Mirror::None;
     };
     for (index, block) in blocks.iter().enumerate() {
-        match &block.kind {
-            Kind::Items { doc, array, .. } => {
-                if serde_json::from_str::<serde_json::Value>(doc).ok().as_ref() == Some(&value)
-                    && let Some(array) = raw::array_at(structured, &array.path)
-                {
-                    return Mirror::Json {
-                        block: index,
-                        array,
-                    };
-                }
-            }
-            Kind::Lines { literal } => {
-                let Ok(text) = serde_json::from_str::<String>(&block.raw[literal.clone()]) else {
-                    continue;
+        if let Kind::Items { doc, array, .. } = &block.kind
+            && serde_json::from_str::<serde_json::Value>(doc).ok().as_ref() == Some(&value)
+            && let Some(array) = raw::array_at(structured, &array.path)
+        {
+            return Mirror::Json {
+                block: index,
+                array,
+            };
+        }
+        // The text itself as a field (server-filesystem: {"content": <the text>}).
+        let literal = match &block.kind {
+            Kind::Lines { literal } | Kind::Items { literal, .. } => literal,
+            Kind::Whole => continue,
+        };
+        let Ok(text) = serde_json::from_str::<String>(&block.raw[literal.clone()]) else {
+            continue;
+        };
+        let Some(members) = raw::members(structured) else {
+            continue;
+        };
+        for (_, range) in members {
+            if structured[range.clone()].starts_with('"')
+                && serde_json::from_str::<String>(&structured[range.clone()])
+                    .ok()
+                    .as_ref()
+                    == Some(&text)
+            {
+                return Mirror::Field {
+                    block: index,
+                    member: range,
                 };
-                let Some(members) = raw::members(structured) else {
-                    continue;
-                };
-                for (_, range) in members {
-                    if structured[range.clone()].starts_with('"')
-                        && serde_json::from_str::<String>(&structured[range.clone()]).ok()
-                            == Some(text.clone())
-                    {
-                        return Mirror::Field {
-                            block: index,
-                            member: range,
-                        };
-                    }
-                }
             }
-            Kind::Whole => {}
         }
     }
     match raw::largest_array(structured, room / 2) {
@@ -540,18 +541,22 @@ impl Parts<'_> {
         let cursor = next.map(|n| key.mint(&n.to_position(), digest));
         let (notice, total_count) = self.notice(at, taken, tool, cursor.as_deref());
         let mut blocks: Vec<String> = Vec::new();
+        // The text literal written for each taken text block, for a structured field mirror.
+        let mut literals: Vec<(usize, String)> = Vec::new();
         for t in taken.iter().filter(|t| t.piece < self.blocks.len()) {
             let block = &self.blocks[t.piece];
             match &block.kind {
                 Kind::Whole => blocks.push(block.raw.to_string()),
                 Kind::Lines { literal } => {
                     let inner = &block.raw[literal.start + 1..literal.end - 1];
+                    let text = format!("\"{}\"", &inner[t.from..t.to]);
                     blocks.push(format!(
-                        "{}\"{}\"{}",
+                        "{}{}{}",
                         &block.raw[..literal.start],
-                        &inner[t.from..t.to],
+                        text,
                         &block.raw[literal.end..]
                     ));
+                    literals.push((t.piece, text));
                 }
                 Kind::Items {
                     literal,
@@ -566,6 +571,7 @@ impl Parts<'_> {
                         text,
                         &block.raw[literal.end..]
                     ));
+                    literals.push((t.piece, text));
                 }
             }
         }
@@ -584,19 +590,10 @@ impl Parts<'_> {
                     }
                 }
                 Mirror::Field { block, member } => {
-                    let value = match taken.iter().find(|t| t.piece == *block) {
-                        Some(t) => {
-                            let block = &self.blocks[*block];
-                            match &block.kind {
-                                Kind::Lines { literal } => {
-                                    let inner = &block.raw[literal.start + 1..literal.end - 1];
-                                    format!("\"{}\"", &inner[t.from..t.to])
-                                }
-                                _ => "\"\"".to_string(),
-                            }
-                        }
-                        None => "\"\"".to_string(),
-                    };
+                    let value = literals
+                        .iter()
+                        .find(|(piece, _)| piece == block)
+                        .map_or("\"\"", |(_, text)| text.as_str());
                     format!("{}{}{}", &doc[..member.start], value, &doc[member.end..])
                 }
             };

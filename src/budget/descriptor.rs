@@ -302,10 +302,33 @@ pub fn rewrite_output_schema(schema: &mut Value, items: &Items) {
 /// How the `after` that automatic paging adds is described to the model.
 pub const AUTO_AFTER: &str = "Continue a result that mcp-budget paged: pass the next_after value of the previous page, with the other arguments unchanged. Leave it out for the first page.";
 
+/// The fields a paged `structuredContent` gains, as they are declared in an `outputSchema`.
+pub fn continuation_properties() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "next_after",
+            json!({"type": "string", "description": "Set by mcp-budget when more pages remain: pass it as after for the next page."}),
+        ),
+        (
+            "total_count",
+            json!({"type": "integer", "description": "Set by mcp-budget on a paged result: how many items (or lines) the whole result holds."}),
+        ),
+        (
+            "notice",
+            json!({"type": "string", "description": "Set by mcp-budget on a paged result: what this page holds."}),
+        ),
+        (
+            "mcp_budget",
+            json!({"type": "object", "description": "Set by mcp-budget when the result already uses the names above: the page's continuation."}),
+        ),
+    ]
+}
+
 /// Adds the optional `after` argument to the input schema of each tool that `wants` names,
-/// splicing it into the server's own text of the `tools/list` result, so that nothing else
-/// in it changes. A tool that has an `after` argument of its own keeps it. `None` when
-/// nothing was added.
+/// and declares the continuation fields in its output schema (a client validates
+/// `structuredContent` against it, and a schema may forbid other properties), splicing both
+/// into the server's own text of the `tools/list` result, so that nothing else in it changes.
+/// A tool that has an `after` argument of its own keeps it. `None` when nothing was added.
 pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<String> {
     use super::raw;
     let find = |members: &[(String, std::ops::Range<usize>)], name: &str| {
@@ -318,10 +341,11 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
     let members = raw::members(result)?;
     let tools_at = find(&members, "tools")?;
     let tools = &result[tools_at.clone()];
-    let property = format!(
-        "\"after\":{}",
-        json!({"type": "string", "description": AUTO_AFTER})
-    );
+    let after = vec![(
+        "after",
+        json!({"type": "string", "description": AUTO_AFTER}),
+    )];
+    let continuation = continuation_properties();
     let mut inserts: Vec<(usize, String)> = Vec::new();
     for element in raw::elements(tools)? {
         let tool = &tools[element.clone()];
@@ -337,45 +361,20 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
         if !wants(&name) {
             continue;
         }
-        let Some(schema_at) = find(&members, "inputSchema") else {
-            continue;
-        };
-        let schema = &tool[schema_at.clone()];
-        let Some(schema_members) = raw::members(schema) else {
-            continue;
-        };
-        let at = at + schema_at.start;
-        match find(&schema_members, "properties") {
-            Some(props_at) => {
-                let props = &tool[schema_at.start + props_at.start..schema_at.start + props_at.end];
-                let Some(props_members) = raw::members(props) else {
-                    continue;
-                };
-                if props_members.iter().any(|(k, _)| k == "after") {
-                    continue; // the tool's own
-                }
-                let Some(open) = props.find('{') else {
-                    continue;
-                };
-                let comma = if props_members.is_empty() { "" } else { "," };
-                inserts.push((at + props_at.start + open + 1, format!("{property}{comma}")));
-            }
-            None => {
-                let Some(open) = schema.find('{') else {
-                    continue;
-                };
-                let comma = if schema_members.is_empty() { "" } else { "," };
-                inserts.push((
-                    at + open + 1,
-                    format!("\"properties\":{{{property}}}{comma}"),
-                ));
+        for (schema, properties) in [("inputSchema", &after), ("outputSchema", &continuation)] {
+            if let Some(schema_at) = find(&members, schema)
+                && let Some(insert) = insert_properties(&tool[schema_at.clone()], properties)
+            {
+                inserts.push((at + schema_at.start + insert.0, insert.1));
             }
         }
     }
     if inserts.is_empty() {
         return None;
     }
-    let mut out = String::with_capacity(result.len() + inserts.len() * property.len());
+    inserts.sort_by_key(|(at, _)| *at);
+    let mut out =
+        String::with_capacity(result.len() + inserts.iter().map(|i| i.1.len()).sum::<usize>());
     let mut from = 0;
     for (at, text) in inserts {
         out.push_str(&result[from..at]);
@@ -384,6 +383,44 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
     }
     out.push_str(&result[from..]);
     Some(out)
+}
+
+/// Where to splice `properties` into the object schema `schema` (its own text), and what:
+/// into its `properties`, or a new `properties`. Names it already has are left alone; `None`
+/// when there is nothing to add or `schema` is not an object schema.
+fn insert_properties(schema: &str, properties: &[(&str, Value)]) -> Option<(usize, String)> {
+    use super::raw;
+    let members = raw::members(schema)?;
+    let props_at = members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "properties")
+        .map(|(_, r)| r.clone());
+    let existing = match &props_at {
+        Some(at) => raw::members(&schema[at.clone()])?,
+        None => Vec::new(),
+    };
+    let added: Vec<String> = properties
+        .iter()
+        .filter(|(name, _)| !existing.iter().any(|(k, _)| k == name))
+        .map(|(name, value)| format!("{}:{value}", Value::from(*name)))
+        .collect();
+    if added.is_empty() {
+        return None;
+    }
+    let added = added.join(",");
+    match props_at {
+        Some(at) => {
+            let open = schema[at.clone()].find('{')?;
+            let comma = if existing.is_empty() { "" } else { "," };
+            Some((at.start + open + 1, format!("{added}{comma}")))
+        }
+        None => {
+            let open = schema.find('{')?;
+            let comma = if members.is_empty() { "" } else { "," };
+            Some((open + 1, format!("\"properties\":{{{added}}}{comma}")))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -353,6 +353,13 @@ pub fn without_auto_after(line: &str) -> String {
         r#""after":{}"#,
         serde_json::json!({"type": "string", "description": mcp_budget::budget::descriptor::AUTO_AFTER})
     );
+    let continuation: Vec<String> = mcp_budget::budget::descriptor::continuation_properties()
+        .into_iter()
+        .map(|(name, value)| format!("{}:{value}", serde_json::Value::from(name)))
+        .collect();
+    let continuation = continuation.join(",");
     line.replace(&format!(r#""properties":{{{after}}},"#), "")
         .replace(&format!("{after},"), "")
+        .replace(&format!(r#""properties":{{{continuation}}},"#), "")
+        .replace(&format!("{continuation},"), "")
 }

@@ -207,6 +207,78 @@ def wait_http(port, timeout=15.0):
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def strip_after(tool):
+    """A descriptor without what automatic paging adds: `after` and the continuation fields."""
+    tool = json.loads(json.dumps(tool))
+    schema = tool.get("inputSchema", {})
+    properties = schema.get("properties")
+    if isinstance(properties, dict) and properties.get("after", {}).get("description", "").startswith("Continue a result that mcp-budget paged"):
+        del properties["after"]
+    if properties == {}:
+        del schema["properties"]
+    # And the continuation fields declared in its output schema.
+    output = tool.get("outputSchema", {}).get("properties")
+    if isinstance(output, dict):
+        for name in [k for k, v in output.items() if isinstance(v, dict) and v.get("description", "").startswith("Set by mcp-budget")]:
+            del output[name]
+    return tool
+
+
+def wire_size(result):
+    """The bytes of a tool result as JSON (what the client receives, near enough)."""
+    return len(json.dumps(dump(result), separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def last_notice(result):
+    texts = [b.text for b in result.content if getattr(b, "type", "") == "text"]
+    return texts[-1] if texts else ""
+
+
+def cursor_in(notice):
+    return notice.split('after:"')[1].split('"')[0] if 'after:"' in notice else None
+
+
+def resolve(doc, path):
+    """The value at a JSONPath of the forms the proxy writes ($, $.a.b, $[0].c, $["x y"])."""
+    import re
+
+    for name, index, quoted in re.findall(r'\.([A-Za-z0-9_]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]', path[1:]):
+        doc = doc[name] if name else doc[int(index)] if index else doc[json.loads(quoted)]
+    return doc
+
+
+def reassemble(pages, texts):
+    """The whole result from its pages: texts concatenated, or (for a list paged out of a JSON
+    text) the first page's document with every page's items. `texts` gives each page's text."""
+    import re
+
+    notice = last_notice(pages[0])
+    found = re.search(r"items \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()", notice)
+    if not found:
+        return "".join(texts)
+    path = found.group(1)
+    whole = json.loads(texts[0])
+    items = resolve(whole, path)
+    for text in texts[1:]:
+        items.extend(resolve(json.loads(text), path))
+    return whole
+
+
+async def auto_chain(session, tool, arguments, structured_only=False):
+    """Follows automatic paging's chain: by the notice's cursor, or by structuredContent alone."""
+    pages, args = [], dict(arguments)
+    for _ in range(1000):
+        result = await session.call_tool(tool, args)
+        if result.isError:
+            raise RuntimeError(f"page {len(pages) + 1} is an error: {result.content[0].text[:300]}")
+        pages.append(result)
+        cursor = (result.structuredContent or {}).get("next_after") if structured_only else cursor_in(last_notice(result))
+        if not cursor:
+            return pages
+        args = dict(arguments, after=cursor)
+    raise RuntimeError("the chain does not end")
+
+
 def diff(a, b, path=""):
     """The first differing path between two transcripts, or None."""
     if type(a) is not type(b):
@@ -280,6 +352,12 @@ async def main():
         if reference is None or transcript is None:
             check(f"{label}: compared with direct", False, "a run is missing, so nothing was compared")
             return
+        # Automatic paging adds one optional `after` to each descriptor, and nothing else.
+        if "tools" in transcript:
+            missing = [t["name"] for t in transcript["tools"] if "after" not in t.get("inputSchema", {}).get("properties", {})]
+            check(f"{label}: every tool gained the automatic paging argument after", not missing, f"missing on {missing}")
+            transcript = dict(transcript, tools=[strip_after(t) for t in transcript["tools"]])
+            reference = dict(reference, tools=[strip_after(t) for t in reference["tools"]])
         # Known-unstable results are compared by shape, the rest by value: nothing is left out.
         a = {k: (shape(v) if k in unstable else v) for k, v in reference.items()}
         b = {k: (shape(v) if k in unstable else v) for k, v in transcript.items()}
@@ -395,6 +473,70 @@ async def main():
             await policy_check("git git_log (live)", "git.toml", [git_server, "--repository", repo], "git_log", {"repo_path": repo, "max_count": 150}, 16000, stdio_session(git_server, ["--repository", repo]))
     else:
         check("git git_log (live)", False, "MCP_BUDGET_GIT_SERVER is not set (run through tests/interop/run.sh)")
+
+    # Automatic paging, no policy: large results from the real servers, through the official
+    # SDK client. Every page fits the default 200,000-byte budget; the chain reassembles the
+    # direct result exactly, from content and from structuredContent; a client that reads only
+    # structuredContent finds the continuation there.
+    async def auto_check(label, command, args, tool, arguments, structured_field=None):
+        try:
+            async with stdio_session(command, args) as direct_session:
+                await direct_session.initialize()
+                whole = await direct_session.call_tool(tool, arguments)
+            whole_text = whole.content[0].text
+            async with stdio_session(proxy, ["--", command] + args) as session:
+                await session.initialize()
+                await session.list_tools()
+                pages = await auto_chain(session, tool, arguments)
+                sizes = [wire_size(p) for p in pages]
+                texts = ["".join(b.text for b in p.content[:-1] if b.type == "text") for p in pages]
+                rebuilt = reassemble(pages, texts)
+                expected = json.loads(whole_text) if not isinstance(rebuilt, str) else whole_text
+                ok = rebuilt == expected and len(pages) > 1 and max(sizes) < 200_000
+                detail = f"{len(pages)} pages, sizes {sizes[:4]}…, equal: {rebuilt == expected}"
+                if structured_field and ok:
+                    structured_pages = await auto_chain(session, tool, arguments, structured_only=True)
+                    stexts = [(p.structuredContent or {}).get(structured_field, "") for p in structured_pages]
+                    srebuilt = reassemble(structured_pages, stexts)
+                    continued = all((p.structuredContent or {}).get("next_after") for p in structured_pages[:-1])
+                    ok = srebuilt == expected and continued and len(structured_pages) == len(pages)
+                    detail += f"; structuredContent alone: {len(structured_pages)} pages, equal: {srebuilt == expected}, continuation on every page: {continued}"
+            check(f"{label} (no policy): {len(whole_text.encode())} bytes direct, {len(pages)} pages of at most {max(sizes)} bytes, reassembled exactly" + (" from content and from structuredContent" if structured_field else ""), ok, detail)
+        except Exception as error:
+            causes = getattr(error, "exceptions", None) or [error]
+            check(f"{label} (no policy)", False, "; ".join(f"{type(e).__name__}: {str(e)[:400]}" for e in causes))
+
+    with tempfile.TemporaryDirectory() as root:
+        root = os.path.realpath(root)
+        with open(os.path.join(root, "big.log"), "w") as f:
+            i = 0
+            while f.tell() < 3_000_000:
+                f.write(f"2026-11-20T12:00:{i % 60:02d}Z worker-{i % 7} stream st-{i % 240:04d} état ok — \"line\" {i}\n")
+                i += 1
+        tree = os.path.join(root, "tree")
+        for d in range(200):
+            os.makedirs(os.path.join(tree, f"dir-{d:03d}"))
+            for n in range(99):
+                open(os.path.join(tree, f"dir-{d:03d}", f"file-{n:02d}.txt"), "w").close()
+        await auto_check("filesystem read_text_file 3 MB", node, [filesystem, root], "read_text_file", {"path": os.path.join(root, "big.log")}, structured_field="content")
+        await auto_check("filesystem directory_tree of 20,000 entries", node, [filesystem, root], "directory_tree", {"path": tree}, structured_field="content")
+    if git_server:
+        with tempfile.TemporaryDirectory() as repo:
+            env = dict(os.environ, GIT_AUTHOR_NAME="Fleet Bot", GIT_AUTHOR_EMAIL="bot@example.com", GIT_COMMITTER_NAME="Fleet Bot", GIT_COMMITTER_EMAIL="bot@example.com")
+            subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env)
+            # 2,000 commits in one fast-import stream (a commit per process would take minutes).
+            stream = []
+            for i in range(2000):
+                message = f"Record entry {i}: the reviewer confirmed the change and the liveness probe\n"
+                content = f"entry {i}\n"
+                stream.append(f"commit refs/heads/main\ncommitter Fleet Bot <bot@example.com> {1700000000 + i} +0000\ndata {len(message.encode())}\n{message}")
+                stream.append(f"M 644 inline ledger.txt\ndata {len(content.encode())}\n{content}\n")
+            subprocess.run(["git", "-C", repo, "fast-import", "--quiet"], input="".join(stream).encode(), check=True, env=env)
+            subprocess.run(["git", "-C", repo, "checkout", "-q", "main"], check=True, env=env)
+            await auto_check("git git_log of 2,000 commits", git_server, ["--repository", repo], "git_log", {"repo_path": repo, "max_count": 2000})
+    for i in range(3000):
+        os.environ[f"MCP_BUDGET_AUTO_{i:04d}"] = f"value-{i}-" + "y" * 80
+    await auto_check("everything get-env of 3,000 variables", node, [everything], "get-env", {})
 
     print(f"{comparisons} results compared with a direct run")
     print(f"{passed} passed, {failed} failed")
