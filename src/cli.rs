@@ -41,9 +41,21 @@ pub struct Cli {
 /// How the proxy runs: policy, transports, limits.
 #[derive(Debug, Args, Clone, Default)]
 pub struct RunArgs {
-    /// Budget policy (TOML). Without it: no rules, and the 200000-byte cap on every tool result.
+    /// Budget policy (TOML). Without it: no rules, and every tool result over 200000 bytes is
+    /// paged automatically.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+
+    /// The result cache's limit in bytes, for all sessions together: later pages of a paged
+    /// result are served from it (least recently used evicted first). Overrides the policy's
+    /// budget.cache_bytes; default 64 MiB.
+    #[arg(long, value_name = "BYTES")]
+    pub cache_bytes: Option<usize>,
+
+    /// How long a paged result stays in the cache, in seconds. Overrides the policy's
+    /// budget.cache_ttl_secs; default 600.
+    #[arg(long, value_name = "SECS")]
+    pub cache_ttl_secs: Option<u64>,
 
     /// Refuse messages larger than this many bytes with a clear error (default 64 MiB).
     #[arg(long, value_name = "BYTES", default_value_t = crate::framing::DEFAULT_MAX_MESSAGE_BYTES)]

@@ -166,12 +166,18 @@ async fn proxy(
     record: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     let replaying = upstream.is_some();
-    let policy = match (&run.policy, replaying) {
+    let mut policy = match (&run.policy, replaying) {
         (Some(path), _) => Policy::load(path)?,
         // A replayed server answers exactly what was recorded, however large.
         (None, true) => Policy::uncapped(),
         (None, false) => Policy::default(),
     };
+    if let Some(bytes) = run.cache_bytes {
+        policy.cache_bytes = bytes;
+    }
+    if let Some(secs) = run.cache_ttl_secs {
+        policy.cache_ttl = Duration::from_secs(secs);
+    }
     let request_timeout = run
         .request_timeout_secs
         .map(|secs| seconds("--request-timeout-secs", secs))

@@ -252,3 +252,59 @@ async fn when_the_cache_cannot_hold_a_result_read_only_tools_are_recalled_and_ot
         "{other}"
     );
 }
+
+#[tokio::test]
+async fn an_expired_entry_is_never_served_and_the_ttl_is_a_flag() {
+    let mut proxied = Client::start(&["--cache-ttl-secs", "0"]).await;
+    let (first, _) = proxied.call("journal", json!({"lines": 20_000})).await;
+    let cursor = next_after(&first).expect("a second page");
+    let (second, line) = proxied
+        .call("journal", json!({"lines": 20_000, "after": cursor}))
+        .await;
+    assert_eq!(second["isError"], true, "{line}");
+    assert!(
+        second["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("results are kept 0 minutes"),
+        "{line}"
+    );
+    assert_eq!(proxied.executions().await["journal"], 1);
+}
+
+#[tokio::test]
+async fn auto_false_turns_automatic_paging_off() {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-auto-off-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("off.toml");
+    std::fs::write(&policy, "[budget]\nauto = false\n").unwrap();
+    let quirky = example("quirky_server");
+    let mut direct = Peer::quirky();
+    handshake(&mut direct).await;
+    let mut proxied = Peer::proxy(
+        &["--policy", policy.to_str().unwrap()],
+        &[quirky.to_str().unwrap()],
+    );
+    handshake(&mut proxied).await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    direct.send(list).await;
+    proxied.send(list).await;
+    for _ in 0..2 {
+        assert_eq!(
+            direct.recv().await,
+            proxied.recv().await,
+            "descriptors untouched"
+        );
+    }
+    let big = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "big", "arguments": {"bytes": 450_000, "line": 100}}});
+    proxied.send(&big.to_string()).await;
+    let reply = proxied.recv_json().await;
+    assert_eq!(reply["result"]["isError"], true);
+    assert!(
+        reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the 200000-byte cap"),
+        "{reply}"
+    );
+}
