@@ -15,13 +15,17 @@ use std::time::{Duration, Instant};
 /// What defines one cached result within a scope (the selection digest of the call).
 pub type EntryKey = [u8; 16];
 
+/// A cached result: read into its pieces once, so that each later page costs only its bytes.
+pub type Cached = crate::budget::auto::Prepared;
+
 /// The default limit of the cache, in bytes of results held.
 pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The default time a result is kept.
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(600);
 
 struct Entry {
-    result: Arc<str>,
+    result: Arc<Cached>,
+    bytes: usize,
     stored: Instant,
     tick: u64,
 }
@@ -96,7 +100,7 @@ impl ResultCache {
     }
 
     /// The result stored under `key` in `scope`, if it is there and not too old.
-    pub fn get(&self, scope: u64, key: &EntryKey) -> Option<Arc<str>> {
+    pub fn get(&self, scope: u64, key: &EntryKey) -> Option<Arc<Cached>> {
         let mut inner = self.inner();
         let inner = &mut *inner;
         let found = match inner.entries.get_mut(&(scope, *key)) {
@@ -124,30 +128,32 @@ impl ResultCache {
 
     /// Stores `result`; older entries are evicted to make room. A result larger than the
     /// whole cache is not stored (returns false).
-    pub fn put(&self, scope: u64, key: EntryKey, result: Arc<str>) -> bool {
-        if result.len() > self.limit {
+    pub fn put(&self, scope: u64, key: EntryKey, result: Arc<Cached>) -> bool {
+        let bytes = result.bytes();
+        if bytes > self.limit {
             return false;
         }
         let mut inner = self.inner();
         let inner = &mut *inner;
         remove(inner, &(scope, key));
-        while inner.bytes + result.len() > self.limit {
+        while inner.bytes + bytes > self.limit {
             let Some((_, oldest)) = inner.order.pop_first() else {
                 break;
             };
             if let Some(entry) = inner.entries.remove(&oldest) {
-                inner.bytes -= entry.result.len();
+                inner.bytes -= entry.bytes;
                 self.evictions.fetch_add(1, Ordering::Relaxed);
             }
         }
         inner.tick += 1;
         let tick = inner.tick;
-        inner.bytes += result.len();
+        inner.bytes += bytes;
         inner.order.insert(tick, (scope, key));
         inner.entries.insert(
             (scope, key),
             Entry {
                 result,
+                bytes,
                 stored: Instant::now(),
                 tick,
             },
@@ -184,7 +190,7 @@ impl ResultCache {
 fn remove(inner: &mut Inner, key: &(u64, EntryKey)) {
     if let Some(entry) = inner.entries.remove(key) {
         inner.order.remove(&entry.tick);
-        inner.bytes -= entry.result.len();
+        inner.bytes -= entry.bytes;
     }
 }
 
@@ -192,24 +198,30 @@ fn remove(inner: &mut Inner, key: &(u64, EntryKey)) {
 mod tests {
     use super::*;
 
+    /// A cached result of about `n` bytes.
+    fn result(n: usize) -> Arc<Cached> {
+        let text = format!(
+            r#"{{"content":[{{"type":"text","text":"{}"}}]}}"#,
+            "x".repeat(n.saturating_sub(37))
+        );
+        Arc::new(crate::budget::auto::prepare(Arc::from(text), 200_000).unwrap())
+    }
+
     #[test]
     fn scopes_never_cross_and_bytes_stay_bounded() {
         let cache = ResultCache::new(100, Duration::from_secs(60));
         let (a, b) = (cache.scope(), cache.scope());
-        assert!(cache.put(a, [1; 16], Arc::from("x".repeat(40))));
+        assert!(cache.put(a, [1; 16], result(40)));
         assert!(cache.get(b, &[1; 16]).is_none(), "another session's entry");
         assert!(cache.get(a, &[1; 16]).is_some());
-        assert!(cache.put(a, [2; 16], Arc::from("y".repeat(40))));
+        assert!(cache.put(a, [2; 16], result(40)));
         // [1] was used last-but-one, [2] last: a third entry evicts [1].
-        assert!(cache.put(b, [3; 16], Arc::from("z".repeat(40))));
+        assert!(cache.put(b, [3; 16], result(40)));
         assert!(cache.get(a, &[1; 16]).is_none());
         assert!(cache.get(a, &[2; 16]).is_some());
         assert!(cache.stats().bytes <= 100);
         assert_eq!(cache.stats().evictions, 1);
-        assert!(
-            !cache.put(a, [4; 16], Arc::from("w".repeat(101))),
-            "over the whole limit"
-        );
+        assert!(!cache.put(a, [4; 16], result(101)), "over the whole limit");
         cache.forget(a);
         assert!(cache.get(a, &[2; 16]).is_none());
         assert!(cache.get(b, &[3; 16]).is_some());
@@ -219,7 +231,7 @@ mod tests {
     fn an_entry_past_its_ttl_is_not_served() {
         let cache = ResultCache::new(100, Duration::ZERO);
         let scope = cache.scope();
-        cache.put(scope, [1; 16], Arc::from("x"));
+        cache.put(scope, [1; 16], result(40));
         std::thread::sleep(Duration::from_millis(2));
         assert!(cache.get(scope, &[1; 16]).is_none());
         assert_eq!(cache.stats().bytes, 0);

@@ -348,20 +348,15 @@ impl Interceptor {
                 &cursor_refusal(CursorError::Invalid, &name),
             ));
         };
-        if let Some(result) = self.budget.cache().get(self.scope, &digest) {
+        if let Some(prepared) = self.budget.cache().get(self.scope, &digest) {
             tracing::debug!(tool = %name, "page served from the result cache");
-            let answer = match auto::page(
-                &result,
-                at,
-                self.budget.policy().max_bytes,
-                &name,
-                self.budget.key(),
-                &digest,
-            ) {
+            let max = self.budget.policy().max_bytes;
+            let answer = match prepared.page(at, max, &name, self.budget.key(), &digest) {
                 Ok(page) => crate::jsonrpc::result_response(id, &page.result),
-                Err(why) => {
-                    crate::jsonrpc::tool_error(id, &self.unpageable(&name, &why, result.len()))
-                }
+                Err(why) => crate::jsonrpc::tool_error(
+                    id,
+                    &self.unpageable(&name, &why, prepared.result_len()),
+                ),
             };
             return CallDecision::Answer(answer);
         }
@@ -504,14 +499,15 @@ impl Interceptor {
             auto_digest(tool, &arguments)
         });
         let at = call.at.unwrap_or_default();
-        let page = auto::page(result, at, max, tool, self.budget.key(), &digest);
-        let bytes = match page {
-            Ok(page) => {
+        let prepared = auto::prepare(Arc::from(result), max).map(Arc::new);
+        let page = match &prepared {
+            Ok(prepared) => prepared.page(at, max, tool, self.budget.key(), &digest),
+            Err(why) => Err(why.clone()),
+        };
+        let bytes = match (page, prepared) {
+            (Ok(page), Ok(prepared)) => {
                 if page.next.is_some() {
-                    let stored = self
-                        .budget
-                        .cache()
-                        .put(self.scope, digest, Arc::from(result));
+                    let stored = self.budget.cache().put(self.scope, digest, prepared);
                     if !stored {
                         tracing::warn!(
                             tool,
@@ -528,7 +524,7 @@ impl Interceptor {
                 );
                 page.result.into_bytes()
             }
-            Err(why) => {
+            (Err(why), _) | (_, Err(why)) => {
                 let text = self.unpageable(tool, &why, result.len());
                 json!({"content": [{"type": "text", "text": text}], "isError": true})
                     .to_string()

@@ -18,6 +18,7 @@
 //! Only a piece that cannot be split and is larger than the whole budget is refused.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
@@ -91,8 +92,9 @@ enum Kind {
     Whole,
 }
 
-struct Block<'a> {
-    raw: &'a str,
+struct Block {
+    /// The block's range in the result.
+    raw: Range<usize>,
     kind: Kind,
 }
 
@@ -108,13 +110,26 @@ enum Mirror {
     Own { array: FoundArray },
 }
 
-struct Parts<'a> {
-    result: &'a str,
+/// A result read into its pieces, once: the pages of a chain are cut from it (the result cache
+/// holds it, so a later page costs only its own bytes).
+pub struct Prepared {
+    result: Arc<str>,
     /// The members of the result object, as (key, range).
     members: Vec<(String, Range<usize>)>,
-    blocks: Vec<Block<'a>>,
-    structured: Option<&'a str>,
+    blocks: Vec<Block>,
+    structured: Option<Range<usize>>,
     mirror: Mirror,
+    /// The room a page had when the pieces were chosen.
+    room: usize,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("bytes", &self.result.len())
+            .field("blocks", &self.blocks.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one page takes from each piece.
@@ -135,57 +150,92 @@ pub fn page(
     key: &CursorKey,
     digest: &SelectionDigest,
 ) -> Result<AutoPage, Unpageable> {
-    let room = max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64);
-    let parts = read(result, room)?;
-    let mut room = room;
-    // A page's exact size is known once it is written; a page over the budget is made again
-    // with less room (a few rounds at most: the estimates are close).
-    for _ in 0..8 {
-        let page = parts.page(at, room, tool, key, digest)?;
-        if page.result.len() < max_bytes {
-            return Ok(page);
-        }
-        room = room * 4 / 5;
-    }
-    Err(Unpageable::TooLarge {
-        what: "the result".into(),
-        bytes: result.len(),
-    })
+    prepare(Arc::from(result), max_bytes)?.page(at, max_bytes, tool, key, digest)
 }
 
-/// Reads the pieces of a result.
-fn read(result: &str, room: usize) -> Result<Parts<'_>, Unpageable> {
-    let members = raw::members(result).ok_or(Unpageable::Unreadable)?;
+/// Reads the pieces of a result, for pages under `max_bytes`.
+pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageable> {
+    let room = max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64);
+    let members = raw::members(&result).ok_or(Unpageable::Unreadable)?;
     let member = |name: &str| {
         members
             .iter()
             .rev()
             .find(|(k, _)| k == name)
-            .map(|(_, r)| &result[r.clone()])
+            .map(|(_, r)| r.clone())
     };
     let mut blocks = Vec::new();
     if let Some(content) = member("content") {
-        let elements = raw::elements(content).ok_or(Unpageable::Unreadable)?;
+        let elements = raw::elements(&result[content.clone()]).ok_or(Unpageable::Unreadable)?;
         for element in elements {
-            let raw_block = &content[element];
+            let range = content.start + element.start..content.start + element.end;
             blocks.push(Block {
-                raw: raw_block,
-                kind: block_kind(raw_block, room),
+                kind: block_kind(&result[range.clone()], room),
+                raw: range,
             });
         }
     }
-    let structured = member("structuredContent").filter(|s| s.trim_start().starts_with('{'));
-    let mirror = match structured {
-        Some(structured) => mirror(structured, &blocks, room),
+    let structured =
+        member("structuredContent").filter(|r| result[r.clone()].trim_start().starts_with('{'));
+    let mirror = match &structured {
+        Some(range) => mirror(&result, &result[range.clone()], &blocks, room),
         None => Mirror::None,
     };
-    Ok(Parts {
+    Ok(Prepared {
         result,
         members,
         blocks,
         structured,
         mirror,
+        room,
     })
+}
+
+impl Prepared {
+    /// The bytes this holds (the result, and the JSON documents read out of its texts).
+    pub fn bytes(&self) -> usize {
+        self.result.len()
+            + self
+                .blocks
+                .iter()
+                .map(|b| match &b.kind {
+                    Kind::Items { doc, array, .. } => doc.len() + array.elements.len() * 16,
+                    _ => 0,
+                })
+                .sum::<usize>()
+    }
+
+    /// The length of the result.
+    pub fn result_len(&self) -> usize {
+        self.result.len()
+    }
+
+    /// The page from `at`, under `max_bytes`.
+    pub fn page(
+        &self,
+        at: At,
+        max_bytes: usize,
+        tool: &str,
+        key: &CursorKey,
+        digest: &SelectionDigest,
+    ) -> Result<AutoPage, Unpageable> {
+        let mut room = self
+            .room
+            .min(max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64));
+        // A page's exact size is known once it is written; a page over the budget is made
+        // again with less room (a few rounds at most: the estimates are close).
+        for _ in 0..8 {
+            let page = self.page_in(at, room, tool, key, digest)?;
+            if page.result.len() < max_bytes {
+                return Ok(page);
+            }
+            room = room * 4 / 5;
+        }
+        Err(Unpageable::TooLarge {
+            what: "the result".into(),
+            bytes: self.result.len(),
+        })
+    }
 }
 
 fn block_kind(block: &str, room: usize) -> Kind {
@@ -198,6 +248,18 @@ fn block_kind(block: &str, room: usize) -> Kind {
         return Kind::Whole;
     };
     let literal = literal.clone();
+    // Only a text that begins like JSON is decoded (after white space, raw or escaped).
+    let inner = block[literal.clone()].trim_start_matches('"');
+    let mut start = inner.trim_start_matches([' ', '\t']);
+    while let Some(rest) = ["\\n", "\\r", "\\t"]
+        .iter()
+        .find_map(|escape| start.strip_prefix(escape))
+    {
+        start = rest.trim_start_matches([' ', '\t']);
+    }
+    if !(start.starts_with('{') || start.starts_with('[')) {
+        return Kind::Lines { literal };
+    }
     let Ok(text) = serde_json::from_str::<String>(&block[literal.clone()]) else {
         return Kind::Whole;
     };
@@ -216,7 +278,7 @@ fn block_kind(block: &str, room: usize) -> Kind {
     Kind::Lines { literal }
 }
 
-fn mirror(structured: &str, blocks: &[Block<'_>], room: usize) -> Mirror {
+fn mirror(result: &str, structured: &str, blocks: &[Block], room: usize) -> Mirror {
     let Ok(value) = serde_json::from_str::<serde_json::Value>(structured) else {
         return Mirror::None;
     };
@@ -235,19 +297,27 @@ fn mirror(structured: &str, blocks: &[Block<'_>], room: usize) -> Mirror {
             Kind::Lines { literal } | Kind::Items { literal, .. } => literal,
             Kind::Whole => continue,
         };
-        let Ok(text) = serde_json::from_str::<String>(&block.raw[literal.clone()]) else {
-            continue;
-        };
+        let block_raw = &result[block.raw.clone()];
+        let literal_raw = &block_raw[literal.clone()];
         let Some(members) = raw::members(structured) else {
             continue;
         };
+        let mut text: Option<String> = None;
         for (_, range) in members {
-            if structured[range.clone()].starts_with('"')
-                && serde_json::from_str::<String>(&structured[range.clone()])
-                    .ok()
-                    .as_ref()
-                    == Some(&text)
-            {
+            let field = &structured[range.clone()];
+            if !field.starts_with('"') {
+                continue;
+            }
+            // The same spelling is the common case; else compare what they say (decoding
+            // only literals of about the same length).
+            let same = field == literal_raw
+                || (field.len().abs_diff(literal_raw.len()) <= literal_raw.len() / 8 && {
+                    let text = text.get_or_insert_with(|| {
+                        serde_json::from_str::<String>(literal_raw).unwrap_or_default()
+                    });
+                    serde_json::from_str::<String>(field).ok().as_ref() == Some(&*text)
+                });
+            if same {
                 return Mirror::Field {
                     block: index,
                     member: range,
@@ -310,35 +380,42 @@ fn line_end_before(inner: &str, from: usize, limit: usize) -> Option<usize> {
     Some(bytes.len())
 }
 
-/// How many lines the inside of a literal holds, and the 1-based line at `offset`.
-fn line_number(inner: &str, offset: usize) -> usize {
-    let bytes = &inner.as_bytes()[..offset.min(inner.len())];
-    let mut lines = 1;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            match bytes.get(i + 1) {
-                Some(b'n') => {
-                    lines += 1;
-                    i += 2;
-                }
-                Some(b'u') => {
-                    if inner
-                        .get(i + 2..i + 6)
-                        .is_some_and(|hex| hex.eq_ignore_ascii_case("000a"))
-                        && i + 6 <= bytes.len()
-                    {
-                        lines += 1;
-                    }
-                    i += 6;
-                }
-                _ => i += 2,
+/// The number of line ends (`\n` or `\u000a` escapes) in `inner[from..to]`; `from` is at an
+/// escape boundary. Backslashes are found with memchr: text has about one per line.
+fn newlines(inner: &str, from: usize, to: usize) -> usize {
+    let to = to.min(inner.len());
+    let bytes = inner.as_bytes();
+    let mut count = 0;
+    let mut next = from;
+    for at in memchr::memchr_iter(b'\\', &bytes[from.min(to)..to]) {
+        let at = from + at;
+        if at < next {
+            continue; // the second backslash of a `\\` escape
+        }
+        match bytes.get(at + 1) {
+            Some(b'n') => {
+                count += 1;
+                next = at + 2;
             }
-        } else {
-            i += 1;
+            Some(b'u') => {
+                if at + 6 <= to
+                    && inner
+                        .get(at + 2..at + 6)
+                        .is_some_and(|hex| hex.eq_ignore_ascii_case("000a"))
+                {
+                    count += 1;
+                }
+                next = at + 6;
+            }
+            _ => next = at + 2,
         }
     }
-    lines
+    count
+}
+
+/// The 1-based line at `offset` of the inside of a literal.
+fn line_number(inner: &str, offset: usize) -> usize {
+    1 + newlines(inner, 0, offset)
 }
 
 fn total_lines(inner: &str) -> usize {
@@ -351,7 +428,15 @@ fn total_lines(inner: &str) -> usize {
     .max(1)
 }
 
-impl Parts<'_> {
+impl Prepared {
+    fn raw(&self, block: &Block) -> &str {
+        &self.result[block.raw.clone()]
+    }
+
+    fn structured(&self) -> Option<&str> {
+        self.structured.as_ref().map(|r| &self.result[r.clone()])
+    }
+
     fn piece_count(&self) -> usize {
         self.blocks.len() + usize::from(matches!(self.mirror, Mirror::Own { .. }))
     }
@@ -364,7 +449,7 @@ impl Parts<'_> {
         }
     }
 
-    fn page(
+    fn page_in(
         &self,
         at: At,
         room: usize,
@@ -383,7 +468,7 @@ impl Parts<'_> {
             .map(|(k, r)| k.len() + r.len() + 4)
             .sum();
         let mut used = fixed
-            + match (&self.mirror, self.structured) {
+            + match (&self.mirror, self.structured()) {
                 (Mirror::None, Some(s)) => s.len(),
                 (Mirror::Json { array, .. } | Mirror::Own { array }, Some(s)) => {
                     s.len() - array.span.len()
@@ -505,9 +590,9 @@ impl Parts<'_> {
         if piece < self.blocks.len() {
             let block = &self.blocks[piece];
             match &block.kind {
-                Kind::Whole => PieceKind::Whole(block.raw),
+                Kind::Whole => PieceKind::Whole(self.raw(block)),
                 Kind::Lines { literal } => {
-                    PieceKind::Lines(&block.raw[literal.start + 1..literal.end - 1])
+                    PieceKind::Lines(&self.raw(block)[literal.start + 1..literal.end - 1])
                 }
                 Kind::Items { doc, array, .. } => PieceKind::Items {
                     doc,
@@ -516,7 +601,7 @@ impl Parts<'_> {
                 },
             }
         } else {
-            match (&self.mirror, self.structured) {
+            match (&self.mirror, self.structured()) {
                 (Mirror::Own { array }, Some(doc)) => PieceKind::Items {
                     doc,
                     array,
@@ -545,16 +630,17 @@ impl Parts<'_> {
         let mut literals: Vec<(usize, String)> = Vec::new();
         for t in taken.iter().filter(|t| t.piece < self.blocks.len()) {
             let block = &self.blocks[t.piece];
+            let raw_block = self.raw(block);
             match &block.kind {
-                Kind::Whole => blocks.push(block.raw.to_string()),
+                Kind::Whole => blocks.push(raw_block.to_string()),
                 Kind::Lines { literal } => {
-                    let inner = &block.raw[literal.start + 1..literal.end - 1];
+                    let inner = &raw_block[literal.start + 1..literal.end - 1];
                     let text = format!("\"{}\"", &inner[t.from..t.to]);
                     blocks.push(format!(
                         "{}{}{}",
-                        &block.raw[..literal.start],
+                        &raw_block[..literal.start],
                         text,
-                        &block.raw[literal.end..]
+                        &raw_block[literal.end..]
                     ));
                     literals.push((t.piece, text));
                 }
@@ -567,16 +653,16 @@ impl Parts<'_> {
                     let text = serde_json::Value::String(page).to_string();
                     blocks.push(format!(
                         "{}{}{}",
-                        &block.raw[..literal.start],
+                        &raw_block[..literal.start],
                         text,
-                        &block.raw[literal.end..]
+                        &raw_block[literal.end..]
                     ));
                     literals.push((t.piece, text));
                 }
             }
         }
         blocks.push(serde_json::json!({"type": "text", "text": notice}).to_string());
-        let structured = self.structured.map(|doc| {
+        let structured = self.structured().map(|doc| {
             let body = match &self.mirror {
                 Mirror::None => doc.to_string(),
                 Mirror::Json { block, array } => match taken.iter().find(|t| t.piece == *block) {
