@@ -26,7 +26,7 @@ fn send(out: &mut impl Write, line: &str) {
     }
 }
 
-const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
+const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"tree","description":"A JSON listing of arguments.entries entries, as text and again as structuredContent.content (as server-filesystem does).","inputSchema":{"type":"object","properties":{"entries":{"type":"integer"}}},"outputSchema":{"type":"object","properties":{"content":{"type":"string"}},"required":["content"],"additionalProperties":false}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
 
 fn main() {
     let stdin = std::io::stdin();
@@ -104,6 +104,23 @@ fn main() {
                             &format!(
                                 r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{counts}}}}}"#,
                                 Value::String(counts.clone())
+                            ),
+                        );
+                    }
+                    "tree" => {
+                        let n = params["arguments"]["entries"].as_u64().unwrap_or(10);
+                        let entries: Vec<Value> = (0..n)
+                            .map(|i| serde_json::json!({"name": format!("file-{i:05}.txt"), "type": "file", "size": i * 7}))
+                            .collect();
+                        let text = serde_json::to_string_pretty(
+                            &serde_json::json!({"root": "/data", "entries": entries}),
+                        )
+                        .unwrap_or_default();
+                        let literal = Value::String(text).to_string();
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{literal}}}],"structuredContent":{{"content":{literal}}}}}}}"#
                             ),
                         );
                     }

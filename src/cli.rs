@@ -158,6 +158,10 @@ pub enum Command {
     Check {
         /// The policy (TOML).
         file: PathBuf,
+        /// Also check the rules against the tools/call results of this recording: each
+        /// rule's items path that matches nothing there is reported.
+        #[arg(long, value_name = "FILE.jsonl")]
+        recording: Option<PathBuf>,
     },
     /// Print the descriptor a client sees for one tool under a policy.
     ///

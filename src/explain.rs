@@ -165,3 +165,64 @@ pub async fn fetch_tools(command: &[String]) -> Result<Vec<Value>, ExplainError>
     child.terminate(Duration::from_millis(500)).await.ok();
     Ok(tools)
 }
+
+/// What `check --recording` found.
+pub struct PathFindings {
+    pub text: String,
+    /// Rules whose items path matched none of their tool's recorded results.
+    pub unmatched: usize,
+}
+
+/// For each rule with an items path, in how many of its tools' recorded results the path
+/// finds a list. A path that finds none is reported: at run time those results are paged
+/// automatically instead, which is rarely what the rule meant.
+pub fn paths_in_recording(
+    budget: &Budget,
+    recording: &crate::recording::Recording,
+) -> PathFindings {
+    use std::collections::BTreeMap;
+    // tool → (results, matched)
+    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for exchange in recording.exchanges() {
+        if exchange.method != "tools/call" {
+            continue;
+        }
+        let Some(result) = exchange.response.as_ref().and_then(|r| r.get("result")) else {
+            continue;
+        };
+        let tool = exchange
+            .upstream_request
+            .pointer("/params/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(matched) = budget.items_match(tool, result) {
+            let entry = counts.entry(tool.to_string()).or_default();
+            entry.0 += 1;
+            entry.1 += usize::from(matched);
+        }
+    }
+    let mut text = String::new();
+    let mut unmatched = 0;
+    for (tool, (results, matched)) in &counts {
+        let path = budget
+            .policy()
+            .rule_for(tool)
+            .and_then(|r| r.items.as_ref())
+            .map_or("", |i| i.path_text.as_str());
+        if *matched == 0 {
+            unmatched += 1;
+            text.push_str(&format!(
+                "warning: items = {path:?} for {tool} matches nothing in its {results} recorded result{}: those results would be paged automatically instead; fix the path (`mcp-budget explain` shows the descriptor)\n",
+                if *results == 1 { "" } else { "s" }
+            ));
+        } else {
+            text.push_str(&format!(
+                "{tool}: items = {path:?} finds a list in {matched} of {results} recorded results\n"
+            ));
+        }
+    }
+    if counts.is_empty() {
+        text.push_str("no recorded tools/call result is governed by an items rule\n");
+    }
+    PathFindings { text, unmatched }
+}

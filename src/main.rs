@@ -71,9 +71,18 @@ fn init_logging(verbose: u8) {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => proxy(cli.run, None, None).await,
-        Some(Command::Check { file }) => {
+        Some(Command::Check { file, recording }) => {
             let policy = Policy::load(&file)?;
             println!("{}: OK\n{}", file.display(), explain::summary(&policy));
+            if let Some(path) = recording {
+                let recording = Recording::load(&path)?;
+                let budget = Budget::new(policy);
+                let findings = explain::paths_in_recording(&budget, &recording);
+                println!("{}", findings.text);
+                if findings.unmatched > 0 {
+                    return Ok(ExitCode::from(1));
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Explain {

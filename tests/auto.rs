@@ -308,3 +308,71 @@ async fn auto_false_turns_automatic_paging_off() {
         "{reply}"
     );
 }
+
+/// A policy with an items rule for quirky's `tree` (JSON text, repeated as
+/// structuredContent.content, as server-filesystem sends it).
+fn tree_policy() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-tree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("tree.toml");
+    std::fs::write(
+        &policy,
+        "[[tool]]\nname = \"tree\"\nitems = \"$.entries\"\nkey = \"name\"\nnoun = \"entries\"\n[tool.format]\ncolumns = [\"name\", \"size\"]\n",
+    )
+    .unwrap();
+    policy
+}
+
+#[tokio::test]
+async fn an_items_rule_pages_the_structured_copy_of_the_text_too() {
+    let policy = tree_policy();
+    let mut proxied = Client::start(&["--policy", policy.to_str().unwrap()]).await;
+    let (tools, _) = proxied.request("tools/list", json!({})).await;
+    let tree = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "tree")
+        .unwrap()
+        .clone();
+    let schema = jsonschema::validator_for(&tree["outputSchema"]).unwrap();
+    // JSON: a 2-entry page of a 20,000-entry listing is small, in both copies.
+    let (page, line) = proxied
+        .call("tree", json!({"entries": 20_000, "limit": 2}))
+        .await;
+    assert!(line.len() < 5_000, "a 2-entry page is {} bytes", line.len());
+    let text = page["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        page["structuredContent"]["content"], text,
+        "both copies agree"
+    );
+    let envelope: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(envelope["entries"].as_array().unwrap().len(), 2);
+    assert_eq!(envelope["total_count"], 20_000);
+    assert!(envelope["next_after"].is_string());
+    assert!(schema.is_valid(&page["structuredContent"]));
+    // csv: one row, and the same row in structuredContent, which validates.
+    let (page, line) = proxied
+        .call(
+            "tree",
+            json!({"entries": 20_000, "limit": 1, "format": "csv"}),
+        )
+        .await;
+    assert!(line.len() < 5_000, "a 1-row page is {} bytes", line.len());
+    assert_eq!(
+        page["content"][0]["text"], "name,size\nfile-00000.txt,0\n",
+        "{line}"
+    );
+    let structured = &page["structuredContent"];
+    assert_eq!(structured["columns"], json!(["name", "size"]));
+    assert_eq!(structured["rows"], json!([["file-00000.txt", 0]]));
+    assert!(structured["next_after"].is_string());
+    assert!(
+        schema.is_valid(structured),
+        "{:?}",
+        schema
+            .iter_errors(structured)
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+    );
+}

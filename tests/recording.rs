@@ -574,3 +574,39 @@ async fn first_line(child: &mut tokio::process::Child) -> String {
         .unwrap()
         .unwrap()
 }
+
+#[test]
+fn check_with_a_recording_reports_items_paths_that_match_nothing() {
+    let recording = fixture("fleet-68.jsonl");
+    let good = common::run_ok([
+        "check".as_ref(),
+        fleet_policy().as_os_str(),
+        "--recording".as_ref(),
+        recording.as_os_str(),
+    ]);
+    assert!(
+        good.contains("fleet_show: items = \"$.streams\" finds a list in 1 of 1 recorded results"),
+        "{good}"
+    );
+    let dir = temp_dir("check-paths");
+    let broken = dir.join("broken.toml");
+    std::fs::write(
+        &broken,
+        "[[tool]]\nname = \"fleet_show\"\nitems = \"$.stream\"\nkey = \"stream_id\"\n",
+    )
+    .unwrap();
+    let out = common::run([
+        "check".as_ref(),
+        broken.as_os_str(),
+        "--recording".as_ref(),
+        recording.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "warning: items = \"$.stream\" for fleet_show matches nothing in its 1 recorded result"
+        ),
+        "{text}"
+    );
+}

@@ -291,10 +291,19 @@ pub fn rewrite_output_schema(schema: &mut Value, items: &Items) {
                 json!({"type": "string", "enum": ["csv", "tsv"]}),
             );
             properties.insert("returned".into(), json!({"type": "integer"}));
+            properties.insert(
+                "columns".into(),
+                json!({"type": "array", "items": {"type": "string"}, "description": "A csv/tsv page: the table's columns."}),
+            );
+            properties.insert(
+                "rows".into(),
+                json!({"type": "array", "items": {"type": "array"}, "description": "A csv/tsv page: the table's rows, one value per column (null where the item has none)."}),
+            );
         }
     }
     if items.columns.is_some() {
-        // A csv/tsv page's structured form carries only the continuation.
+        // A csv/tsv page's structured form is the table (columns, rows) and the continuation,
+        // not the document.
         root.remove("required");
     }
 }

@@ -124,6 +124,13 @@ impl Budget {
             .is_some_and(|rule| rule.idempotent)
     }
 
+    /// Whether the items path of `tool`'s rule finds a list in `result` (`None`: no items rule).
+    pub fn items_match(&self, tool: &str, result: &Value) -> Option<bool> {
+        let items = self.policy.rule_for(tool)?.items.as_ref()?;
+        let mut copy = result.clone();
+        Some(place::locate(&mut copy, items).is_some())
+    }
+
     /// Logs, once per tool, that its rule's `items` matched nothing in a result.
     fn warn_unmatched(&self, tool: &str, path: &str) {
         let mut warned = self

@@ -27,6 +27,11 @@ pub fn run(
         tracing::debug!(tool, path = %items.path_text, "no item list in the result");
         return Ok(false);
     };
+    // A structured field that repeats the text the items came from is paged with it.
+    let mirror = match &source {
+        Source::Text(index) => place::mirror_field(result, *index).map(|field| (*index, field)),
+        _ => None,
+    };
     // 1–2: the items, and how many upstream returned.
     let Some(path) = place::first_list_path(&document, items) else {
         place::restore(result, source, document);
@@ -101,7 +106,16 @@ pub fn run(
             result,
         ),
     };
-    rendered.map(|()| true)
+    rendered?;
+    if let Some((index, field)) = mirror
+        && args.format == Format::Json
+    {
+        let text = result["content"][index]["text"].clone();
+        if let Some(Value::Object(structured)) = result.get_mut("structuredContent") {
+            structured.insert(field, text);
+        }
+    }
+    Ok(true)
 }
 
 /// Step 3: the horizon, then the filters — on the items, or on each outer item's nested list
@@ -217,13 +231,17 @@ fn render_in_place(
             let columns = items.columns.as_deref().unwrap_or_default();
             let table = render::table(&page, columns, delimiter(args.format))?;
             let text = render::table_continuation(continuation, page.len(), tool, &items.noun);
-            place::put_table(
-                result,
-                source,
-                table,
-                text,
-                render::table_structured(continuation, page.len(), name),
-            );
+            // The table's rows and the continuation replace structuredContent (when the items
+            // came from a text, the copy of that text it held too).
+            let structured = render::table_structured(continuation, &page, columns, name);
+            let mirrored = match &source {
+                Source::Text(index) => place::mirror_field(result, *index).is_some(),
+                _ => false,
+            };
+            place::put_table(result, source, table, text, structured.clone());
+            if mirrored {
+                result["structuredContent"] = structured;
+            }
         }
     }
     Ok(())

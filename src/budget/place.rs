@@ -77,6 +77,18 @@ pub fn locate(result: &mut Value, items: &Items) -> Option<(Source, Value)> {
     None
 }
 
+/// The field of `structuredContent` that repeats text block `index` (server-filesystem sends
+/// `{"content": <the text>}`), so that a page can update both copies together.
+pub fn mirror_field(result: &Value, index: usize) -> Option<String> {
+    let text = result.get("content")?.get(index)?.get("text")?.as_str()?;
+    result
+        .get("structuredContent")?
+        .as_object()?
+        .iter()
+        .find(|(_, value)| value.as_str() == Some(text))
+        .map(|(key, _)| key.clone())
+}
+
 pub fn restore(result: &mut Value, source: Source, document: Value) {
     if let Source::Structured = source {
         result["structuredContent"] = document;

@@ -80,11 +80,34 @@ pub fn table_continuation(c: &Continuation, returned: usize, tool: &str, noun: &
     text
 }
 
-/// The structured form of a table page: the continuation without the rows.
-pub fn table_structured(c: &Continuation, returned: usize, format: &str) -> Value {
+/// The structured form of a table page: its columns and rows (each cell the item's value,
+/// `null` where it has none), and the continuation — a client that reads only
+/// `structuredContent` gets the same rows as the table.
+pub fn table_structured(
+    c: &Continuation,
+    page: &[Value],
+    columns: &[FieldPath],
+    format: &str,
+) -> Value {
     let mut map = Map::new();
     map.insert("format".into(), json!(format));
-    map.insert("returned".into(), json!(returned));
+    map.insert("returned".into(), json!(page.len()));
+    map.insert(
+        "columns".into(),
+        json!(columns.iter().map(|c| c.join(".")).collect::<Vec<_>>()),
+    );
+    let rows: Vec<Value> = page
+        .iter()
+        .map(|item| {
+            Value::Array(
+                columns
+                    .iter()
+                    .map(|c| field::get(item, c).cloned().unwrap_or(Value::Null))
+                    .collect(),
+            )
+        })
+        .collect();
+    map.insert("rows".into(), Value::Array(rows));
     decorate(&mut map, c);
     Value::Object(map)
 }
