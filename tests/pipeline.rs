@@ -151,7 +151,7 @@ fn csv_and_tsv_pages_are_exact() {
     );
     assert_eq!(
         last["structuredContent"],
-        json!({"format": "tsv", "returned": 1, "total_count": 3})
+        json!({"format": "tsv", "returned": 1, "columns": ["id", "color"], "rows": [["t3", "red"]], "total_count": 3})
     );
 }
 

@@ -160,9 +160,10 @@ mod tests {
             table_continuation(&last, 9, "t", "items"),
             "Rows 26-34 of 84 matching items (total_count 240: what the server returned before the horizon and filters). This is the last page."
         );
+        let page = vec![json!({"id": "a", "n": 1}), json!({"id": "b"})];
         assert_eq!(
-            table_structured(&last, 9, "csv").to_string(),
-            r#"{"format":"csv","returned":9,"total_count":240}"#
+            table_structured(&last, &page, &cols(&["id", "n"]), "csv").to_string(),
+            r#"{"format":"csv","returned":2,"columns":["id","n"],"rows":[["a",1],["b",null]],"total_count":240}"#
         );
     }
 }
