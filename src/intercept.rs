@@ -163,7 +163,9 @@ impl Interceptor {
                 result = serde_json::from_str(spliced).ok()?;
             }
             if self.budget.rewrite_tools_list(&mut result) {
-                text = Some(serde_json::to_string(&result).ok()?);
+                // Written with the server's own bytes wherever the descriptors are unchanged.
+                let original = text.as_deref().unwrap_or(raw.get());
+                text = Some(crate::budget::exact::respell(&result, original));
             }
         }
         let text = text?;
@@ -434,12 +436,12 @@ impl Interceptor {
             return None;
         }
         let finished = if context.plan.is_paged() {
-            match serde_json::from_str::<Value>(raw.get()) {
-                Ok(result) => self.budget.finish_call(&context.plan, result),
-                Err(_) => self
+            match self.budget.finish_call_raw(&context.plan, raw.get()) {
+                Err(crate::budget::RenderError::Json(_)) => self
                     .budget
                     .refuse_unread(&context.plan, size)
                     .map(Finished::Bytes),
+                finished => finished,
             }
         } else {
             self.budget

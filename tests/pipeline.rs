@@ -567,11 +567,9 @@ fn budget_arguments_are_stripped_before_the_call_goes_upstream_unless_passed_thr
 
 #[test]
 fn numbers_reach_the_client_exactly_as_the_server_wrote_them() {
-    // Values a float would change (a 30-digit integer, 36 digits of pi) and forms a float
-    // would re-spell (1.50, -0): kept byte for byte in a budgeted page (serde_json's
-    // arbitrary_precision). Exponents keep their value but not their spelling (1e3 → 1e+3):
-    // exact bytes there need the pipeline to carry raw values, which is the exact-data work
-    // of the automatic-paging issue.
+    // Values a float would change (a 30-digit integer, 36 digits of pi), forms a writer would
+    // re-spell (1.50, -0, 1e3, 2.5E-7) and escapes (\u00e9, \/): the page keeps the server's
+    // bytes for every value it keeps, in structuredContent and in the JSON text alike.
     let b = budget(POLICY);
     let forms = [
         "123456789012345678901234567890",
@@ -586,30 +584,67 @@ fn numbers_reach_the_client_exactly_as_the_server_wrote_them() {
         .enumerate()
         .map(|(i, n)| {
             format!(
-                r#"{{"id":"t{i}","state":"open","color":"red","meta":{{"size":{n},"note":"x"}}}}"#
+                r#"{{"id":"t{i}","state":"open","color":"red","meta":{{"size":{n},"note":"caf\u00e9 \/"}}}}"#
             )
         })
         .collect();
     let document = format!(r#"{{"kind":"things","items":[{}]}}"#, items.join(","));
-    let result: Value = serde_json::from_str(&format!(
+    let raw = format!(
         r#"{{"content":[{{"type":"text","text":{}}}],"structuredContent":{document},"isError":false}}"#,
         serde_json::to_string(&document).unwrap()
-    ))
-    .unwrap();
+    );
     let mut params = json!({"name": "list_things", "arguments": {"limit": 5}});
     let plan = b.prepare_call(&mut params).unwrap();
-    let bytes = b.finish_call(&plan, result).unwrap().bytes().unwrap();
+    let bytes = b.finish_call_raw(&plan, &raw).unwrap().bytes().unwrap();
     let text = String::from_utf8(bytes).unwrap();
+    // The default summary keeps meta.size only.
     for form in &forms[..5] {
-        if form.contains('e') {
-            continue;
-        }
+        let kept = format!(r#""size":{form}}}"#);
+        assert!(text.contains(&kept), "{form} did not survive: {text}");
+        // The text copy holds the same bytes, inside its string.
+        let in_text = serde_json::to_string(&kept).unwrap();
         assert!(
-            text.contains(&format!(r#""size":{form}}}"#)),
-            "{form} did not survive: {text}"
+            text.contains(&in_text[1..in_text.len() - 1]),
+            "{form} did not survive in the text: {text}"
         );
     }
-    let page: Value = serde_json::from_str(&text).unwrap();
-    let size = &page["structuredContent"]["items"][3]["meta"]["size"];
-    assert_eq!(size.as_f64(), Some(1000.0), "1e3 kept its value");
+    // horizon all + detail full keep every item: the server's bytes, exactly.
+    let mut params = json!({"name": "list_things", "arguments": {"horizon": "all", "detail": "full", "limit": 5}});
+    let plan = b.prepare_call(&mut params).unwrap();
+    let bytes = b.finish_call_raw(&plan, &raw).unwrap().bytes().unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let kept = format!(r#""items":[{}]"#, items[..5].join(","));
+    assert!(text.contains(&kept), "{text}");
+    let in_text = serde_json::to_string(&kept).unwrap();
+    assert!(text.contains(&in_text[1..in_text.len() - 1]), "{text}");
+}
+
+#[test]
+fn rewritten_descriptors_keep_the_servers_bytes_elsewhere() {
+    let interceptor = mcp_budget::intercept::Interceptor::new(budget(POLICY));
+    let message = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"list_things","description":"Th\u00e9 things \/ all","inputSchema":{"type":"object","properties":{"q":{"type":"string","x-weight":1e3}}},"x-cost":1.50},{"name":"other","inputSchema":{"type":"object","x-limit":2.5E-7}}],"x-list":-0}}"#;
+    let out = interceptor
+        .tools_list_response(message.as_bytes())
+        .expect("rewritten");
+    let out = String::from_utf8(out).unwrap();
+    for kept in [
+        r#""x-weight":1e3"#,
+        r#""x-cost":1.50"#,
+        r#""x-limit":2.5E-7"#,
+        r#""x-list":-0"#,
+        r#""q":{"type":"string","x-weight":1e3}"#,
+    ] {
+        assert!(out.contains(kept), "{kept} re-spelled: {out}");
+    }
+    // The rule's tool got its budget arguments; the other tool only automatic paging's after.
+    let value: Value = serde_json::from_str(&out).unwrap();
+    let tools = value["result"]["tools"].as_array().unwrap();
+    assert!(tools[0]["inputSchema"]["properties"]["limit"].is_object());
+    assert!(tools[1]["inputSchema"]["properties"]["after"].is_object());
+    assert!(
+        tools[0]["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Thé things / all")
+    );
 }

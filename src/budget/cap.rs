@@ -16,6 +16,8 @@ pub struct Moves {
     pub detail_full: bool,
     /// The call asked for horizon:"all": (terminal values, noun).
     pub horizon_all: Option<(Vec<String>, String)>,
+    /// The page holds a single item: a smaller page cannot help.
+    pub single_item: bool,
 }
 
 /// Whether a result of `bytes` bytes is over the cap.
@@ -38,6 +40,28 @@ pub fn refusal(tool: &str, bytes: usize, max_bytes: usize, moves: &Moves) -> Str
     if moves.not_paged {
         return format!(
             "{head}{tool}'s results are capped but not paged by the policy; call it with narrower arguments"
+        );
+    }
+    if moves.single_item {
+        let mut steps = Vec::new();
+        if moves.detail_full {
+            steps.push(
+                "omit detail:full (summary, the default, keeps only the main fields)".to_string(),
+            );
+        }
+        if !moves.filters.is_empty() {
+            steps.push(format!(
+                "pick another item with the {} filter",
+                moves.filters.join("/")
+            ));
+        }
+        steps.push(
+            "read this item with a tool that returns it in parts, if the server has one (an item is never split)"
+                .to_string(),
+        );
+        return format!(
+            "result-too-large: {tool}'s page holds a single item and is {bytes} bytes, more than the {max_bytes}-byte budget — {}",
+            join_or(&steps)
         );
     }
     let mut steps = Vec::new();
@@ -67,11 +91,15 @@ pub fn refusal(tool: &str, bytes: usize, max_bytes: usize, moves: &Moves) -> Str
     if steps.is_empty() {
         steps.push("call it with narrower arguments".to_string());
     }
-    let list = match steps.split_last() {
+    format!("{head}{}", join_or(&steps))
+}
+
+/// "a, b, or c".
+fn join_or(steps: &[String]) -> String {
+    match steps.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{}, or {last}", rest.join(", ")),
         _ => steps.join(""),
-    };
-    format!("{head}{list}")
+    }
 }
 
 #[cfg(test)]
@@ -93,6 +121,23 @@ mod tests {
              narrow with a state/streams filter, lower limit below its current value, or omit \
              detail:full (summary, the default, is far smaller)"
         );
+    }
+
+    #[test]
+    fn a_single_item_over_the_budget_never_hears_lower_limit() {
+        let moves = Moves {
+            filters: vec!["state".into()],
+            limit: Some(1),
+            detail_full: true,
+            single_item: true,
+            ..Moves::default()
+        };
+        let text = refusal("fleet_show", 250000, 200000, &moves);
+        assert_eq!(
+            text,
+            "result-too-large: fleet_show's page holds a single item and is 250000 bytes, more than the 200000-byte budget — omit detail:full (summary, the default, keeps only the main fields), pick another item with the state filter, or read this item with a tool that returns it in parts, if the server has one (an item is never split)"
+        );
+        assert!(!text.contains("lower limit"));
     }
 
     #[test]

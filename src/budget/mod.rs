@@ -18,6 +18,7 @@ pub mod auto;
 pub mod cap;
 pub mod cursor;
 pub mod descriptor;
+pub mod exact;
 pub mod field;
 pub mod filter;
 pub mod horizon;
@@ -239,7 +240,23 @@ impl Budget {
     /// The result the client receives for this call: the budgeted page, or the cap's refusal
     /// (serialized); or word that automatic paging takes over (the rule's items matched
     /// nothing, or the cursor is an automatic page's).
-    pub fn finish_call(&self, plan: &CallPlan, mut result: Value) -> Result<Finished, RenderError> {
+    pub fn finish_call(&self, plan: &CallPlan, result: Value) -> Result<Finished, RenderError> {
+        self.finish(plan, result, None)
+    }
+
+    /// [`Budget::finish_call`] on the server's text of the result: whatever the page keeps
+    /// unchanged is written with the server's own bytes ([`exact`]).
+    pub fn finish_call_raw(&self, plan: &CallPlan, raw: &str) -> Result<Finished, RenderError> {
+        let result: Value = serde_json::from_str(raw)?;
+        self.finish(plan, result, Some(raw))
+    }
+
+    fn finish(
+        &self,
+        plan: &CallPlan,
+        mut result: Value,
+        raw: Option<&str>,
+    ) -> Result<Finished, RenderError> {
         let rule = plan
             .rule
             .as_ref()
@@ -271,11 +288,16 @@ impl Budget {
             }
             _ => {}
         }
-        let bytes = serde_json::to_vec(&result)?;
+        let bytes = match raw {
+            Some(raw) => exact::respell(&result, raw).into_bytes(),
+            None => serde_json::to_vec(&result)?,
+        };
         if !cap::exceeds(bytes.len(), self.policy.max_bytes) {
             return Ok(Finished::Bytes(bytes));
         }
-        let moves = self.moves(rule);
+        let mut moves = self.moves(rule);
+        moves.single_item = moves.limit == Some(1)
+            || self.page_len(&plan.tool, &result["structuredContent"]) == Some(1);
         let text = cap::refusal(&plan.tool, bytes.len(), self.policy.max_bytes, &moves);
         tracing::info!(tool = %plan.tool, bytes = bytes.len(), "result refused by the cap");
         Ok(Finished::Bytes(serde_json::to_vec(&refusal_result(&text))?))
