@@ -20,6 +20,146 @@ pub fn respell(page: &Value, original: &str) -> String {
     out
 }
 
+/// [`respell`] for a whole tool result, with one shortcut: a text block that is the JSON of
+/// `structuredContent` (on the page and in the original) is written as the respelled
+/// structuredContent, instead of being decoded and walked a second time.
+pub fn respell_result(page: &Value, original: &str) -> String {
+    let (Value::Object(map), Some(members)) = (page, raw::members(original)) else {
+        return respell(page, original);
+    };
+    let find = |name: &str| {
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, r)| original[r.clone()].trim())
+    };
+    let structured = match (map.get("structuredContent"), find("structuredContent")) {
+        (Some(value), Some(text)) => Some((value, text, respell(value, text))),
+        _ => None,
+    };
+    let mut out = String::with_capacity(original.len().min(1 << 20));
+    out.push('{');
+    for (n, (key, value)) in map.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(key.as_str()).to_string());
+        out.push(':');
+        match (key.as_str(), find(key), &structured) {
+            ("structuredContent", Some(_), Some((_, _, respelled))) => out.push_str(respelled),
+            ("content", Some(blocks), Some((value_sc, text_sc, respelled))) => {
+                content(value, blocks, value_sc, text_sc, respelled, &mut out)
+            }
+            (_, Some(text), _) => write(value, text, &mut out),
+            (_, None, _) => own(value, &mut out),
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// The content blocks, a text copy of structuredContent written from its respelled form.
+fn content(
+    page: &Value,
+    original: &str,
+    structured: &Value,
+    structured_text: &str,
+    respelled: &str,
+    out: &mut String,
+) {
+    let (Value::Array(blocks), Some(elements)) = (page, raw::elements(original)) else {
+        return write(page, original, out);
+    };
+    let page_copy = structured.to_string();
+    out.push('[');
+    for (n, block) in blocks.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        let element = elements.get(n).map(|r| original[r.clone()].trim());
+        let members = element.and_then(raw::members).unwrap_or_default();
+        let copies = block.get("text").and_then(Value::as_str) == Some(page_copy.as_str())
+            && element.is_some_and(|element| {
+                members
+                    .iter()
+                    .any(|(k, r)| k == "text" && encodes(&element[r.clone()], structured_text))
+            });
+        match (copies, element, block) {
+            (true, Some(element), Value::Object(map)) => {
+                out.push('{');
+                for (m, (key, value)) in map.iter().enumerate() {
+                    if m > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(key.as_str()).to_string());
+                    out.push(':');
+                    if key == "text" {
+                        out.push_str(&Value::from(respelled).to_string());
+                        continue;
+                    }
+                    match members.iter().rev().find(|(k, _)| k == key) {
+                        Some((_, r)) => write(value, element[r.clone()].trim(), out),
+                        None => own(value, out),
+                    }
+                }
+                out.push('}');
+            }
+            (_, Some(element), _) => write(block, element, out),
+            (_, None, _) => own(block, out),
+        }
+    }
+    out.push(']');
+}
+
+/// Whether `literal` is `text` written as a JSON string the way serde_json writes one
+/// (compared as it goes, without writing it).
+fn encodes(literal: &str, text: &str) -> bool {
+    let Some(inner) = literal.strip_prefix('"').and_then(|l| l.strip_suffix('"')) else {
+        return false;
+    };
+    let mut rest = inner.as_bytes();
+    let mut plain = 0;
+    let bytes = text.as_bytes();
+    let mut buffer: [u8; 6];
+    for (i, &b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                buffer = [
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 15) as usize],
+                ];
+                &buffer
+            }
+            _ => continue,
+        };
+        // The plain run before this byte, then its escape.
+        let run = &bytes[plain..i];
+        if !rest.starts_with(run) {
+            return false;
+        }
+        rest = &rest[run.len()..];
+        if !rest.starts_with(escaped) {
+            return false;
+        }
+        rest = &rest[escaped.len()..];
+        plain = i + 1;
+    }
+    rest == &bytes[plain..]
+}
+
 fn own(value: &Value, out: &mut String) {
     out.push_str(&value.to_string());
 }
@@ -50,41 +190,43 @@ fn write(page: &Value, original: &str, out: &mut String) {
             out.push('}');
         }
         Value::Array(items) if original.starts_with('[') => {
-            let Some(elements) = raw::elements(original) else {
-                return own(page, out);
-            };
             out.push('[');
             // The page's items are a subsequence of the original's, in order: each is matched
             // to the next original element equal to it (or, for a projected item, holding it).
-            let mut next = 0;
+            // The original is read only as far as the page needs.
+            let mut elements: Vec<std::ops::Range<usize>> = Vec::new();
+            let mut pending = 0;
+            let mut placed: Vec<Option<(std::ops::Range<usize>, bool)>> = vec![None; items.len()];
+            raw::elements_while(original, |element| {
+                elements.push(element.clone());
+                if pending >= items.len() {
+                    return false;
+                }
+                let text = original[element.clone()].trim();
+                if let Ok(parsed) = serde_json::from_str::<Value>(text) {
+                    // The next item, or one a little further (the items between changed).
+                    for n in pending..items.len().min(pending + 8) {
+                        let exact = parsed == items[n];
+                        if exact || holds(&parsed, &items[n]) {
+                            placed[n] = Some((element, exact));
+                            pending = n + 1;
+                            break;
+                        }
+                    }
+                }
+                pending < items.len()
+            });
             for (n, item) in items.iter().enumerate() {
                 if n > 0 {
                     out.push(',');
                 }
-                let mut matched = None;
-                for (j, element) in elements.iter().enumerate().skip(next) {
-                    let text = original[element.clone()].trim();
-                    let Ok(parsed) = serde_json::from_str::<Value>(text) else {
-                        continue;
-                    };
-                    if &parsed == item || holds(&parsed, item) {
-                        matched = Some((j, text, &parsed == item));
-                        break;
-                    }
-                }
-                match matched {
-                    Some((j, text, true)) => {
-                        out.push_str(text);
-                        next = j + 1;
-                    }
-                    Some((j, text, false)) => {
-                        write(item, text, out);
-                        next = j + 1;
-                    }
+                match &placed[n] {
+                    Some((range, true)) => out.push_str(original[range.clone()].trim()),
+                    Some((range, false)) => write(item, original[range.clone()].trim(), out),
                     // A changed item (a content block whose text was paged): the element in
                     // its place, if any. Safe whatever it is: a leaf keeps the original's
                     // spelling only where its value is the page's.
-                    None => match elements.get(next) {
+                    None => match elements.get(n) {
                         Some(element) => write(item, original[element.clone()].trim(), out),
                         None => own(item, out),
                     },
@@ -154,6 +296,24 @@ mod tests {
         assert_eq!(
             respell(&projected, original),
             r#"{"items":[{"a":"\u00e9\/"}]}"#
+        );
+    }
+
+    #[test]
+    fn encodes_matches_serde_json_exactly() {
+        for text in [
+            "",
+            "plain",
+            "a\"b\\c\nd\te\u{1}f\u{1f}é/",
+            "{\"k\":[1,2]}\n",
+        ] {
+            let literal = Value::from(text).to_string();
+            assert!(encodes(&literal, text), "{literal}");
+            assert!(!encodes(&literal, &format!("{text}x")));
+        }
+        assert!(
+            !encodes(r#""\u00e9""#, "é"),
+            "another spelling is not serde_json's"
         );
     }
 

@@ -289,7 +289,7 @@ impl Budget {
             _ => {}
         }
         let bytes = match raw {
-            Some(raw) => exact::respell(&result, raw).into_bytes(),
+            Some(raw) => exact::respell_result(&result, raw).into_bytes(),
             None => serde_json::to_vec(&result)?,
         };
         if !cap::exceeds(bytes.len(), self.policy.max_bytes) {

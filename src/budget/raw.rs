@@ -4,6 +4,8 @@
 
 use std::ops::Range;
 
+#[allow(unused_imports)]
+use serde::de::SeqAccess as _;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
@@ -44,6 +46,32 @@ pub fn elements(text: &str) -> Option<Vec<Range<usize>>> {
     }
     let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
     Some(items.iter().map(|item| span(text, item.get())).collect())
+}
+
+/// The elements of the JSON array `text`, read only as far as `wanted` asks: it sees each
+/// element's range and says whether to read on. A long list whose first elements are all that
+/// is needed is not read to its end.
+pub fn elements_while(text: &str, mut wanted: impl FnMut(Range<usize>) -> bool) {
+    use serde::de::{SeqAccess, Visitor};
+    struct Elements<'a, F>(&'a str, &'a mut F);
+    impl<'de, F: FnMut(Range<usize>) -> bool> Visitor<'de> for Elements<'de, F> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(element) = seq.next_element::<&'de RawValue>()? {
+                if !(self.1)(span(self.0, element.get())) {
+                    // Stopping early leaves the rest unread; the caller ignores the error that
+                    // the unfinished array makes.
+                    return Err(serde::de::Error::custom("enough"));
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let _ = de.deserialize_seq(Elements(text, &mut wanted));
 }
 
 /// One step of a path into a document.
