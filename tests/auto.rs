@@ -376,3 +376,80 @@ async fn an_items_rule_pages_the_structured_copy_of_the_text_too() {
             .collect::<Vec<_>>()
     );
 }
+
+/// One JSON-RPC request over HTTP; its response (read from JSON or from the SSE stream).
+async fn http_call(client: &reqwest::Client, url: &str, session: &str, request: Value) -> Value {
+    let text = common::mcp_post(client, url, Some(session), &request.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let id = &request["id"];
+    let messages: Vec<Value> = if text.trim_start().starts_with('{') {
+        vec![serde_json::from_str(&text).unwrap()]
+    } else {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    };
+    messages
+        .into_iter()
+        .find(|m| &m["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {request} in {text}"))
+}
+
+#[tokio::test]
+async fn no_session_reads_another_sessions_cached_result() {
+    let quirky = example("quirky_server");
+    let (_proxy, url) = common::listen(&["--", quirky.to_str().unwrap()], &[]).await;
+    // reqwest is built here without a default TLS provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let a = common::mcp_initialize(&client, &url).await;
+    let b = common::mcp_initialize(&client, &url).await;
+    for session in [&a, &b] {
+        http_call(
+            &client,
+            &url,
+            session,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+    }
+    let call = |id: u64, arguments: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "journal", "arguments": arguments}});
+    let first = http_call(&client, &url, &a, call(2, json!({"lines": 20_000}))).await;
+    let cursor = next_after(&first["result"]).expect("a second page");
+    // Session B holds A's cursor: the cursor is genuine, but B has no such result, and the
+    // tool has side effects, so it is not run again for B either.
+    let stolen = http_call(
+        &client,
+        &url,
+        &b,
+        call(3, json!({"lines": 20_000, "after": cursor})),
+    )
+    .await;
+    assert_eq!(stolen["result"]["isError"], true, "{stolen}");
+    assert!(
+        stolen["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no longer in mcp-budget's cache"),
+        "{stolen}"
+    );
+    // A goes on from its cache.
+    let second = http_call(
+        &client,
+        &url,
+        &a,
+        call(4, json!({"lines": 20_000, "after": cursor})),
+    )
+    .await;
+    assert_ne!(second["result"]["isError"], true, "{second}");
+    assert!(
+        page_text(&second["result"]).starts_with("entry 0"),
+        "{second}"
+    );
+}
