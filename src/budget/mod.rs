@@ -9,9 +9,11 @@
 //! default narrowed, and [`descriptor`] rewrites `tools/list`. This file is the [`Budget`]
 //! that a relay calls: plan a call, finish its result, refuse it.
 //!
-//! Pages are stateless: a call with `after` re-calls the server with the same upstream
+//! Rule pages are stateless: a call with `after` re-calls the server with the same upstream
 //! arguments and pages the fresh result, so nothing is cached and any proxy instance that
-//! shares the cursor key can serve the next page.
+//! shares the cursor key can serve the next page. Tools no rule pages are paged by [`auto`]
+//! (the intercept keeps their results in the per-session [`crate::cache`]); [`exact`] writes
+//! every page with the server's own bytes where a value is unchanged.
 
 pub mod args;
 pub mod auto;
