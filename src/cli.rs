@@ -52,6 +52,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES")]
     pub cache_bytes: Option<usize>,
 
+    /// The file holding the cursor key, so that cursors survive a restart (made, mode 0600, when
+    /// missing). Default: $XDG_STATE_HOME/mcp-budget/cursor.key (~/.local/state/…); a policy's
+    /// cursor_key_env takes precedence.
+    #[arg(long, value_name = "FILE")]
+    pub cursor_key_file: Option<PathBuf>,
+
     /// How long a paged result stays in the cache, in seconds. Overrides the policy's
     /// budget.cache_ttl_secs; default 600.
     #[arg(long, value_name = "SECS")]

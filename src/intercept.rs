@@ -543,6 +543,7 @@ fn cursor_refusal(err: CursorError, tool: &str) -> String {
         CursorError::OtherQuery => format!(
             "after belongs to a different query (another tool or other arguments); repeat the exact arguments of the {tool} call that returned it, or call again without after to start from the first page"
         ),
+        CursorError::OtherKey => cursor::OTHER_KEY.to_string(),
     }
 }
 

@@ -58,6 +58,7 @@ pub mod explain;
 pub mod framing;
 pub mod intercept;
 pub mod jsonrpc;
+pub mod keyfile;
 pub mod listen;
 pub mod message;
 pub mod policy;

@@ -168,6 +168,43 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The cursor key: the policy's `cursor_key_env` when it is set, else the key file
+/// (`--cursor-key-file`, or the one in the user's state directory, made at the first start),
+/// so that cursors survive a restart. A key file that exists but cannot be used stops the
+/// proxy with the fix; where no key file can be made at all, a random key is used and said so.
+fn cursor_key(policy: &Policy, file: Option<&std::path::Path>) -> anyhow::Result<CursorKey> {
+    use mcp_budget::keyfile::{self, KeyFileError};
+    if let Some(var) = &policy.cursor_key_env {
+        match std::env::var(var) {
+            Ok(secret) if !secret.is_empty() => {
+                return Ok(CursorKey::from_secret(secret.as_bytes()));
+            }
+            _ => tracing::warn!(
+                variable = %var,
+                "the policy's cursor key variable is unset or empty; using the cursor key file instead"
+            ),
+        }
+    }
+    let path = match file {
+        Some(path) => path.to_path_buf(),
+        None => match keyfile::default_path() {
+            Ok(path) => path,
+            Err(err) => {
+                tracing::warn!(%err, "using a random cursor key: cursors will not survive a restart");
+                return Ok(CursorKey::random());
+            }
+        },
+    };
+    match keyfile::load_or_create(&path) {
+        Ok(secret) => Ok(CursorKey::from_secret(&secret)),
+        Err(err @ (KeyFileError::Create(..) | KeyFileError::NoHome)) if file.is_none() => {
+            tracing::warn!(%err, "using a random cursor key: cursors will not survive a restart");
+            Ok(CursorKey::random())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// Runs the proxy: `upstream` overrides the server of `run` (replay); `record` writes a recording.
 async fn proxy(
     run: RunArgs,
@@ -251,7 +288,8 @@ async fn proxy(
         }
         None => (None, None),
     };
-    let budget = Arc::new(Budget::new(policy));
+    let key = cursor_key(&policy, run.cursor_key_file.as_deref())?;
+    let budget = Arc::new(Budget::with_key(policy, key));
     let code = if let Some(listen_url) = &run.listen {
         let (url, addr) = listen::parse_listen_url(listen_url)?;
         let mut auth_tokens = Vec::new();

@@ -453,3 +453,61 @@ async fn no_session_reads_another_sessions_cached_result() {
         "{second}"
     );
 }
+
+/// The proxy in front of quirky with its state directory at `state`, initialized, tools listed.
+async fn start_with_state(state: &std::path::Path) -> Client {
+    let quirky = example("quirky_server");
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command.arg("--").arg(&quirky).env("XDG_STATE_HOME", state);
+    let mut peer = Peer::from_command(command);
+    handshake(&mut peer).await;
+    let mut client = Client { peer, next_id: 10 };
+    client.request("tools/list", json!({})).await;
+    client
+}
+
+#[tokio::test]
+async fn cursors_survive_a_restart_and_another_keys_cursor_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::env::temp_dir().join(format!("mcp-budget-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (state, other) = (base.join("a"), base.join("b"));
+    let arguments = json!({"bytes": 450_000, "line": 100});
+    let mut before = start_with_state(&state).await;
+    let (first, _) = before.call("big", arguments.clone()).await;
+    let cursor = next_after(&first).expect("a second page");
+    drop(before);
+    let key = state.join("mcp-budget/cursor.key");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key file is private");
+    // After a restart, the chain goes on (the read-only tool is called again for the page).
+    let mut after = start_with_state(&state).await;
+    let mut args = arguments.clone();
+    args["after"] = json!(cursor);
+    let (second, line) = after.call("big", args.clone()).await;
+    assert_ne!(second["isError"], true, "{line}");
+    assert!(page_text(&second).starts_with('x'));
+    // Another instance with its own key: the cursor is refused as another key's, not as altered.
+    let mut stranger = start_with_state(&other).await;
+    let (refused, line) = stranger.call("big", args).await;
+    assert_eq!(refused["isError"], true, "{line}");
+    let text = refused["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("issued by another mcp-budget instance"),
+        "{text}"
+    );
+    drop(stranger);
+    // A key file others can read stops the proxy at start, with the fix.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = std::process::Command::new(common::proxy_bin())
+        .arg("--")
+        .arg(example("quirky_server"))
+        .env("XDG_STATE_HOME", &state)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&base);
+}

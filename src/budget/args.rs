@@ -242,5 +242,6 @@ fn cursor_error(err: CursorError, tool: &str) -> ArgError {
              filters); repeat the exact arguments of the {tool} call that returned it, or \
              call again without after to start from the first page"
         )),
+        CursorError::OtherKey => ArgError(cursor::OTHER_KEY.into()),
     }
 }

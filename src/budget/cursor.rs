@@ -19,6 +19,9 @@ type HmacSha256 = Hmac<Sha256>;
 /// What identifies the selection a cursor pages through.
 pub type SelectionDigest = [u8; 16];
 
+/// What the model reads when a cursor was minted under another key.
+pub const OTHER_KEY: &str = "after was issued by another mcp-budget instance, or before this proxy's cursor key changed (for instance a restart without a persistent key); call again without after to start from the first page";
+
 /// Why a cursor was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CursorError {
@@ -26,12 +29,18 @@ pub enum CursorError {
     Invalid,
     #[error("cursor minted for another query")]
     OtherQuery,
+    #[error("cursor minted under another key")]
+    OtherKey,
 }
 
 /// Mints and verifies cursors under one key.
 #[derive(Clone)]
 pub struct CursorKey {
     mac: HmacSha256,
+    /// A short public id of the key, carried by each cursor, so that a cursor from another
+    /// key (another instance, or before a restart with a random key) is told apart from an
+    /// altered one.
+    id: String,
 }
 
 impl std::fmt::Debug for CursorKey {
@@ -50,7 +59,8 @@ impl CursorKey {
             // HMAC takes keys of any length; this branch cannot be reached.
             unreachable!("HMAC accepts any key length")
         });
-        CursorKey { mac }
+        let id = hex(&Sha256::digest([b"mcp-budget key id:".as_slice(), &derived].concat())[..4]);
+        CursorKey { mac, id }
     }
 
     /// A fresh random key.
@@ -79,7 +89,7 @@ impl CursorKey {
             .key
             .as_ref()
             .map_or_else(String::new, |k| URL_SAFE_NO_PAD.encode(k.as_bytes()));
-        let payload = format!("{}.{}.{}", position.offset, hex(digest), key);
+        let payload = format!("{}.{}.{}.{}", position.offset, hex(digest), key, self.id);
         let tag = self.tag(payload.as_bytes());
         format!(
             "{}.{}",
@@ -99,17 +109,22 @@ impl CursorKey {
         if tag.len() != MAC_LEN {
             return Err(CursorError::Invalid);
         }
-        let mut mac = self.mac.clone();
-        mac.update(&payload);
-        mac.verify_truncated_left(&tag)
-            .map_err(|_| CursorError::Invalid)?;
-        let text = String::from_utf8(payload).map_err(|_| CursorError::Invalid)?;
-        let mut parts = text.splitn(3, '.');
+        let text = std::str::from_utf8(&payload).map_err(|_| CursorError::Invalid)?;
+        let mut parts = text.splitn(4, '.');
         let (Some(offset), Some(minted_for), Some(key)) =
             (parts.next(), parts.next(), parts.next())
         else {
             return Err(CursorError::Invalid);
         };
+        // Another key's cursor (or one from before key ids: an older release) says so; the MAC
+        // then tells an altered cursor of this key.
+        if parts.next() != Some(self.id.as_str()) {
+            return Err(CursorError::OtherKey);
+        }
+        let mut mac = self.mac.clone();
+        mac.update(&payload);
+        mac.verify_truncated_left(&tag)
+            .map_err(|_| CursorError::Invalid)?;
         if minted_for != hex(digest) {
             return Err(CursorError::OtherQuery);
         }
@@ -151,10 +166,10 @@ mod tests {
         // Another query.
         let other = digest(&json!({"tool": "u"}));
         assert_eq!(key.verify(&cursor, &other), Err(CursorError::OtherQuery));
-        // Another key (another proxy without a shared key).
+        // Another key (another proxy without a shared key, or a restart with a random key).
         assert_eq!(
             CursorKey::from_secret(b"j").verify(&cursor, &d),
-            Err(CursorError::Invalid)
+            Err(CursorError::OtherKey)
         );
         // Tampered: flip one character of the payload.
         let mut bytes = cursor.clone().into_bytes();
