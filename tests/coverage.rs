@@ -248,7 +248,7 @@ async fn an_unset_cursor_key_variable_is_not_silent() {
     peer.wait().await;
     let stderr = peer.stderr().await;
     assert!(
-        stderr.contains("the cursor key variable is unset or empty")
+        stderr.contains("cursor key variable is unset or empty")
             && stderr.contains("MCP_BUDGET_SURELY_UNSET_KEY"),
         "{stderr}"
     );
