@@ -95,6 +95,11 @@ fn stdio_cpu_per_call(bin: &Path, args: &[&str], me: &Path) -> Duration {
         command.arg("--").arg(me);
     }
     command.stderr(Stdio::null());
+    cpu_per_call(command)
+}
+
+/// The CPU per call of the process `command` starts (after a warm-up), driven over stdio.
+fn cpu_per_call(command: Command) -> Duration {
     let mut session = Session::start(command);
     for _ in 0..WARMUP {
         session.call();
@@ -379,18 +384,7 @@ fn bare_http_relay(upstream: &str) {
 fn bare_cpu_per_call(me: &Path, mode: &str) -> Duration {
     let mut command = Command::new(me);
     command.env(BARE_ENV, mode).stderr(Stdio::null());
-    let mut session = Session::start(command);
-    for _ in 0..WARMUP {
-        session.call();
-    }
-    let pid = session.pid();
-    let before = cpu(pid);
-    for _ in 0..CALLS {
-        session.call();
-    }
-    let spent = cpu(pid) - before;
-    session.stop();
-    spent / CALLS as u32
+    cpu_per_call(command)
 }
 
 fn main() {

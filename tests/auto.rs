@@ -50,6 +50,15 @@ impl Client {
     }
 }
 
+/// A policy file with `text`, in a temporary folder of this test run.
+fn policy_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// The cursor a page's notice gives, if any.
 fn next_after(result: &Value) -> Option<String> {
     let blocks = result["content"].as_array()?;
@@ -210,10 +219,7 @@ async fn a_tool_with_side_effects_runs_once_per_chain_and_is_never_rerun() {
 
 #[tokio::test]
 async fn when_the_cache_cannot_hold_a_result_read_only_tools_are_recalled_and_others_refused() {
-    let dir = std::env::temp_dir().join(format!("mcp-budget-auto-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let policy = dir.join("tiny-cache.toml");
-    std::fs::write(&policy, "[budget]\ncache_bytes = 1000\n").unwrap();
+    let policy = policy_file("tiny-cache.toml", "[budget]\ncache_bytes = 1000\n");
     let mut proxied = Client::start(&["--policy", policy.to_str().unwrap()]).await;
     // A read-only tool: the chain goes on, the tool is called again for each page.
     let pages = chain(&mut proxied, "big", json!({"bytes": 450_000, "line": 100})).await;
@@ -274,10 +280,7 @@ async fn an_expired_entry_is_never_served_and_the_ttl_is_a_flag() {
 
 #[tokio::test]
 async fn auto_false_turns_automatic_paging_off() {
-    let dir = std::env::temp_dir().join(format!("mcp-budget-auto-off-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let policy = dir.join("off.toml");
-    std::fs::write(&policy, "[budget]\nauto = false\n").unwrap();
+    let policy = policy_file("off.toml", "[budget]\nauto = false\n");
     let quirky = example("quirky_server");
     let mut direct = Peer::quirky();
     handshake(&mut direct).await;
@@ -312,15 +315,10 @@ async fn auto_false_turns_automatic_paging_off() {
 /// A policy with an items rule for quirky's `tree` (JSON text, repeated as
 /// structuredContent.content, as server-filesystem sends it).
 fn tree_policy() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("mcp-budget-tree-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let policy = dir.join("tree.toml");
-    std::fs::write(
-        &policy,
+    policy_file(
+        "tree.toml",
         "[[tool]]\nname = \"tree\"\nitems = \"$.entries\"\nkey = \"name\"\nnoun = \"entries\"\n[tool.format]\ncolumns = [\"name\", \"size\"]\n",
     )
-    .unwrap();
-    policy
 }
 
 #[tokio::test]

@@ -266,7 +266,7 @@ fn cursors_are_bound_to_their_query() {
         )["error"]
             .as_str()
             .unwrap()
-            .starts_with("after is not a cursor")
+            .starts_with("after was issued by another mcp-budget instance")
     );
     let twin = budget(POLICY);
     assert_eq!(

@@ -39,23 +39,19 @@ pub fn respell_result(page: &Value, original: &str) -> String {
         _ => None,
     };
     let mut out = String::with_capacity(original.len().min(1 << 20));
-    out.push('{');
-    for (n, (key, value)) in map.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        out.push_str(&Value::from(key.as_str()).to_string());
-        out.push(':');
-        match (key.as_str(), find(key), &structured) {
+    object(
+        map,
+        original,
+        &members,
+        &mut out,
+        |key, value, text, out| match (key, text, &structured) {
             ("structuredContent", Some(_), Some((_, _, respelled))) => out.push_str(respelled),
             ("content", Some(blocks), Some((value_sc, text_sc, respelled))) => {
-                content(value, blocks, value_sc, text_sc, respelled, &mut out)
+                content(value, blocks, value_sc, text_sc, respelled, out)
             }
-            (_, Some(text), _) => write(value, text, &mut out),
-            (_, None, _) => own(value, &mut out),
-        }
-    }
-    out.push('}');
+            _ => plain(value, text, out),
+        },
+    );
     out
 }
 
@@ -87,23 +83,13 @@ fn content(
             });
         match (copies, element, block) {
             (true, Some(element), Value::Object(map)) => {
-                out.push('{');
-                for (m, (key, value)) in map.iter().enumerate() {
-                    if m > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::from(key.as_str()).to_string());
-                    out.push(':');
+                object(map, element, &members, out, |key, value, text, out| {
                     if key == "text" {
                         out.push_str(&Value::from(respelled).to_string());
-                        continue;
+                    } else {
+                        plain(value, text, out);
                     }
-                    match members.iter().rev().find(|(k, _)| k == key) {
-                        Some((_, r)) => write(value, element[r.clone()].trim(), out),
-                        None => own(value, out),
-                    }
-                }
-                out.push('}');
+                });
             }
             (_, Some(element), _) => write(block, element, out),
             (_, None, _) => own(block, out),
@@ -160,6 +146,40 @@ fn encodes(literal: &str, text: &str) -> bool {
     rest == &bytes[plain..]
 }
 
+/// Writes the object `map` against its original's `members` (ranges in `original`): each
+/// member as `member` writes it, which gets the member's original text when there is one.
+fn object(
+    map: &serde_json::Map<String, Value>,
+    original: &str,
+    members: &[(String, std::ops::Range<usize>)],
+    out: &mut String,
+    mut member: impl FnMut(&str, &Value, Option<&str>, &mut String),
+) {
+    out.push('{');
+    for (n, (key, value)) in map.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::from(key.as_str()).to_string());
+        out.push(':');
+        let text = members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, range)| original[range.clone()].trim());
+        member(key, value, text, out);
+    }
+    out.push('}');
+}
+
+/// A member written against its original text, or by serde_json when it has none.
+fn plain(value: &Value, text: Option<&str>, out: &mut String) {
+    match text {
+        Some(text) => write(value, text, out),
+        None => own(value, out),
+    }
+}
+
 fn own(value: &Value, out: &mut String) {
     out.push_str(&value.to_string());
 }
@@ -175,19 +195,9 @@ fn write(page: &Value, original: &str, out: &mut String) {
             let Some(members) = raw::members(original) else {
                 return own(page, out);
             };
-            out.push('{');
-            for (n, (key, value)) in map.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(key.as_str()).to_string());
-                out.push(':');
-                match members.iter().rev().find(|(k, _)| k == key) {
-                    Some((_, range)) => write(value, original[range.clone()].trim(), out),
-                    None => own(value, out),
-                }
-            }
-            out.push('}');
+            object(map, original, &members, out, |_, value, text, out| {
+                plain(value, text, out)
+            });
         }
         Value::Array(items) if original.starts_with('[') => {
             out.push('[');
