@@ -41,8 +41,9 @@ pub struct Cli {
 /// How the proxy runs: policy, transports, limits.
 #[derive(Debug, Args, Clone, Default)]
 pub struct RunArgs {
-    /// Budget policy (TOML). Without it: no rules, and every tool result over 200000 bytes is
-    /// paged automatically.
+    /// Budget policy: a TOML file, or `builtin:NAME` (`mcp-budget policies` lists them), or
+    /// `none`. Without it: no rules, and every tool result over 200000 bytes is paged
+    /// automatically.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
@@ -160,6 +161,8 @@ pub struct RunArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// List the built-in policies and the servers each one is written for.
+    Policies,
     /// Validate a policy file without starting anything (exit 2 with the error's position).
     Check {
         /// The policy (TOML).

@@ -134,6 +134,15 @@ impl Interceptor {
         Interceptor::new(Budget::new(Policy::default()))
     }
 
+    /// The argument that continues an automatically paged result of `tool`.
+    fn continuation(&self, tool: &str) -> &'static str {
+        if self.tool_info(tool).own_after {
+            descriptor::OWN_AFTER_ARGUMENT
+        } else {
+            "after"
+        }
+    }
+
     fn tool_info(&self, tool: &str) -> ToolInfo {
         self.tools
             .lock()
@@ -227,8 +236,10 @@ impl Interceptor {
             .to_string();
         if self.budget.auto_for(&name) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);
-            let mentions_after = arguments
-                .is_some_and(|a| memchr::memmem::find(a.get().as_bytes(), b"\"after\"").is_some());
+            let argument = format!("\"{}\"", self.continuation(&name));
+            let mentions_after = arguments.is_some_and(|a| {
+                memchr::memmem::find(a.get().as_bytes(), argument.as_bytes()).is_some()
+            });
             if !mentions_after {
                 let auto = AutoCall {
                     arguments: arguments.map(|a| a.to_owned()),
@@ -300,16 +311,18 @@ impl Interceptor {
         let Some(Value::Object(arguments)) = request.pointer_mut("/params/arguments") else {
             return plain(None);
         };
-        let after = arguments.get("after").cloned();
+        // `after`, or `mcp_budget_after` for a tool with an `after` of its own (which is then
+        // the tool's business and passes through untouched).
+        let argument = self.continuation(&name);
+        let after = arguments.get(argument).cloned();
         let own = |arguments: &Map<String, Value>| serde_json::value::to_raw_value(arguments).ok();
         let cursor = match after {
             Some(Value::String(cursor)) => cursor,
-            _ if info.own_after => return plain(own(arguments)),
-            // "after" was only mentioned in a value.
+            // The name was only mentioned in a value.
             None => return plain(own(arguments)),
             Some(Value::Null) => {
                 // `null` means absent.
-                arguments.remove("after");
+                arguments.remove(argument);
                 let raw = own(arguments);
                 let rewritten = serde_json::to_vec(&request).ok();
                 return CallDecision::Forward {
@@ -327,16 +340,17 @@ impl Interceptor {
             Some(_) => {
                 return CallDecision::Answer(crate::jsonrpc::tool_error(
                     id,
-                    "after must be the next_after string of a previous page; call again without after to start from the first page",
+                    &format!(
+                        "{argument} must be the next_after string of a previous page; call again without {argument} to start from the first page"
+                    ),
                 ));
             }
         };
         let mut rest = arguments.clone();
-        rest.remove("after");
+        rest.remove(argument);
         let digest = auto_digest(&name, &rest);
         let at = match self.budget.key().verify(&cursor, &digest) {
             Ok(position) => auto::At::from_position(&position),
-            Err(_) if info.own_after => return plain(own(arguments)),
             Err(err) => {
                 return CallDecision::Answer(crate::jsonrpc::tool_error(
                     id,
@@ -368,14 +382,14 @@ impl Interceptor {
             return CallDecision::Answer(crate::jsonrpc::tool_error(
                 id,
                 &format!(
-                    "The result this cursor pages is no longer in mcp-budget's cache (results are kept {minutes} minute{}, within {} MiB), and {name} is not marked read-only, so the proxy will not run it again on its own. Call {name} again without after to start over.",
+                    "The result this cursor pages is no longer in mcp-budget's cache (results are kept {minutes} minute{}, within {}), and {name} is not marked read-only, so the proxy will not run it again on its own. Call {name} again without {argument} to start over.",
                     if minutes == 1 { "" } else { "s" },
-                    self.budget.cache().limit() / (1024 * 1024)
+                    size_text(self.budget.cache().limit())
                 ),
             ));
         }
         tracing::debug!(tool = %name, "the paged result left the cache; calling the read-only tool again");
-        arguments.remove("after");
+        arguments.remove(argument);
         let rewritten = serde_json::to_vec(&request).ok();
         CallDecision::Forward {
             rewritten,
@@ -414,6 +428,10 @@ impl Interceptor {
                     "result-too-large: {tool}'s result is {bytes} bytes and {what} alone is {piece} bytes, more than the whole {max}-byte budget, so it cannot be paged; {moves}."
                 )
             }
+            Unpageable::Changed => format!(
+                "The result of {tool} changed since the page this cursor continues was served (the proxy's cache no longer held it, so {tool} ran again and answered otherwise). Call {tool} again without {} to start over.",
+                self.continuation(tool)
+            ),
             Unpageable::Gone => format!(
                 "The result of {tool} no longer reaches the page this cursor points to (it changed since the cursor was issued). Call {tool} again without after to start over."
             ),
@@ -501,7 +519,9 @@ impl Interceptor {
             auto_digest(tool, &arguments)
         });
         let at = call.at.unwrap_or_default();
-        let prepared = auto::prepare(Arc::from(result), max).map(Arc::new);
+        let argument = self.continuation(tool);
+        let prepared =
+            auto::prepare(Arc::from(result), max).map(|p| Arc::new(p.with_argument(argument)));
         let page = match &prepared {
             Ok(prepared) => prepared.page(at, max, tool, self.budget.key(), &digest),
             Err(why) => Err(why.clone()),
@@ -534,6 +554,17 @@ impl Interceptor {
             }
         };
         Some(splice(message, raw, &bytes))
+    }
+}
+
+/// A byte count as a person reads it: MiB, KiB or bytes.
+fn size_text(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} bytes")
     }
 }
 

@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 pub mod budget;
+pub mod builtin;
 pub mod cache;
 pub mod canonical;
 pub mod cli;

@@ -71,6 +71,20 @@ fn init_logging(verbose: u8) {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => proxy(cli.run, None, None).await,
+        Some(Command::Policies) => {
+            for builtin in mcp_budget::builtin::BUILTINS {
+                let policy =
+                    Policy::load(std::path::Path::new(&format!("builtin:{}", builtin.name)))?;
+                println!(
+                    "builtin:{}  for {} (serverInfo.name {})\n{}",
+                    builtin.name,
+                    builtin.about,
+                    builtin.servers.join(", "),
+                    explain::summary(&policy)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Check { file, recording }) => {
             let policy = Policy::load(&file)?;
             println!("{}: OK\n{}", file.display(), explain::summary(&policy));

@@ -30,6 +30,10 @@ pub enum PolicyError {
     },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
+    #[error(
+        "there is no built-in policy {name:?}; the built-in policies are {known} (`mcp-budget policies` lists them)"
+    )]
+    Builtin { name: String, known: String },
     #[error("{path}:{line}:{column}: {message}")]
     Invalid {
         path: PathBuf,
@@ -231,8 +235,22 @@ impl Policy {
         }
     }
 
-    /// Reads and validates a policy file.
+    /// Reads and validates a policy file; `builtin:NAME` is a built-in policy
+    /// ([`crate::builtin`]), and `none` is no rules.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        if let Some(text) = path.to_str() {
+            if text == "none" {
+                return Ok(Policy::default());
+            }
+            if let Some(name) = text.strip_prefix("builtin:") {
+                let builtin =
+                    crate::builtin::by_name(name).ok_or_else(|| PolicyError::Builtin {
+                        name: name.to_string(),
+                        known: crate::builtin::names(),
+                    })?;
+                return Policy::parse(builtin.text, path);
+            }
+        }
         let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
             path: path.to_path_buf(),
             source,

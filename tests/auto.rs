@@ -165,8 +165,14 @@ async fn tools_gain_only_after_spliced_into_the_servers_bytes() {
     );
     let tools: Value = serde_json::from_str(&proxied).unwrap();
     for tool in tools["result"]["tools"].as_array().unwrap() {
+        // `history` has an `after` of its own: the proxy's is called mcp_budget_after there.
+        let name = if tool["name"] == "history" {
+            "mcp_budget_after"
+        } else {
+            "after"
+        };
         assert_eq!(
-            tool["inputSchema"]["properties"]["after"]["type"], "string",
+            tool["inputSchema"]["properties"][name]["type"], "string",
             "{}",
             tool["name"]
         );
@@ -508,4 +514,106 @@ async fn cursors_survive_a_restart_and_another_keys_cursor_says_so() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("chmod 600"), "{stderr}");
     let _ = std::fs::remove_dir_all(&base);
+}
+
+#[tokio::test]
+async fn a_result_that_changed_since_its_first_page_is_never_cut_at_an_old_position() {
+    let policy = policy_file("tiny-cache-drift.toml", "[budget]\ncache_bytes = 1000\n");
+    let mut proxied = Client::start(&["--policy", policy.to_str().unwrap()]).await;
+    let (first, _) = proxied.call("drift", json!({"lines": 12_000})).await;
+    let cursor = next_after(&first).expect("a second page");
+    // Not cached (too large for a 1000-byte cache): the read-only tool runs again, answers
+    // otherwise, and the proxy says so instead of cutting the new answer at the old offset.
+    let (second, line) = proxied
+        .call("drift", json!({"lines": 12_000, "after": cursor}))
+        .await;
+    assert_eq!(second["isError"], true, "{line}");
+    let text = second["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("changed since the page"), "{text}");
+}
+
+#[tokio::test]
+async fn a_tool_with_an_after_of_its_own_continues_under_another_name() {
+    let mut proxied = Client::start(&[]).await;
+    let (tools, _) = proxied.request("tools/list", json!({})).await;
+    let history = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "history")
+        .unwrap()
+        .clone();
+    let properties = &history["inputSchema"]["properties"];
+    assert_eq!(properties["after"]["type"], "integer", "the tool's own");
+    assert_eq!(properties["mcp_budget_after"]["type"], "string");
+    // Its own `after` reaches it; the chain follows mcp_budget_after.
+    let arguments = json!({"after": 100, "lines": 12_000});
+    let (first, _) = proxied.call("history", arguments.clone()).await;
+    let notice = first["content"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(notice.contains("mcp_budget_after:\""), "{notice}");
+    let mut joined = page_text(&first);
+    let mut cursor = notice
+        .split("mcp_budget_after:\"")
+        .nth(1)
+        .map(|r| r.split('"').next().unwrap().to_string());
+    while let Some(c) = cursor {
+        let mut args = arguments.clone();
+        args["mcp_budget_after"] = json!(c);
+        let (page, line) = proxied.call("history", args).await;
+        assert_ne!(page["isError"], true, "{line}");
+        joined.push_str(&page_text(&page));
+        let notice = page["content"].as_array().unwrap().last().unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        cursor = notice
+            .split("mcp_budget_after:\"")
+            .nth(1)
+            .map(|r| r.split('"').next().unwrap().to_string());
+    }
+    let expected: String = (101..=12_100)
+        .map(|i| format!("history run 1 line {i:06}\n"))
+        .collect();
+    assert_eq!(joined, expected);
+    assert_eq!(proxied.executions().await["history"], 1);
+}
+
+#[tokio::test]
+async fn refusals_name_the_right_size_and_line_ranges_do_not_overlap() {
+    let mut proxied = Client::start(&[]).await;
+    // One line longer than the whole budget, its size named (not the whole text's).
+    let (result, line) = proxied
+        .call("big", json!({"bytes": 250_000, "line": 240_000}))
+        .await;
+    assert_eq!(result["isError"], true, "{line}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("line 1 of its text alone is 24000"), "{text}");
+    // Consecutive pages name consecutive line ranges.
+    let pages = chain(&mut proxied, "big", json!({"bytes": 600_000, "line": 100})).await;
+    let mut expected_first = 1;
+    for (page, _) in &pages {
+        let notice = page["content"].as_array().unwrap().last().unwrap()["text"]
+            .as_str()
+            .unwrap();
+        let range = notice
+            .split("lines ")
+            .nth(1)
+            .unwrap()
+            .split(" of")
+            .next()
+            .unwrap();
+        let (first, last) = range.split_once('-').unwrap();
+        let (first, last): (usize, usize) = (first.parse().unwrap(), last.parse().unwrap());
+        assert_eq!(first, expected_first, "{notice}");
+        assert_eq!(
+            last - first + 1,
+            page_text(page).lines().count(),
+            "{notice}"
+        );
+        expected_first = last + 1;
+    }
+    assert_eq!(expected_first, 6_001);
 }

@@ -334,3 +334,72 @@ fn suggest_proposes_text_paging_for_long_text_and_passes_check() {
         "{git}"
     );
 }
+
+// ---- Built-in policies ------------------------------------------------------------------------
+
+#[test]
+fn the_shipped_policies_are_built_in_and_listed() {
+    let listed = common::run_ok(["policies"]);
+    for (name, server) in [
+        ("builtin:fleet", "fleet-server"),
+        ("builtin:filesystem", "secure-filesystem-server"),
+        ("builtin:git", "mcp-git"),
+        ("builtin:everything", "mcp-servers/everything"),
+    ] {
+        assert!(
+            listed.contains(name) && listed.contains(server),
+            "{name}: {listed}"
+        );
+    }
+    // The same text as the files in policies/, so a checkout and an installed binary agree.
+    for builtin in mcp_budget::builtin::BUILTINS {
+        let file = root()
+            .join("policies")
+            .join(format!("{}.toml", builtin.name));
+        assert_eq!(std::fs::read_to_string(file).unwrap(), builtin.text);
+    }
+    let checked = common::run_ok(["check", "builtin:git"]);
+    assert!(checked.starts_with("builtin:git: OK"), "{checked}");
+    let unknown = common::run(["check", "builtin:nope"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("no built-in policy \"nope\"") && stderr.contains("builtin:filesystem"),
+        "{stderr}"
+    );
+}
+
+/// fleet_show's input properties through the proxy with `policy`.
+async fn fleet_show_arguments(policy: &str) -> Vec<String> {
+    let fleet = common::example("fleet_server");
+    let mut peer = Peer::proxy(&["--policy", policy], &[fleet.to_str().unwrap()]);
+    handshake(&mut peer).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let list = peer.recv_json().await;
+    let tool = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "fleet_show")
+        .unwrap()
+        .clone();
+    tool["inputSchema"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn policy_builtin_name_and_none() {
+    let budgeted = fleet_show_arguments("builtin:fleet").await;
+    for argument in ["horizon", "detail", "limit", "after", "format", "state"] {
+        assert!(budgeted.contains(&argument.to_string()), "{budgeted:?}");
+    }
+    assert_eq!(
+        fleet_show_arguments("none").await,
+        vec!["after".to_string()]
+    );
+}

@@ -35,27 +35,31 @@ const CONTINUATION_ALLOWANCE: usize = 1200;
 pub struct At {
     pub piece: usize,
     pub offset: usize,
+    /// The fingerprint of the result the position is in (0 on a first page): a result that
+    /// changed since is never cut at an old position.
+    pub fingerprint: u64,
 }
 
 impl At {
     pub fn to_position(self) -> Position {
         Position {
             offset: self.offset,
-            key: Some(format!("auto:{}", self.piece)),
+            key: Some(format!("auto:{}:{:016x}", self.piece, self.fingerprint)),
         }
     }
 
     pub fn from_position(position: &Position) -> Option<At> {
-        let piece = position
-            .key
-            .as_deref()?
-            .strip_prefix("auto:")?
-            .parse()
-            .ok()?;
+        let rest = position.key.as_deref()?.strip_prefix("auto:")?;
+        let (piece, fingerprint) = rest.split_once(':')?;
         Some(At {
-            piece,
+            piece: piece.parse().ok()?,
             offset: position.offset,
+            fingerprint: u64::from_str_radix(fingerprint, 16).ok()?,
         })
+    }
+
+    fn first(&self) -> bool {
+        self.piece == 0 && self.offset == 0
     }
 }
 
@@ -68,6 +72,9 @@ pub enum Unpageable {
     TooLarge { what: String, bytes: usize },
     /// The cursor points past the result (it changed since the cursor was minted).
     Gone,
+    /// The result is not the one the cursor was minted in (the tool ran again and answered
+    /// otherwise).
+    Changed,
 }
 
 /// One page of a result.
@@ -121,6 +128,11 @@ pub struct Prepared {
     mirror: Mirror,
     /// The room a page had when the pieces were chosen.
     room: usize,
+    /// A hash of the result, carried by cursors.
+    fingerprint: u64,
+    /// The argument that continues a chain: `after`, or `mcp_budget_after` for a tool that has
+    /// an `after` of its own.
+    argument: &'static str,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -181,6 +193,12 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         Some(range) => mirror(&result, &result[range.clone()], &blocks, room),
         None => Mirror::None,
     };
+    let fingerprint = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        result.hash(&mut hasher);
+        hasher.finish().max(1)
+    };
     Ok(Prepared {
         result,
         members,
@@ -188,10 +206,18 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         structured,
         mirror,
         room,
+        fingerprint,
+        argument: "after",
     })
 }
 
 impl Prepared {
+    /// Names the argument that continues the chain (`after` unless the tool has its own).
+    pub fn with_argument(mut self, argument: &'static str) -> Prepared {
+        self.argument = argument;
+        self
+    }
+
     /// The bytes this holds (the result, and the JSON documents read out of its texts).
     pub fn bytes(&self) -> usize {
         self.result.len()
@@ -219,9 +245,18 @@ impl Prepared {
         key: &CursorKey,
         digest: &SelectionDigest,
     ) -> Result<AutoPage, Unpageable> {
+        if !at.first() && at.fingerprint != self.fingerprint {
+            return Err(Unpageable::Changed);
+        }
         let mut room = self
             .room
             .min(max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64));
+        // What can never fit is refused on the first call, not after pages that promise more.
+        if at.first()
+            && let Some(refusal) = self.unsplittable(room)
+        {
+            return Err(refusal);
+        }
         // A page's exact size is known once it is written; a page over the budget is made
         // again with less room (a few rounds at most: the estimates are close).
         for _ in 0..8 {
@@ -394,7 +429,9 @@ fn newlines(inner: &str, from: usize, to: usize) -> usize {
         }
         match bytes.get(at + 1) {
             Some(b'n') => {
-                count += 1;
+                if at + 2 <= to {
+                    count += 1;
+                }
                 next = at + 2;
             }
             Some(b'u') => {
@@ -411,6 +448,32 @@ fn newlines(inner: &str, from: usize, to: usize) -> usize {
         }
     }
     count
+}
+
+/// Where the line that begins at `from` ends (just after its line end, or at the end).
+fn first_line_end(inner: &str, from: usize) -> usize {
+    let bytes = inner.as_bytes();
+    let mut next = from;
+    for at in memchr::memchr_iter(b'\\', &bytes[from.min(bytes.len())..]) {
+        let at = from + at;
+        if at < next {
+            continue;
+        }
+        match bytes.get(at + 1) {
+            Some(b'n') => return at + 2,
+            Some(b'u') => {
+                if inner
+                    .get(at + 2..at + 6)
+                    .is_some_and(|hex| hex.eq_ignore_ascii_case("000a"))
+                {
+                    return at + 6;
+                }
+                next = at + 6;
+            }
+            _ => next = at + 2,
+        }
+    }
+    bytes.len()
 }
 
 /// The 1-based line at `offset` of the inside of a literal.
@@ -461,21 +524,10 @@ impl Prepared {
         if at.piece >= count.max(1) && !(count == 0 && at.piece == 0) {
             return Err(Unpageable::Gone);
         }
-        let fixed: usize = self
-            .members
-            .iter()
-            .filter(|(k, _)| k != "content" && k != "structuredContent")
-            .map(|(k, r)| k.len() + r.len() + 4)
-            .sum();
-        let mut used = fixed
-            + match (&self.mirror, self.structured()) {
-                (Mirror::None, Some(s)) => s.len(),
-                (Mirror::Json { array, .. } | Mirror::Own { array }, Some(s)) => {
-                    s.len() - array.span.len()
-                }
-                (Mirror::Field { member, .. }, Some(s)) => s.len() - member.len(),
-                _ => 0,
-            };
+        let mut used = self.fixed();
+        if used > room {
+            return Err(self.repeated_too_large(used));
+        }
         let mut taken: Vec<Taken> = Vec::new();
         let mut next = None;
         let mut piece = at.piece;
@@ -493,7 +545,11 @@ impl Prepared {
                                 bytes: raw.len(),
                             });
                         }
-                        next = Some(At { piece, offset: 0 });
+                        next = Some(At {
+                            piece,
+                            offset: 0,
+                            fingerprint: self.fingerprint,
+                        });
                         break;
                     }
                     (1, true, raw.len() + 1)
@@ -508,15 +564,18 @@ impl Prepared {
                             (end, end >= inner.len(), (end - offset) * factor + 2)
                         }
                         _ if first => {
-                            let end =
-                                line_end_before(inner, offset, usize::MAX).unwrap_or(inner.len());
+                            let end = first_line_end(inner, offset);
                             return Err(Unpageable::TooLarge {
                                 what: format!("line {} of its text", line_number(inner, offset)),
                                 bytes: end - offset,
                             });
                         }
                         _ => {
-                            next = Some(At { piece, offset });
+                            next = Some(At {
+                                piece,
+                                offset,
+                                fingerprint: self.fingerprint,
+                            });
                             break;
                         }
                     }
@@ -561,7 +620,11 @@ impl Prepared {
                                 bytes: array.elements[offset].len(),
                             });
                         }
-                        next = Some(At { piece, offset });
+                        next = Some(At {
+                            piece,
+                            offset,
+                            fingerprint: self.fingerprint,
+                        });
                         break;
                     }
                     (end, end >= array.elements.len(), cost)
@@ -574,7 +637,11 @@ impl Prepared {
                 to,
             });
             if !done {
-                next = Some(At { piece, offset: to });
+                next = Some(At {
+                    piece,
+                    offset: to,
+                    fingerprint: self.fingerprint,
+                });
                 break;
             }
             piece += 1;
@@ -584,6 +651,100 @@ impl Prepared {
             return Err(Unpageable::Gone);
         }
         Ok(self.write(at, &taken, next, tool, key, digest))
+    }
+
+    /// The bytes every page repeats: the result's other members, and the part of
+    /// `structuredContent` that is not paged.
+    fn fixed(&self) -> usize {
+        let fixed: usize = self
+            .members
+            .iter()
+            .filter(|(k, _)| k != "content" && k != "structuredContent")
+            .map(|(k, r)| k.len() + r.len() + 4)
+            .sum();
+        fixed
+            + match (&self.mirror, self.structured()) {
+                (Mirror::None, Some(s)) => s.len(),
+                (Mirror::Json { array, .. } | Mirror::Own { array }, Some(s)) => {
+                    s.len() - array.span.len()
+                }
+                (Mirror::Field { member, .. }, Some(s)) => s.len() - member.len(),
+                _ => 0,
+            }
+    }
+
+    fn repeated_too_large(&self, bytes: usize) -> Unpageable {
+        Unpageable::TooLarge {
+            what: "the part that every page must repeat (structuredContent with no list to page, or the result's other fields)".into(),
+            bytes,
+        }
+    }
+
+    /// The first piece of the result that no page can hold, if any: an image, a line or an
+    /// item larger than a page's room.
+    fn unsplittable(&self, room: usize) -> Option<Unpageable> {
+        let fixed = self.fixed();
+        if fixed > room {
+            return Some(self.repeated_too_large(fixed));
+        }
+        let left = room - fixed;
+        for piece in 0..self.piece_count() {
+            let factor = self.mirror_factor(piece);
+            match self.piece_kind(piece) {
+                PieceKind::Whole(raw) if raw.len() + 1 > left => {
+                    return Some(Unpageable::TooLarge {
+                        what: whole_what(raw),
+                        bytes: raw.len(),
+                    });
+                }
+                PieceKind::Whole(_) => {}
+                PieceKind::Lines(inner) => {
+                    let mut start = 0;
+                    let mut line = 1;
+                    while start < inner.len() {
+                        let end = first_line_end(inner, start);
+                        if (end - start) * factor + 2 > left {
+                            return Some(Unpageable::TooLarge {
+                                what: format!("line {line} of its text"),
+                                bytes: end - start,
+                            });
+                        }
+                        start = end;
+                        line += 1;
+                    }
+                }
+                PieceKind::Items {
+                    doc,
+                    array,
+                    in_text,
+                } => {
+                    let around = if in_text {
+                        escaped_len(doc) - escaped_len(&doc[array.span.clone()])
+                    } else {
+                        0
+                    };
+                    for (index, element) in array.elements.iter().enumerate() {
+                        let text = &doc[element.clone()];
+                        let size = if in_text {
+                            escaped_len(text)
+                        } else {
+                            text.len()
+                        } + 1;
+                        if around + size * factor > left {
+                            return Some(Unpageable::TooLarge {
+                                what: format!(
+                                    "item {} of {}",
+                                    index + 1,
+                                    raw::path_text(&array.path)
+                                ),
+                                bytes: text.len(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        None
     }
 
     fn piece_kind(&self, piece: usize) -> PieceKind<'_> {
@@ -755,7 +916,8 @@ impl Prepared {
                     )
                 }
             };
-            let source = if t.piece < self.blocks.len() && self.blocks.len() > 1 {
+            let whole = matches!(self.piece_kind(t.piece), PieceKind::Whole(_));
+            let source = if t.piece < self.blocks.len() && self.blocks.len() > 1 && !whole {
                 format!(" (content block {})", t.piece + 1)
             } else {
                 String::new()
@@ -769,9 +931,10 @@ impl Prepared {
         );
         match cursor {
             Some(cursor) => text.push_str(&format!(
-                " More remain: call {tool} again with the same arguments and after:\"{cursor}\" for the next page; the pages together are the whole result."
+                " More remain: call {tool} again with the same arguments and {}:\"{cursor}\" for the next page; the pages together are the whole result.",
+                self.argument
             )),
-            None if at != At::default() => text.push_str(" This is the last page."),
+            None if !at.first() => text.push_str(" This is the last page."),
             None => {}
         }
         (text, total_count)
@@ -902,6 +1065,33 @@ mod tests {
         }
         assert_eq!(joined, text);
         assert_eq!(structured, text);
+    }
+
+    #[test]
+    fn what_no_page_can_hold_is_refused_on_the_first_call() {
+        // Short lines, then one longer than the whole budget: no first page that promises more.
+        let text = format!("{}{}\n", "a\n".repeat(10), "x".repeat(5000));
+        let result = format!(
+            r#"{{"content":[{{"type":"text","text":{}}}]}}"#,
+            serde_json::Value::String(text)
+        );
+        assert_eq!(
+            page(&result, At::default(), 3000, "t", &key(), &[0; 16]).unwrap_err(),
+            Unpageable::TooLarge {
+                what: "line 11 of its text".into(),
+                bytes: 5002
+            }
+        );
+        // A text followed by an image larger than the budget: the same.
+        let image = format!(
+            r#"{{"type":"image","data":"{}","mimeType":"image/png"}}"#,
+            "A".repeat(5000)
+        );
+        let result = format!(r#"{{"content":[{{"type":"text","text":"hi"}},{image}]}}"#);
+        assert!(matches!(
+            page(&result, At::default(), 3000, "t", &key(), &[0; 16]),
+            Err(Unpageable::TooLarge { .. })
+        ));
     }
 
     #[test]

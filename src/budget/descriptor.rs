@@ -308,6 +308,9 @@ pub fn rewrite_output_schema(schema: &mut Value, items: &Items) {
     }
 }
 
+/// The name automatic paging continues under for a tool that has an `after` of its own.
+pub const OWN_AFTER_ARGUMENT: &str = "mcp_budget_after";
+
 /// How the `after` that automatic paging adds is described to the model.
 pub const AUTO_AFTER: &str = "Continue a result that mcp-budget paged: pass the next_after value of the previous page, with the other arguments unchanged. Leave it out for the first page.";
 
@@ -354,6 +357,11 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
         "after",
         json!({"type": "string", "description": AUTO_AFTER}),
     )];
+    // A tool with an `after` of its own continues under another name.
+    let own = vec![(
+        OWN_AFTER_ARGUMENT,
+        json!({"type": "string", "description": AUTO_AFTER}),
+    )];
     let continuation = continuation_properties();
     let mut inserts: Vec<(usize, String)> = Vec::new();
     for element in raw::elements(tools)? {
@@ -371,10 +379,16 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
             continue;
         }
         for (schema, properties) in [("inputSchema", &after), ("outputSchema", &continuation)] {
-            if let Some(schema_at) = find(&members, schema)
-                && let Some(insert) = insert_properties(&tool[schema_at.clone()], properties)
-            {
-                inserts.push((at + schema_at.start + insert.0, insert.1));
+            if let Some(schema_at) = find(&members, schema) {
+                let text = &tool[schema_at.clone()];
+                let insert = insert_properties(text, properties).or_else(|| {
+                    (schema == "inputSchema")
+                        .then(|| insert_properties(text, &own))
+                        .flatten()
+                });
+                if let Some(insert) = insert {
+                    inserts.push((at + schema_at.start + insert.0, insert.1));
+                }
             }
         }
     }

@@ -358,8 +358,10 @@ pub fn without_auto_after(line: &str) -> String {
         .map(|(name, value)| format!("{}:{value}", serde_json::Value::from(name)))
         .collect();
     let continuation = continuation.join(",");
+    let own = after.replacen(r#""after""#, r#""mcp_budget_after""#, 1);
     line.replace(&format!(r#""properties":{{{after}}},"#), "")
         .replace(&format!("{after},"), "")
+        .replace(&format!("{own},"), "")
         .replace(&format!(r#""properties":{{{continuation}}},"#), "")
         .replace(&format!("{continuation},"), "")
 }
