@@ -670,7 +670,25 @@ impl Relay {
                 if let Some(recorder) = &self.recorder {
                     recorder.text(Dir::ServerToClient, &line);
                 }
-                return None;
+                // A broken answer to a request in flight still names its id: that request gets
+                // an error now rather than waiting for a timeout that may never come.
+                let mut scanner = crate::framing::EnvelopeScanner::default();
+                scanner.feed(&line);
+                let (id, method) = scanner.finish();
+                let finished = match (id, method) {
+                    (Some(id), None) => self.state().finish(id.key()),
+                    _ => None,
+                };
+                let answer = finished.map(|finished| {
+                    jsonrpc::error_response(
+                        Some(&finished.id),
+                        UPSTREAM_ERROR,
+                        &format!("the server's answer to this request is not valid JSON ({err}); the proxy dropped it"),
+                        None,
+                    )
+                })?;
+                self.record_answers(std::slice::from_ref(&answer));
+                return Some((answer, None));
             }
         };
         let kind = match &parsed {

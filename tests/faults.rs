@@ -251,3 +251,20 @@ async fn one_sessions_crash_leaves_the_others_serving() {
     .unwrap();
     assert_eq!(after.status(), 404);
 }
+
+#[tokio::test]
+async fn a_broken_answer_still_answers_its_request_with_an_error() {
+    let quirky = common::example("quirky_server");
+    let mut peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
+    common::handshake(&mut peer).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"broken","arguments":{}}}"#)
+        .await;
+    let reply = peer.recv_json().await;
+    assert_eq!(reply["id"], 77, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not valid JSON"), "{message}");
+    // The relay goes on.
+    peer.send(r#"{"jsonrpc":"2.0","id":78,"method":"ping"}"#)
+        .await;
+    assert_eq!(peer.recv_json().await["id"], 78);
+}
