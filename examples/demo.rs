@@ -137,7 +137,30 @@ fn main() -> Result<()> {
         .nth(1)
         .unwrap_or_else(|| "240".into());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
+    let mut build = Command::new(&cargo);
+    // `cargo run` hands this program the variables it sets for a crate being run
+    // (CARGO_MANIFEST_DIR, CARGO_PKG_*, …). Passed on to the inner build, they change its
+    // environment, and cargo rebuilds whatever depends on it: the second run of the demo
+    // recompiled half the dependency tree. The inner build gets the user's environment.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let set_by_cargo_run = name.starts_with("CARGO_PKG_")
+            || matches!(
+                name.as_ref(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            );
+        if set_by_cargo_run {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let status = build
         .args([
             "build",
             "--release",
