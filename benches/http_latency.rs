@@ -8,13 +8,9 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::{CALLS_PER_ROUND, ROUNDS, SERVE_ENV, Session, WARMUP, report, request};
-use tokio::io::{AsyncBufReadExt, BufReader};
-
-const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
 
 struct HttpSession {
     client: reqwest::Client,
@@ -67,31 +63,12 @@ fn main() {
 
 async fn run() {
     let me = std::env::current_exe().expect("own path");
-    let mut proxy = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-budget"))
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-budget"));
+    command
         .args(["--listen", "http://127.0.0.1:0/mcp", "--"])
         .arg(&me)
-        .env(SERVE_ENV, "1")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the proxy");
-    let mut lines = BufReader::new(proxy.stdout.take().expect("stdout")).lines();
-    let line = lines.next_line().await.expect("read").expect("a line");
-    let url = line.trim_start_matches("listening on ").to_string();
-    let client = reqwest::Client::new();
-    let response = client
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(INIT)
-        .send()
-        .await
-        .expect("initialize");
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .expect("session")
-        .to_string();
-    let _ = response.bytes().await;
+        .env(SERVE_ENV, "1");
+    let (mut proxy, url, client, session) = support::listen_and_initialize(command).await;
 
     let mut direct = Session::start(std::process::Command::new(&me));
     let mut modes = [

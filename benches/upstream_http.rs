@@ -15,13 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{SERVE_ENV, Session, percentile, request};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const ROUNDS: usize = 4;
 const CALLS: usize = 2000;
 const WARMUP: usize = 300;
-
-const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
 
 /// CPU time of every thread of `pid` so far.
 fn cpu(pid: u32) -> Duration {
@@ -160,29 +157,8 @@ async fn http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process
 
 /// The proxy (or bare relay) that `command` starts, listening, with an initialized client.
 async fn through(mut command: tokio::process::Command) -> (HttpClient, tokio::process::Child) {
-    let mut proxy = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the proxy");
-    let mut lines = BufReader::new(proxy.stdout.take().expect("stdout")).lines();
-    let line = lines.next_line().await.expect("read").expect("a line");
-    let url = line.trim_start_matches("listening on ").to_string();
-    let client = reqwest::Client::new();
-    let response = client
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json")
-        .body(INIT)
-        .send()
-        .await
-        .expect("initialize");
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .expect("session")
-        .to_string();
-    let _ = response.bytes().await;
+    command.stderr(Stdio::null());
+    let (proxy, url, client, session) = support::listen_and_initialize(command).await;
     (
         HttpClient {
             client,

@@ -136,7 +136,13 @@ impl Interceptor {
 
     /// The argument that continues an automatically paged result of `tool`.
     fn continuation(&self, tool: &str) -> &'static str {
-        if self.tool_info(tool).own_after {
+        let own_after = self
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tool)
+            .is_some_and(|info| info.own_after);
+        if own_after {
             descriptor::OWN_AFTER_ARGUMENT
         } else {
             "after"
@@ -236,10 +242,14 @@ impl Interceptor {
             .to_string();
         if self.budget.auto_for(&name) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);
-            let argument = format!("\"{}\"", self.continuation(&name));
-            let mentions_after = arguments.is_some_and(|a| {
-                memchr::memmem::find(a.get().as_bytes(), argument.as_bytes()).is_some()
-            });
+            // A cheap look for the continuation argument's name; only a call that has it is
+            // parsed.
+            let argument: &[u8] = match self.continuation(&name) {
+                "after" => b"\"after\"",
+                _ => b"\"mcp_budget_after\"",
+            };
+            let mentions_after = arguments
+                .is_some_and(|a| memchr::memmem::find(a.get().as_bytes(), argument).is_some());
             if !mentions_after {
                 let auto = AutoCall {
                     arguments: arguments.map(|a| a.to_owned()),

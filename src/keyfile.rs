@@ -91,6 +91,10 @@ pub fn load_or_create(path: &Path) -> Result<Vec<u8>, KeyFileError> {
 fn read(path: &Path) -> Result<Vec<u8>, KeyFileError> {
     let metadata =
         std::fs::metadata(path).map_err(|e| KeyFileError::Read(path.to_path_buf(), e))?;
+    // A key is a few dozen bytes: a path to anything large is a mistake, not a key.
+    if metadata.len() > 4096 {
+        return Err(KeyFileError::Short(path.to_path_buf()));
+    }
     let mode = metadata.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(KeyFileError::Mode(path.to_path_buf(), mode));

@@ -70,12 +70,22 @@ fn next_after(result: &Value) -> Option<String> {
 
 /// Follows a chain of pages of `tool`; returns each page's result and response line.
 async fn chain(client: &mut Client, tool: &str, arguments: Value) -> Vec<(Value, String)> {
+    chain_by(client, tool, arguments, "after").await
+}
+
+/// [`chain`], continuing with `argument` (the proxy's `after`, or `mcp_budget_after`).
+async fn chain_by(
+    client: &mut Client,
+    tool: &str,
+    arguments: Value,
+    argument: &str,
+) -> Vec<(Value, String)> {
     let mut pages = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let mut args = arguments.clone();
         if let Some(cursor) = &after {
-            args["after"] = json!(cursor);
+            args[argument] = json!(cursor);
         }
         let (result, line) = client.call(tool, args).await;
         assert_ne!(result["isError"], true, "{line}");
@@ -548,32 +558,13 @@ async fn a_tool_with_an_after_of_its_own_continues_under_another_name() {
     assert_eq!(properties["mcp_budget_after"]["type"], "string");
     // Its own `after` reaches it; the chain follows mcp_budget_after.
     let arguments = json!({"after": 100, "lines": 12_000});
-    let (first, _) = proxied.call("history", arguments.clone()).await;
-    let notice = first["content"].as_array().unwrap().last().unwrap()["text"]
+    let pages = chain_by(&mut proxied, "history", arguments, "mcp_budget_after").await;
+    let notice = pages[0].0["content"].as_array().unwrap().last().unwrap()["text"]
         .as_str()
-        .unwrap()
-        .to_string();
+        .unwrap();
     assert!(notice.contains("mcp_budget_after:\""), "{notice}");
-    let mut joined = page_text(&first);
-    let mut cursor = notice
-        .split("mcp_budget_after:\"")
-        .nth(1)
-        .map(|r| r.split('"').next().unwrap().to_string());
-    while let Some(c) = cursor {
-        let mut args = arguments.clone();
-        args["mcp_budget_after"] = json!(c);
-        let (page, line) = proxied.call("history", args).await;
-        assert_ne!(page["isError"], true, "{line}");
-        joined.push_str(&page_text(&page));
-        let notice = page["content"].as_array().unwrap().last().unwrap()["text"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        cursor = notice
-            .split("mcp_budget_after:\"")
-            .nth(1)
-            .map(|r| r.split('"').next().unwrap().to_string());
-    }
+    assert!(pages.len() > 1);
+    let joined: String = pages.iter().map(|(page, _)| page_text(page)).collect();
     let expected: String = (101..=12_100)
         .map(|i| format!("history run 1 line {i:06}\n"))
         .collect();

@@ -97,6 +97,40 @@ impl Session {
     }
 }
 
+/// The initialize request the HTTP benchmarks open a session with.
+pub const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#;
+
+/// Starts `command` (an `mcp-budget --listen` or a bare relay that prints "listening on URL"),
+/// opens a session with `initialize`; the process, its URL, a client, and the session id.
+pub async fn listen_and_initialize(
+    mut command: tokio::process::Command,
+) -> (tokio::process::Child, String, reqwest::Client, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut proxy = command
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the proxy");
+    let mut lines = tokio::io::BufReader::new(proxy.stdout.take().expect("stdout")).lines();
+    let line = lines.next_line().await.expect("read").expect("a line");
+    let url = line.trim_start_matches("listening on ").to_string();
+    let client = reqwest::Client::new();
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INIT)
+        .send()
+        .await
+        .expect("initialize");
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .expect("session")
+        .to_string();
+    let _ = response.bytes().await;
+    (proxy, url, client, session)
+}
+
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index]

@@ -74,19 +74,11 @@ impl CallPlan {
 }
 
 impl Budget {
+    /// With a random cursor key (where cursors need not outlive the process: `check`,
+    /// `explain`, tests). The proxy itself takes its key from the policy's variable or the key
+    /// file (the binary's `cursor_key`) and uses [`Budget::with_key`].
     pub fn new(policy: Policy) -> Budget {
-        let key = match policy.cursor_key_env.as_deref().map(std::env::var) {
-            Some(Ok(secret)) if !secret.is_empty() => CursorKey::from_secret(secret.as_bytes()),
-            Some(_) => {
-                tracing::warn!(
-                    variable = policy.cursor_key_env.as_deref().unwrap_or_default(),
-                    "the cursor key variable is unset or empty; using a random key (cursors will not survive a restart)"
-                );
-                CursorKey::random()
-            }
-            None => CursorKey::random(),
-        };
-        Budget::with_key(policy, key)
+        Budget::with_key(policy, CursorKey::random())
     }
 
     /// With a fixed cursor key (tests, benchmarks, replay).

@@ -4,8 +4,6 @@
 
 use std::ops::Range;
 
-#[allow(unused_imports)]
-use serde::de::SeqAccess as _;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
