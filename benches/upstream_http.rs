@@ -383,6 +383,26 @@ fn main() {
 async fn run() {
     let me = std::env::current_exe().expect("own path");
     let upstream = http_server().await;
+    // For a profiler: `UPSTREAM_HTTP_PROFILE=<calls>` runs only this build's stdio→HTTP proxy for
+    // that many calls, its pid on stderr (attach `perf record -p` to it), and nothing else.
+    if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-budget"));
+        command
+            .args(["--upstream", &upstream])
+            .stderr(Stdio::null());
+        let mut session = Session::start(command);
+        eprintln!("profile: pid {}", session.pid());
+        let started = Instant::now();
+        for _ in 0..calls {
+            session.call();
+        }
+        eprintln!("profile: {calls} calls in {:?}", started.elapsed());
+        session.stop();
+        return;
+    }
     let mut builds: Vec<(String, PathBuf)> = vec![(
         "this build".into(),
         PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")),

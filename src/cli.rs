@@ -42,10 +42,17 @@ pub struct Cli {
 #[derive(Debug, Args, Clone, Default)]
 pub struct RunArgs {
     /// Budget policy: a TOML file, or `builtin:NAME` (`mcp-budget policies` lists them), or
-    /// `none`. Without it: no rules, and every tool result over 200000 bytes is paged
+    /// `none`. Without it: the built-in policy written for the server (by the serverInfo.name
+    /// it answers initialize with), else no rules; every tool result over the budget is paged
     /// automatically.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+
+    /// Fit results to this client's profile (claude-code, codex, opencode, copilot-cli,
+    /// gemini-cli, vscode, claude-desktop, or a policy's [client."NAME"]) whatever
+    /// clientInfo.name the client sends. Default: the profile of the client that initializes.
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
 
     /// The result cache's limit in bytes, for all sessions together: later pages of a paged
     /// result are served from it (least recently used evicted first). Overrides the policy's
@@ -182,6 +189,10 @@ pub enum Command {
         /// The tool to explain.
         #[arg(long)]
         tool: String,
+        /// As this client sees it (a profile such as codex, or a clientInfo.name), with the
+        /// page sizes it gets.
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
         /// A JSON file with the upstream descriptor(s).
         #[arg(long, value_name = "FILE", conflicts_with = "server")]
         descriptor: Option<PathBuf>,

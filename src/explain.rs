@@ -79,8 +79,14 @@ pub fn tools_in(document: &Value) -> Vec<Value> {
     }
 }
 
-/// The descriptor of `tool` as the client sees it through the proxy.
-pub fn rewrite(policy: Policy, tools: Vec<Value>, tool: &str) -> Result<Value, ExplainError> {
+/// The descriptor of `tool` as the client sees it through the proxy; with `client` (a profile
+/// or `clientInfo.name`), as that client sees it, and the page sizes it gets.
+pub fn rewrite(
+    policy: Policy,
+    tools: Vec<Value>,
+    tool: &str,
+    client: Option<&str>,
+) -> Result<(Value, Option<String>), ExplainError> {
     let names: Vec<String> = tools
         .iter()
         .filter_map(|t| t.get("name").and_then(Value::as_str).map(String::from))
@@ -98,10 +104,70 @@ pub fn rewrite(policy: Policy, tools: Vec<Value>, tool: &str) -> Result<Value, E
             }
         )));
     };
-    let budget = Budget::new(policy);
+    let mut budget = Budget::new(policy);
+    let mut pages = None;
+    if let Some(client) = client {
+        let base = budget
+            .choosing(Some(client), false, true)
+            .map_err(ExplainError::Input)?;
+        let profile = base.choice().forced.clone();
+        budget = base.for_session(None, profile.as_ref());
+        pages = profile.map(|p| client_pages(&budget, &p, tool));
+    }
     let mut list = json!({"tools": [descriptor]});
     budget.rewrite_tools_list(&mut list);
-    Ok(list["tools"][0].take())
+    Ok((list["tools"][0].take(), pages))
+}
+
+/// What a client's profile makes of `tool`'s results, for a person.
+fn client_pages(budget: &Budget, profile: &crate::client::Profile, tool: &str) -> String {
+    let limits = budget.limits();
+    let cap = budget.cap_for(tool);
+    let mut lines = vec![format!(
+        "client {} (clientInfo.name {}): source: {}",
+        profile.name,
+        profile
+            .clients
+            .iter()
+            .map(|c| format!("{c:?}"))
+            .collect::<Vec<_>>()
+            .join(" or "),
+        profile.source
+    )];
+    let allowance = if cap != limits.bytes {
+        " (the maxResultSizeChars allowance the proxy declares on this tool)"
+    } else {
+        ""
+    };
+    lines.push(format!("  result cap: {cap} bytes{allowance}"));
+    if let Some(tokens) = limits.tokens {
+        lines.push(format!("  token budget: {tokens} tokens (o200k)"));
+    }
+    if let Some(lines_max) = limits.lines {
+        lines.push(format!("  line budget: {lines_max} lines"));
+    }
+    match budget.policy().rule_for(tool) {
+        Some(rule) if rule.text.is_some() => {
+            let page = rule.text.as_ref().map_or(0, |t| t.page_bytes);
+            lines.push(format!("  text pages: at most {page} bytes of whole lines"));
+        }
+        Some(rule) if rule.items.is_some() => {
+            if let Some(items) = &rule.items {
+                lines.push(format!(
+                    "  items: default limit {} (lowered further when a default page is over the budget), max {}",
+                    items.default_limit, items.max_limit
+                ));
+            }
+        }
+        _ => {}
+    }
+    if budget.auto_for(tool) {
+        lines.push(format!(
+            "  automatic pages: under {} bytes each",
+            budget.page_max(tool)
+        ));
+    }
+    lines.join("\n")
 }
 
 /// Starts `command`, initializes it, and reads every page of its `tools/list`.

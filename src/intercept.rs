@@ -23,11 +23,54 @@ use crate::policy::Policy;
 /// Applies the budget at the relay's two interception points, for one session.
 #[derive(Debug)]
 pub struct Interceptor {
-    budget: Arc<Budget>,
+    /// The proxy's budget, for every session.
+    base: Arc<Budget>,
+    /// This session's: the base fitted to its client and server (see [`Interceptor::initialize_request`]).
+    current: Mutex<Arc<Budget>>,
+    /// What this session's `initialize` chose.
+    chosen: Mutex<Chosen>,
     /// This session's scope in the result cache.
     scope: u64,
     /// What this session's `tools/list` said about each tool.
     tools: Mutex<HashMap<String, ToolInfo>>,
+}
+
+/// What a session's `initialize` chose: the client's profile, the server's built-in policy.
+#[derive(Debug, Default)]
+struct Chosen {
+    profile: Option<crate::client::Profile>,
+    policy: Option<Policy>,
+}
+
+/// The name in `initialize`'s `clientInfo` (request) or `serverInfo` (response).
+#[derive(Deserialize)]
+struct InitializeRequest<'a> {
+    #[serde(borrow)]
+    params: Option<InitializeParams<'a>>,
+}
+
+#[derive(Deserialize)]
+struct InitializeParams<'a> {
+    #[serde(borrow, rename = "clientInfo")]
+    client_info: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+struct InitializeResponse<'a> {
+    #[serde(borrow)]
+    result: Option<InitializeResult<'a>>,
+}
+
+#[derive(Deserialize)]
+struct InitializeResult<'a> {
+    #[serde(borrow, rename = "serverInfo")]
+    server_info: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
 }
 
 /// What a tool's descriptor says that automatic paging needs.
@@ -110,7 +153,7 @@ fn auto_digest(tool: &str, arguments: &Map<String, Value>) -> SelectionDigest {
 
 impl Drop for Interceptor {
     fn drop(&mut self) {
-        self.budget.cache().forget(self.scope);
+        self.base.cache().forget(self.scope);
     }
 }
 
@@ -122,10 +165,101 @@ impl Interceptor {
     /// An interceptor for one of several sessions under the same budget (and cursor key).
     pub fn shared(budget: Arc<Budget>) -> Self {
         let scope = budget.cache().scope();
-        Interceptor {
-            budget,
+        let interceptor = Interceptor {
+            current: Mutex::new(budget.clone()),
+            base: budget,
+            chosen: Mutex::new(Chosen::default()),
             scope,
             tools: Mutex::new(HashMap::new()),
+        };
+        if let Some(forced) = interceptor.base.choice().forced.clone() {
+            interceptor.choose(|chosen| chosen.profile = Some(forced));
+        }
+        interceptor
+    }
+
+    /// This session's budget.
+    fn budget(&self) -> Arc<Budget> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes what this session chose, and fits its budget to it.
+    fn choose(&self, change: impl FnOnce(&mut Chosen)) {
+        let mut chosen = self.chosen.lock().unwrap_or_else(PoisonError::into_inner);
+        change(&mut chosen);
+        let budget = if chosen.profile.is_none() && chosen.policy.is_none() {
+            self.base.clone()
+        } else {
+            Arc::new(
+                self.base
+                    .for_session(chosen.policy.as_ref(), chosen.profile.as_ref()),
+            )
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = budget;
+    }
+
+    /// The client's `initialize`: its budget comes from its profile (`clientInfo.name`).
+    pub fn initialize_request(&self, message: &[u8]) {
+        let choice = self.base.choice();
+        if !choice.fit_clients || choice.forced.is_some() {
+            return;
+        }
+        let name = serde_json::from_slice::<InitializeRequest<'_>>(message)
+            .ok()
+            .and_then(|m| m.params?.client_info?.name.map(Cow::into_owned));
+        let Some(name) = name else { return };
+        match crate::client::find(&choice.profiles, &name) {
+            Some(profile) => {
+                let budget = self.base.for_session(None, Some(&profile));
+                let limits = budget.limits();
+                tracing::info!(
+                    client = %name,
+                    profile = %profile.name,
+                    max_bytes = limits.bytes,
+                    max_tokens = ?limits.tokens,
+                    max_lines = ?limits.lines,
+                    "client profile: results are fitted to this client"
+                );
+                self.choose(|chosen| chosen.profile = Some(profile));
+            }
+            None => tracing::info!(
+                client = %name,
+                max_bytes = self.base.limits().bytes,
+                "no client profile for this client: the policy's budget applies"
+            ),
+        }
+    }
+
+    /// The server's answer to `initialize`: with no `--policy`, the built-in policy written for
+    /// the server (`serverInfo.name`), if there is one.
+    pub fn initialize_response(&self, message: &[u8]) {
+        if !self.base.choice().pick_policy {
+            return;
+        }
+        let name = serde_json::from_slice::<InitializeResponse<'_>>(message)
+            .ok()
+            .and_then(|m| m.result?.server_info?.name.map(Cow::into_owned));
+        let Some(name) = name else { return };
+        let Some(builtin) = crate::builtin::for_server(&name) else {
+            tracing::info!(server = %name, "no built-in policy for this server: every tool is paged automatically");
+            return;
+        };
+        let path = std::path::PathBuf::from(format!("builtin:{}", builtin.name));
+        match Policy::parse(builtin.text, &path) {
+            Ok(policy) => {
+                tracing::info!(
+                    server = %name,
+                    policy = %path.display(),
+                    "built-in policy selected for this server (--policy none turns this off)"
+                );
+                self.choose(|chosen| chosen.policy = Some(policy));
+            }
+            Err(err) => {
+                tracing::error!(policy = %path.display(), %err, "a built-in policy does not parse")
+            }
         }
     }
 
@@ -160,7 +294,8 @@ impl Interceptor {
 
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.
     pub fn tools_list_response(&self, message: &[u8]) -> Option<Vec<u8>> {
-        let policy = self.budget.policy();
+        let budget = self.budget();
+        let policy = budget.policy();
         if policy.rules.is_empty() && !policy.auto {
             return None;
         }
@@ -171,13 +306,13 @@ impl Interceptor {
         self.remember_tools(&result);
         let mut text: Option<String> = None;
         if policy.auto {
-            text = descriptor::add_auto_after(raw.get(), |name| self.budget.auto_for(name));
+            text = descriptor::add_auto_after(raw.get(), |name| budget.auto_for(name));
         }
         if !policy.rules.is_empty() {
             if let Some(spliced) = &text {
                 result = serde_json::from_str(spliced).ok()?;
             }
-            if self.budget.rewrite_tools_list(&mut result) {
+            if budget.rewrite_tools_list(&mut result) {
                 // Written with the server's own bytes wherever the descriptors are unchanged.
                 let original = text.as_deref().unwrap_or(raw.get());
                 text = Some(crate::budget::exact::respell(&result, original));
@@ -226,6 +361,7 @@ impl Interceptor {
 
     /// A client's `tools/call` request.
     pub fn tools_call_request(&self, id: &Id, message: &[u8]) -> CallDecision {
+        let budget = self.budget();
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
                 rewritten,
@@ -240,7 +376,7 @@ impl Interceptor {
             .and_then(|p| p.name.as_deref())
             .unwrap_or_default()
             .to_string();
-        if self.budget.auto_for(&name) {
+        if budget.auto_for(&name) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);
             // A cheap look for the continuation argument's name; only a call that has it is
             // parsed.
@@ -256,12 +392,12 @@ impl Interceptor {
                     digest: None,
                     at: None,
                 };
-                return forward(self.budget.plan_unpaged(name), Some(auto), None);
+                return forward(budget.plan_unpaged(name), Some(auto), None);
             }
             return self.auto_continue(id, name, message);
         }
-        if !self.budget.is_paged(&name) {
-            return forward(self.budget.plan_unpaged(name), None, None);
+        if !budget.is_paged(&name) {
+            return forward(budget.plan_unpaged(name), None, None);
         }
         let mut request = match serde_json::from_slice::<Value>(message) {
             Ok(request) => request,
@@ -278,12 +414,12 @@ impl Interceptor {
             }
         };
         let Some(params) = request.get_mut("params") else {
-            return forward(self.budget.plan_unpaged(name), None, None);
+            return forward(budget.plan_unpaged(name), None, None);
         };
         let before = params
             .get("arguments")
             .map(|a| a.as_object().map_or(0, |o| o.len()));
-        match self.budget.prepare_call(params) {
+        match budget.prepare_call(params) {
             Err(error) => {
                 tracing::debug!(tool = %name, %error, "budget argument refused");
                 CallDecision::Answer(crate::jsonrpc::tool_error(id, &error.to_string()))
@@ -303,11 +439,12 @@ impl Interceptor {
     /// A call to an automatically paged tool that carries `after`: the next page, from the
     /// cache, or from calling the tool again when that is safe, or a clear error.
     fn auto_continue(&self, id: &Id, name: String, message: &[u8]) -> CallDecision {
+        let budget = self.budget();
         let info = self.tool_info(&name);
         let plain = |arguments: Option<Box<RawValue>>| CallDecision::Forward {
             rewritten: None,
             context: CallContext {
-                plan: self.budget.plan_unpaged(name.clone()),
+                plan: budget.plan_unpaged(name.clone()),
                 auto: Some(AutoCall {
                     arguments,
                     digest: None,
@@ -338,7 +475,7 @@ impl Interceptor {
                 return CallDecision::Forward {
                     rewritten,
                     context: CallContext {
-                        plan: self.budget.plan_unpaged(name),
+                        plan: budget.plan_unpaged(name),
                         auto: Some(AutoCall {
                             arguments: raw,
                             digest: None,
@@ -359,7 +496,7 @@ impl Interceptor {
         let mut rest = arguments.clone();
         rest.remove(argument);
         let digest = auto_digest(&name, &rest);
-        let at = match self.budget.key().verify(&cursor, &digest) {
+        let at = match budget.key().verify(&cursor, &digest) {
             Ok(position) => auto::At::from_position(&position),
             Err(err) => {
                 return CallDecision::Answer(crate::jsonrpc::tool_error(
@@ -374,10 +511,10 @@ impl Interceptor {
                 &cursor_refusal(CursorError::Invalid, &name),
             ));
         };
-        if let Some(prepared) = self.budget.cache().get(self.scope, &digest) {
+        if let Some(prepared) = budget.cache().get(self.scope, &digest) {
             tracing::debug!(tool = %name, "page served from the result cache");
-            let max = self.budget.policy().max_bytes;
-            let answer = match prepared.page(at, max, &name, self.budget.key(), &digest) {
+            let max = budget.page_max(&name);
+            let answer = match page_fitted(&prepared, &budget, at, max, &name, &digest) {
                 Ok(page) => crate::jsonrpc::result_response(id, &page.result),
                 Err(why) => crate::jsonrpc::tool_error(
                     id,
@@ -386,15 +523,15 @@ impl Interceptor {
             };
             return CallDecision::Answer(answer);
         }
-        if !(info.read_only || self.budget.idempotent(&name)) {
-            let ttl = self.budget.cache().ttl().as_secs();
+        if !(info.read_only || budget.idempotent(&name)) {
+            let ttl = budget.cache().ttl().as_secs();
             let minutes = ttl.div_ceil(60);
             return CallDecision::Answer(crate::jsonrpc::tool_error(
                 id,
                 &format!(
                     "The result this cursor pages is no longer in mcp-budget's cache (results are kept {minutes} minute{}, within {}), and {name} is not marked read-only, so the proxy will not run it again on its own. Call {name} again without {argument} to start over.",
                     if minutes == 1 { "" } else { "s" },
-                    size_text(self.budget.cache().limit())
+                    size_text(budget.cache().limit())
                 ),
             ));
         }
@@ -404,7 +541,7 @@ impl Interceptor {
         CallDecision::Forward {
             rewritten,
             context: CallContext {
-                plan: self.budget.plan_unpaged(name),
+                plan: budget.plan_unpaged(name),
                 auto: Some(AutoCall {
                     arguments: None,
                     digest: Some(digest),
@@ -416,7 +553,8 @@ impl Interceptor {
 
     /// The refusal of a result that cannot be paged, written for the model.
     fn unpageable(&self, tool: &str, why: &Unpageable, bytes: usize) -> String {
-        let max = self.budget.policy().max_bytes;
+        let budget = self.budget();
+        let max = budget.limits().byte_budget(budget.page_max(tool));
         match why {
             Unpageable::TooLarge { what, bytes: piece } => {
                 let narrowing = self.tool_info(tool).narrowing;
@@ -435,7 +573,7 @@ impl Interceptor {
                     "a result holds a piece larger than the whole budget; it was refused (a policy rule for this tool, or a larger budget.max_bytes, can help)"
                 );
                 format!(
-                    "result-too-large: {tool}'s result is {bytes} bytes and {what} alone is {piece} bytes, more than the whole {max}-byte budget, so it cannot be paged; {moves}."
+                    "result-too-large: {tool}'s result is {bytes} bytes and {what} alone is {piece} bytes, more than the whole {max}, so it cannot be paged; {moves}."
                 )
             }
             Unpageable::Changed => format!(
@@ -446,13 +584,14 @@ impl Interceptor {
                 "The result of {tool} no longer reaches the page this cursor points to (it changed since the cursor was issued). Call {tool} again without after to start over."
             ),
             Unpageable::Unreadable => format!(
-                "result-too-large: {tool}'s result is {bytes} bytes, over the {max}-byte budget, and is not a tool result the proxy can page; call {tool} again with arguments that select less."
+                "result-too-large: {tool}'s result is {bytes} bytes, over the {max}, and is not a tool result the proxy can page; call {tool} again with arguments that select less."
             ),
         }
     }
 
     /// The response to a `tools/call`: the rewritten message, or `None` to forward it.
     pub fn tools_call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
+        let budget = self.budget();
         let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
             .ok()?
             .result?;
@@ -460,21 +599,21 @@ impl Interceptor {
         if let Some(auto) = context.auto {
             return self.auto_response(&context.plan.tool, auto, message, raw);
         }
-        if self.budget.passes_unread(&context.plan, size) {
+        if budget.passes_unread(&context.plan, size) {
             return None;
         }
+        let unpaged = |budget: &Budget| match budget.check_unpaged(&context.plan, raw.get()) {
+            Ok(None) => None,
+            Ok(Some(refusal)) => Some(Ok(Finished::Bytes(refusal))),
+            Err(err) => Some(Err(err)),
+        };
         let finished = if context.plan.is_paged() {
-            match self.budget.finish_call_raw(&context.plan, raw.get()) {
-                Err(crate::budget::RenderError::Json(_)) => self
-                    .budget
-                    .refuse_unread(&context.plan, size)
-                    .map(Finished::Bytes),
+            match budget.finish_call_raw(&context.plan, raw.get()) {
+                Err(crate::budget::RenderError::Json(_)) => unpaged(&budget)?,
                 finished => finished,
             }
         } else {
-            self.budget
-                .refuse_unread(&context.plan, size)
-                .map(Finished::Bytes)
+            unpaged(&budget)?
         };
         let bytes = match finished {
             Ok(Finished::Bytes(bytes)) => bytes,
@@ -515,11 +654,12 @@ impl Interceptor {
         message: &[u8],
         raw: &RawValue,
     ) -> Option<Vec<u8>> {
-        let max = self.budget.policy().max_bytes;
+        let budget = self.budget();
         let result = raw.get();
-        if call.at.is_none() && result.len() < max {
+        if call.at.is_none() && budget.over(tool, result.as_bytes()).is_none() {
             return None;
         }
+        let max = budget.page_max(tool);
         let digest = call.digest.unwrap_or_else(|| {
             let arguments = call
                 .arguments
@@ -530,16 +670,17 @@ impl Interceptor {
         });
         let at = call.at.unwrap_or_default();
         let argument = self.continuation(tool);
-        let prepared =
-            auto::prepare(Arc::from(result), max).map(|p| Arc::new(p.with_argument(argument)));
+        let named = budget.limits().byte_budget(max).to_string();
+        let prepared = auto::prepare(Arc::from(result), max)
+            .map(|p| Arc::new(p.with_argument(argument).with_budget(named)));
         let page = match &prepared {
-            Ok(prepared) => prepared.page(at, max, tool, self.budget.key(), &digest),
+            Ok(prepared) => page_fitted(prepared, &budget, at, max, tool, &digest),
             Err(why) => Err(why.clone()),
         };
         let bytes = match (page, prepared) {
             (Ok(page), Ok(prepared)) => {
                 if page.next.is_some() {
-                    let stored = self.budget.cache().put(self.scope, digest, prepared);
+                    let stored = budget.cache().put(self.scope, digest, prepared);
                     if !stored {
                         tracing::warn!(
                             tool,
@@ -565,6 +706,24 @@ impl Interceptor {
         };
         Some(splice(message, raw, &bytes))
     }
+}
+
+/// The page of `prepared` from `at`, under `max` bytes and the session's token and line
+/// budgets.
+fn page_fitted(
+    prepared: &auto::Prepared,
+    budget: &Budget,
+    at: At,
+    max: usize,
+    tool: &str,
+    digest: &SelectionDigest,
+) -> Result<auto::AutoPage, Unpageable> {
+    let limits = budget.limits();
+    if limits.tokens.is_none() && limits.lines.is_none() {
+        return prepared.page(at, max, tool, budget.key(), digest);
+    }
+    let over = |page: &str| crate::tokens::over(page, limits).map(|o| o.ratio());
+    prepared.page_fitting(at, max, &over, tool, budget.key(), digest)
 }
 
 /// A byte count as a person reads it: MiB, KiB or bytes.

@@ -102,6 +102,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Explain {
             file,
             tool,
+            client,
             descriptor,
             server,
         }) => {
@@ -119,8 +120,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "explain needs the upstream descriptor: --descriptor FILE.json, or the server command after `--`"
                 ),
             };
-            let rewritten = explain::rewrite(policy, tools, &tool)?;
+            let (rewritten, pages) = explain::rewrite(policy, tools, &tool, client.as_deref())?;
             println!("{}", serde_json::to_string_pretty(&rewritten)?);
+            if let Some(pages) = pages {
+                println!("\n{pages}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Record { out, run }) => proxy(run, None, Some(out)).await,
@@ -303,7 +307,16 @@ async fn proxy(
         None => (None, None),
     };
     let key = cursor_key(&policy, run.cursor_key_file.as_deref())?;
-    let budget = Arc::new(Budget::with_key(policy, key));
+    // A replayed server answers as recorded: no policy is picked for it, and without a policy
+    // its results are not fitted to the client either (unless --client asks).
+    let budget = Budget::with_key(policy, key)
+        .choosing(
+            run.client.as_deref(),
+            run.policy.is_none() && !replaying,
+            run.policy.is_some() || !replaying,
+        )
+        .map_err(anyhow::Error::msg)?;
+    let budget = Arc::new(budget);
     let code = if let Some(listen_url) = &run.listen {
         let (url, addr) = listen::parse_listen_url(listen_url)?;
         let mut auth_tokens = Vec::new();

@@ -52,6 +52,20 @@ struct PolicyFile {
     budget: BudgetFile,
     #[serde(default)]
     tool: Vec<ToolFile>,
+    /// Client profiles: `[client."codex"] max_bytes = 8192` overrides a built-in profile (by
+    /// its name or a `clientInfo.name`), any other name adds one.
+    #[serde(default)]
+    client: std::collections::BTreeMap<String, ClientFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    max_bytes: Option<Spanned<i64>>,
+    max_tokens: Option<Spanned<i64>>,
+    max_lines: Option<Spanned<i64>>,
+    page_bytes: Option<Spanned<i64>>,
+    default_limit: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,7 +162,7 @@ struct FormatFile {
 pub type FieldPath = Vec<String>;
 
 /// A validated policy.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     pub max_bytes: usize,
     pub max_result_size_chars: usize,
@@ -158,6 +172,8 @@ pub struct Policy {
     pub cache_bytes: usize,
     pub cache_ttl: std::time::Duration,
     pub rules: Vec<Rule>,
+    /// The policy's `[client."name"]` sections.
+    pub clients: Vec<crate::client::Override>,
 }
 
 impl Default for Policy {
@@ -171,12 +187,13 @@ impl Default for Policy {
             cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
             cache_ttl: crate::cache::DEFAULT_CACHE_TTL,
             rules: Vec::new(),
+            clients: Vec::new(),
         }
     }
 }
 
 /// What the policy says about the tools it names.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Rule {
     pub names: Vec<String>,
     /// How its item list is paged; `None` (and no `text`): the tool is capped, not paged.
@@ -190,7 +207,7 @@ pub struct Rule {
 }
 
 /// Paging a long plain-text result by lines.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TextPaging {
     pub page_bytes: usize,
 }
@@ -199,7 +216,7 @@ pub struct TextPaging {
 pub const DEFAULT_PAGE_BYTES: usize = 20_000;
 
 /// How to find, narrow and page a tool's item list.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Items {
     pub path_text: String,
     pub path: JpQuery,
@@ -218,7 +235,7 @@ pub struct Items {
     pub passthrough: Vec<String>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Horizon {
     pub field: FieldPath,
     pub terminal: Vec<String>,
@@ -356,6 +373,24 @@ impl Resolver<'_> {
             }
             None => crate::cache::DEFAULT_CACHE_TTL,
         };
+        let mut clients = Vec::new();
+        for (name, section) in &file.client {
+            let what = |key: &str| format!("client.\"{name}\".{key}");
+            let get = |value: &Option<Spanned<i64>>, key: &str| {
+                value
+                    .as_ref()
+                    .map(|v| self.positive(v, &what(key)))
+                    .transpose()
+            };
+            clients.push(crate::client::Override {
+                name: name.clone(),
+                max_bytes: get(&section.max_bytes, "max_bytes")?,
+                max_tokens: get(&section.max_tokens, "max_tokens")?,
+                max_lines: get(&section.max_lines, "max_lines")?,
+                page_bytes: get(&section.page_bytes, "page_bytes")?,
+                default_limit: get(&section.default_limit, "default_limit")?,
+            });
+        }
         Ok(Policy {
             max_bytes,
             max_result_size_chars,
@@ -364,6 +399,7 @@ impl Resolver<'_> {
             cache_bytes,
             cache_ttl,
             rules,
+            clients,
         })
     }
 

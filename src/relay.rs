@@ -55,6 +55,7 @@ pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 const RETIRED: usize = 4096;
 
 enum Pending {
+    Initialize,
     ToolsList,
     ToolsCall(CallContext),
     Other,
@@ -436,6 +437,10 @@ impl Relay {
                 };
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList, Forward::Unchanged),
+                    "initialize" => {
+                        self.interceptor.initialize_request(bytes);
+                        (Pending::Initialize, Forward::Unchanged)
+                    }
                     "tools/call" => match self.interceptor.tools_call_request(&id, bytes) {
                         CallDecision::Answer(answer) => {
                             routed.to_client.push(answer);
@@ -775,6 +780,10 @@ impl Relay {
         };
         match finished.map(|f| f.pending) {
             Ok(Pending::ToolsList) => changed(self.interceptor.tools_list_response(bytes)),
+            Ok(Pending::Initialize) => {
+                self.interceptor.initialize_response(bytes);
+                changed(None)
+            }
             Ok(Pending::ToolsCall(context)) => {
                 changed(self.interceptor.tools_call_response(context, bytes))
             }

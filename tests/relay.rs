@@ -119,13 +119,16 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
     }
 
     // 12 streams keep fleet_show under the default 200000-byte cap that applies without a
-    // policy (the budget tests cover what happens above it).
+    // policy (the budget tests cover what happens above it). `--policy none`: without it the
+    // built-in policy written for fleet-server would apply.
     let fleet = example("fleet_server");
     let mut direct = tokio::process::Command::new(&fleet);
     direct.args(["--streams", "12"]);
     let direct = session(direct).await;
     let mut via = tokio::process::Command::new(common::proxy_bin());
-    via.arg("--").arg(&fleet).args(["--streams", "12"]);
+    via.args(["--policy", "none", "--"])
+        .arg(&fleet)
+        .args(["--streams", "12"]);
     let mut proxied = session(via).await;
     // Automatic paging's `after`, the one addition to each descriptor.
     for tool in proxied.0.as_array_mut().unwrap() {

@@ -133,6 +133,8 @@ pub struct Prepared {
     /// The argument that continues a chain: `after`, or `mcp_budget_after` for a tool that has
     /// an `after` of its own.
     argument: &'static str,
+    /// The budget as the notice names it ("10240-byte budget for codex").
+    budget: Box<str>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -208,6 +210,7 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         room,
         fingerprint,
         argument: "after",
+        budget: "budget".into(),
     })
 }
 
@@ -215,6 +218,12 @@ impl Prepared {
     /// Names the argument that continues the chain (`after` unless the tool has its own).
     pub fn with_argument(mut self, argument: &'static str) -> Prepared {
         self.argument = argument;
+        self
+    }
+
+    /// Names the budget in the notice ("10240-byte budget for codex").
+    pub fn with_budget(mut self, budget: String) -> Prepared {
+        self.budget = budget.into();
         self
     }
 
@@ -245,6 +254,20 @@ impl Prepared {
         key: &CursorKey,
         digest: &SelectionDigest,
     ) -> Result<AutoPage, Unpageable> {
+        self.page_fitting(at, max_bytes, &|_| None, tool, key, digest)
+    }
+
+    /// The page from `at`, under `max_bytes` and such that `over` (a token or line budget)
+    /// finds nothing: `over` gives the share of a page that would fit.
+    pub fn page_fitting(
+        &self,
+        at: At,
+        max_bytes: usize,
+        over: &dyn Fn(&str) -> Option<f64>,
+        tool: &str,
+        key: &CursorKey,
+        digest: &SelectionDigest,
+    ) -> Result<AutoPage, Unpageable> {
         if !at.first() && at.fingerprint != self.fingerprint {
             return Err(Unpageable::Changed);
         }
@@ -259,10 +282,24 @@ impl Prepared {
         }
         // A page's exact size is known once it is written; a page over the budget is made
         // again with less room (a few rounds at most: the estimates are close).
-        for _ in 0..8 {
-            let page = self.page_in(at, room, tool, key, digest)?;
+        for _ in 0..12 {
+            let page = match self.page_in(at, room, tool, key, digest) {
+                Ok(page) => page,
+                // Made smaller for tokens or lines than the pieces were chosen for.
+                Err(Unpageable::TooLarge { .. }) if room < self.room => break,
+                Err(why) => return Err(why),
+            };
             if page.result.len() < max_bytes {
-                return Ok(page);
+                match over(&page.result) {
+                    None => return Ok(page),
+                    Some(share) => {
+                        room = ((room.min(page.result.len()) as f64) * share * 0.9) as usize;
+                        if room < 64 {
+                            break;
+                        }
+                        continue;
+                    }
+                }
             }
             room = room * 4 / 5;
         }
@@ -925,8 +962,9 @@ impl Prepared {
             parts.push(format!("{what}{source}"));
         }
         let mut text = format!(
-            "mcp-budget paged this result of {tool} ({} bytes, over the budget): this page holds {}.",
+            "mcp-budget paged this result of {tool} ({} bytes, over the {}): this page holds {}.",
             self.result.len(),
+            self.budget,
             parts.join("; ")
         );
         match cursor {

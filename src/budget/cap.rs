@@ -25,11 +25,10 @@ pub fn exceeds(bytes: usize, max_bytes: usize) -> bool {
     bytes >= max_bytes
 }
 
-/// The refusal the model reads.
-pub fn refusal(tool: &str, bytes: usize, max_bytes: usize, moves: &Moves) -> String {
-    let head = format!(
-        "result-too-large: {tool} response is {bytes} bytes, exceeds the {max_bytes}-byte cap — "
-    );
+/// The refusal the model reads: `size` is what the result measures ("812345 bytes") and
+/// `budget` the limit it is over ("200000-byte cap", "the 10240-byte budget for codex").
+pub fn refusal(tool: &str, size: &str, budget: &str, moves: &Moves) -> String {
+    let head = format!("result-too-large: {tool} response is {size}, exceeds the {budget} — ");
     if moves.no_rule {
         return format!(
             "{head}{tool} has no budget rule, so the proxy cannot page or trim it; call it with \
@@ -60,7 +59,7 @@ pub fn refusal(tool: &str, bytes: usize, max_bytes: usize, moves: &Moves) -> Str
                 .to_string(),
         );
         return format!(
-            "result-too-large: {tool}'s page holds a single item and is {bytes} bytes, more than the {max_bytes}-byte budget — {}",
+            "result-too-large: {tool}'s page holds a single item and is {size}, more than the {budget} — {}",
             join_or(&steps)
         );
     }
@@ -116,7 +115,7 @@ mod tests {
             ..Moves::default()
         };
         assert_eq!(
-            refusal("fleet_show", 812345, 200000, &moves),
+            refusal("fleet_show", "812345 bytes", "200000-byte cap", &moves),
             "result-too-large: fleet_show response is 812345 bytes, exceeds the 200000-byte cap — \
              narrow with a state/streams filter, lower limit below its current value, or omit \
              detail:full (summary, the default, is far smaller)"
@@ -132,10 +131,10 @@ mod tests {
             single_item: true,
             ..Moves::default()
         };
-        let text = refusal("fleet_show", 250000, 200000, &moves);
+        let text = refusal("fleet_show", "250000 bytes", "200000-byte cap", &moves);
         assert_eq!(
             text,
-            "result-too-large: fleet_show's page holds a single item and is 250000 bytes, more than the 200000-byte budget — omit detail:full (summary, the default, keeps only the main fields), pick another item with the state filter, or read this item with a tool that returns it in parts, if the server has one (an item is never split)"
+            "result-too-large: fleet_show's page holds a single item and is 250000 bytes, more than the 200000-byte cap — omit detail:full (summary, the default, keeps only the main fields), pick another item with the state filter, or read this item with a tool that returns it in parts, if the server has one (an item is never split)"
         );
         assert!(!text.contains("lower limit"));
     }
@@ -148,7 +147,7 @@ mod tests {
             ..Moves::default()
         };
         assert_eq!(
-            refusal("t", 5, 4, &only_horizon),
+            refusal("t", "5 bytes", "4-byte cap", &only_horizon),
             "result-too-large: t response is 5 bytes, exceeds the 4-byte cap — omit horizon:\"all\" (live, the default, leaves out merged/closed streams)"
         );
         let limit_only = Moves {
@@ -156,14 +155,14 @@ mod tests {
             ..Moves::default()
         };
         assert_eq!(
-            refusal("t", 5, 4, &limit_only),
+            refusal("t", "5 bytes", "4-byte cap", &limit_only),
             "result-too-large: t response is 5 bytes, exceeds the 4-byte cap — lower limit below its current value"
         );
         assert_eq!(
             refusal(
                 "x",
-                300000,
-                200000,
+                "300000 bytes",
+                "200000-byte cap",
                 &Moves {
                     no_rule: true,
                     ..Moves::default()
@@ -174,8 +173,8 @@ mod tests {
         assert_eq!(
             refusal(
                 "d",
-                9,
-                9,
+                "9 bytes",
+                "9-byte cap",
                 &Moves {
                     not_paged: true,
                     ..Moves::default()

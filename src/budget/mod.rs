@@ -36,7 +36,11 @@ pub mod text;
 use jsonpath_rust::query::queryable::Queryable;
 use serde_json::{Map, Value, json};
 
+use std::sync::Arc;
+
+use crate::client::{Limits, Profile};
 use crate::policy::{Policy, Rule};
+use crate::tokens;
 use args::{ArgError, CallArgs, Detail, HorizonArg};
 use cursor::CursorKey;
 
@@ -46,9 +50,27 @@ pub struct Budget {
     policy: Policy,
     key: CursorKey,
     /// Upstream results of paged calls, for their next pages (all sessions, scoped).
-    cache: crate::cache::ResultCache,
+    cache: Arc<crate::cache::ResultCache>,
     /// Tools whose rule's `items` matched nothing, already warned about.
-    unmatched: std::sync::Mutex<std::collections::HashSet<String>>,
+    unmatched: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// What a result is held to: the policy's cap, or the client's profile.
+    limits: Limits,
+    /// How each session's budget is chosen.
+    choice: Arc<Choice>,
+}
+
+/// How a session's budget is chosen from what its `initialize` says (see
+/// [`crate::intercept::Interceptor`]).
+#[derive(Debug)]
+pub struct Choice {
+    /// The client profiles in force (built-in, and the policy's sections).
+    pub profiles: Vec<Profile>,
+    /// `--client`: this profile, whatever the client says.
+    pub forced: Option<Profile>,
+    /// No `--policy`: the built-in policy written for the server, by its `serverInfo.name`.
+    pub pick_policy: bool,
+    /// Fit the budget to the client (off where results must pass as recorded).
+    pub fit_clients: bool,
 }
 
 /// What the response hook needs to know about one call.
@@ -85,11 +107,109 @@ impl Budget {
     pub fn with_key(policy: Policy, key: CursorKey) -> Budget {
         let cache = crate::cache::ResultCache::new(policy.cache_bytes, policy.cache_ttl);
         Budget {
+            limits: Limits::bytes_only(policy.max_bytes),
+            choice: Arc::new(Choice {
+                profiles: crate::client::profiles(&policy.clients),
+                forced: None,
+                pick_policy: false,
+                fit_clients: true,
+            }),
             policy,
             key,
-            cache,
+            cache: Arc::new(cache),
             unmatched: Default::default(),
         }
+    }
+
+    /// How sessions choose their budget: `client` forces a profile (`--client`; an error names
+    /// the known ones), `pick_policy` picks the built-in policy written for the server when no
+    /// policy was given, and `fit_clients` turns client profiles on.
+    pub fn choosing(
+        mut self,
+        client: Option<&str>,
+        pick_policy: bool,
+        fit_clients: bool,
+    ) -> Result<Budget, String> {
+        let profiles = crate::client::profiles(&self.policy.clients);
+        let forced = match client {
+            Some(name) => Some(
+                crate::client::find(&profiles, name)
+                    .ok_or_else(|| crate::client::unknown(name, &profiles))?,
+            ),
+            None => None,
+        };
+        self.choice = Arc::new(Choice {
+            profiles,
+            forced,
+            pick_policy,
+            fit_clients,
+        });
+        Ok(self)
+    }
+
+    /// How sessions choose their budget.
+    pub fn choice(&self) -> &Choice {
+        &self.choice
+    }
+
+    /// This budget for one session: under `policy` instead of its own when one was chosen for
+    /// the session's server, and fitted to the session's client `profile`. The cursor key and
+    /// the result cache stay shared.
+    ///
+    /// A profile lowers the byte cap to what the client shows in full (the policy's cap stays
+    /// the ceiling), adds its token and line budgets, and lowers text page sizes and default
+    /// item limits to its own.
+    pub fn for_session(&self, policy: Option<&Policy>, profile: Option<&Profile>) -> Budget {
+        let mut policy = policy.unwrap_or(&self.policy).clone();
+        let mut limits = Limits::bytes_only(policy.max_bytes);
+        if let Some(profile) = profile {
+            limits = Limits {
+                bytes: profile.max_bytes.min(policy.max_bytes),
+                tokens: profile.max_tokens,
+                lines: profile.max_lines,
+                allowance: profile
+                    .allowance_up_to
+                    .map(|most| policy.max_result_size_chars.min(most).min(policy.max_bytes)),
+                page_bytes: profile.page_bytes,
+                profile: Some(profile.name.as_str().into()),
+            };
+            policy.max_bytes = limits.bytes;
+            // A text page leaves room for its notice under the cap.
+            let page = profile.page_bytes.unwrap_or(limits.bytes * 4 / 5);
+            for rule in &mut policy.rules {
+                if let Some(text) = &mut rule.text {
+                    text.page_bytes = text.page_bytes.min(page);
+                }
+                if let (Some(items), Some(limit)) = (&mut rule.items, profile.default_limit) {
+                    items.default_limit = items.default_limit.min(limit);
+                }
+            }
+        }
+        Budget {
+            policy,
+            key: self.key.clone(),
+            cache: self.cache.clone(),
+            unmatched: self.unmatched.clone(),
+            limits,
+            choice: self.choice.clone(),
+        }
+    }
+
+    /// The largest automatic page of `tool`'s results.
+    pub fn page_max(&self, tool: &str) -> usize {
+        let cap = self.cap_for(tool);
+        self.limits.page_bytes.map_or(cap, |page| page.min(cap))
+    }
+
+    /// What a result is held to.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The byte cap of `tool`'s results: the allowance the proxy declares on the tools a rule
+    /// budgets (for a client that honours it), else the session's cap.
+    pub fn cap_for(&self, tool: &str) -> usize {
+        self.limits.bytes_for(self.policy.rule_for(tool).is_some())
     }
 
     pub fn policy(&self) -> &Policy {
@@ -228,7 +348,9 @@ impl Budget {
     /// Whether a response to this call may pass unparsed when it is this small.
     pub fn passes_unread(&self, plan: &CallPlan, bytes: usize) -> bool {
         plan.rule.as_ref().is_none_or(|(_, args)| args.is_none())
-            && !cap::exceeds(bytes, self.policy.max_bytes)
+            && !cap::exceeds(bytes, self.cap_for(&plan.tool))
+            && self.limits.tokens.is_none_or(|tokens| bytes <= tokens)
+            && self.limits.lines.is_none()
     }
 
     /// The result the client receives for this call: the budgeted page, or the cap's refusal
@@ -265,6 +387,11 @@ impl Budget {
                             digest: args.digest,
                         });
                     }
+                    // A default page over the client's budget is made again with fewer items
+                    // (under the policy's own cap, its default limit is the author's choice).
+                    let fits_client = self.limits.profile.is_some();
+                    let original = (fits_client && args.limit_defaulted && args.limit > 1)
+                        .then(|| result.clone());
                     let located = pipeline::run(&plan.tool, items, args, &self.key, &mut result)?;
                     if !located && rule.auto {
                         self.warn_unmatched(&plan.tool, &items.path_text);
@@ -273,11 +400,23 @@ impl Budget {
                             digest: args.digest,
                         });
                     }
+                    if let Some(original) = original
+                        && located
+                    {
+                        self.fit_default_limit(
+                            &plan.tool,
+                            items,
+                            args,
+                            original,
+                            raw,
+                            &mut result,
+                        )?;
+                    }
                 }
             }
             Some((rule, Some(Paging::Text(args)))) if !is_error => {
                 if let Some(text) = &rule.text {
-                    self.run_text(&plan.tool, text.page_bytes, args, &mut result);
+                    self.run_text_fitted(&plan.tool, text.page_bytes, args, &mut result);
                 }
             }
             _ => {}
@@ -286,25 +425,122 @@ impl Budget {
             Some(raw) => exact::respell_result(&result, raw).into_bytes(),
             None => serde_json::to_vec(&result)?,
         };
-        if !cap::exceeds(bytes.len(), self.policy.max_bytes) {
+        let Some((size, budget)) = self.over(&plan.tool, &bytes) else {
             return Ok(Finished::Bytes(bytes));
-        }
+        };
         let mut moves = self.moves(rule);
         moves.single_item = moves.limit == Some(1)
             || self.page_len(&plan.tool, &result["structuredContent"]) == Some(1);
-        let text = cap::refusal(&plan.tool, bytes.len(), self.policy.max_bytes, &moves);
-        tracing::info!(tool = %plan.tool, bytes = bytes.len(), "result refused by the cap");
+        let text = cap::refusal(&plan.tool, &size, &budget, &moves);
+        tracing::info!(tool = %plan.tool, size, budget, "result refused by the cap");
         Ok(Finished::Bytes(serde_json::to_vec(&refusal_result(&text))?))
     }
 
-    /// The refusal for a result of `bytes` bytes that passes unparsed (no paging rule).
-    pub fn refuse_unread(&self, plan: &CallPlan, bytes: usize) -> Result<Vec<u8>, RenderError> {
+    /// Whether a serialized result is over this session's budget for `tool`: what it measures
+    /// and the budget it is over, for the refusal.
+    pub fn over(&self, tool: &str, result: &[u8]) -> Option<(String, String)> {
+        self.over_by(tool, result)
+            .map(|(size, budget, _)| (size, budget))
+    }
+
+    /// [`Budget::over`], with the share of the result that would fit.
+    fn over_by(&self, tool: &str, result: &[u8]) -> Option<(String, String, f64)> {
+        let cap = self.cap_for(tool);
+        if cap::exceeds(result.len(), cap) {
+            return Some((
+                format!("{} bytes", result.len()),
+                self.limits.byte_budget(cap).as_cap(),
+                cap as f64 / result.len().max(1) as f64,
+            ));
+        }
+        if self.limits.tokens.is_none() && self.limits.lines.is_none() {
+            return None;
+        }
+        let over = tokens::over(std::str::from_utf8(result).ok()?, &self.limits)?;
+        Some((over.size(), over.budget(&self.limits), over.ratio()))
+    }
+
+    /// A page of the default size over the budget: made again, from `original`, with as many
+    /// items as fit (at least one), and a notice that says the default was lowered.
+    fn fit_default_limit(
+        &self,
+        tool: &str,
+        items: &crate::policy::Items,
+        args: &CallArgs,
+        original: Value,
+        raw: Option<&str>,
+        result: &mut Value,
+    ) -> Result<(), RenderError> {
+        let mut limit = args.limit;
+        for _ in 0..8 {
+            let bytes = match raw {
+                Some(raw) => exact::respell_result(result, raw).into_bytes(),
+                None => serde_json::to_vec(&*result)?,
+            };
+            let Some((_, budget, share)) = self.over_by(tool, &bytes) else {
+                return Ok(());
+            };
+            let smaller = ((limit as f64) * share * 0.9) as usize;
+            let smaller = smaller.clamp(1, limit.saturating_sub(1).max(1));
+            if smaller >= limit {
+                return Ok(()); // one item over the budget: the cap refuses it
+            }
+            limit = smaller;
+            let fitted = CallArgs {
+                limit,
+                ..args.clone()
+            };
+            *result = original.clone();
+            pipeline::run_fitted(tool, items, &fitted, Some(&budget), &self.key, result)?;
+        }
+        Ok(())
+    }
+
+    /// The result of a call that is not paged, unread when it can be: `None` when it fits (it
+    /// passes unchanged), else the refusal.
+    pub fn check_unpaged(
+        &self,
+        plan: &CallPlan,
+        raw: &str,
+    ) -> Result<Option<Vec<u8>>, RenderError> {
+        let Some((size, budget)) = self.over(&plan.tool, raw.as_bytes()) else {
+            return Ok(None);
+        };
         let rule = plan
             .rule
             .as_ref()
             .map(|(i, args)| (&self.policy.rules[*i], args.as_ref()));
-        let text = cap::refusal(&plan.tool, bytes, self.policy.max_bytes, &self.moves(rule));
-        Ok(serde_json::to_vec(&refusal_result(&text))?)
+        let text = cap::refusal(&plan.tool, &size, &budget, &self.moves(rule));
+        tracing::info!(tool = %plan.tool, size, budget, "result refused by the cap");
+        Ok(Some(serde_json::to_vec(&refusal_result(&text))?))
+    }
+
+    /// [`Budget::run_text`], with pages made smaller until one fits the token and line budgets.
+    fn run_text_fitted(
+        &self,
+        tool: &str,
+        mut page_bytes: usize,
+        args: &args::TextArgs,
+        result: &mut Value,
+    ) {
+        let original =
+            (self.limits.tokens.is_some() || self.limits.lines.is_some()).then(|| result.clone());
+        self.run_text(tool, page_bytes, args, result);
+        let Some(original) = original else { return };
+        for _ in 0..8 {
+            let Ok(page) = serde_json::to_string(result) else {
+                return;
+            };
+            let Some(over) = tokens::over(&page, &self.limits) else {
+                return;
+            };
+            page_bytes = ((page_bytes.min(page.len()) as f64) * over.ratio() * 0.9) as usize;
+            if page_bytes < 64 {
+                return; // the cap's check refuses it
+            }
+            *result = original.clone();
+            self.run_text(tool, page_bytes, args, result);
+        }
     }
 
     fn moves(&self, rule: Option<(&Rule, Option<&Paging>)>) -> cap::Moves {

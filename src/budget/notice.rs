@@ -32,6 +32,22 @@ pub fn limit(shown: usize, matching: usize, limit: usize, max: usize, noun: &str
     )
 }
 
+/// The default limit was lowered so that the page fits the client's budget.
+pub fn limit_fitted(
+    shown: usize,
+    matching: usize,
+    default: usize,
+    budget: &str,
+    noun: &str,
+) -> String {
+    format!(
+        "This query used the default limit, lowered from {default} to {shown} so that the page \
+         fits the {budget}, because \"limit\" was not provided: {shown} of {matching} matching \
+         {noun} are shown. Pass the next_after value as after for the next page; a larger limit \
+         would be refused as too large."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

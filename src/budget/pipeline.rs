@@ -23,6 +23,18 @@ pub fn run(
     key: &CursorKey,
     result: &mut Value,
 ) -> Result<bool, RenderError> {
+    run_fitted(tool, items, args, None, key, result)
+}
+
+/// [`run`], where `fitted` names the budget a lowered default limit was fitted to.
+pub fn run_fitted(
+    tool: &str,
+    items: &Items,
+    args: &CallArgs,
+    fitted: Option<&str>,
+    key: &CursorKey,
+    result: &mut Value,
+) -> Result<bool, RenderError> {
     let Some((source, mut document)) = place::locate(result, items) else {
         tracing::debug!(tool, path = %items.path_text, "no item list in the result");
         return Ok(false);
@@ -76,13 +88,22 @@ pub fn run(
         }
     }
     if next.is_some() && args.limit_defaulted {
-        notices.push(notice::limit(
-            page.len(),
-            matching,
-            args.limit,
-            items.max_limit,
-            &items.noun,
-        ));
+        notices.push(match fitted {
+            None => notice::limit(
+                page.len(),
+                matching,
+                args.limit,
+                items.max_limit,
+                &items.noun,
+            ),
+            Some(budget) => notice::limit_fitted(
+                page.len(),
+                matching,
+                items.default_limit,
+                budget,
+                &items.noun,
+            ),
+        });
     }
     let continuation = Continuation {
         total_count,
