@@ -366,10 +366,10 @@ async def main():
         by_shape = len([k for k in a if k in unstable])
         check(f"{label}: {len(a)} results identical to direct ({by_shape} by shape)", d is None, d)
 
-    via = await run("everything stdio→stdio", everything_scenario, stdio_session(proxy, ["--", node, everything]))
+    via = await run("everything stdio→stdio", everything_scenario, stdio_session(proxy, ["--policy", "none", "--", node, everything]))
     compare("everything stdio→stdio", direct, via)
 
-    listener, url = start([proxy, "--listen", "http://127.0.0.1:0/mcp", "--", node, everything], url_from_stdout=True)
+    listener, url = start([proxy, "--policy", "none", "--listen", "http://127.0.0.1:0/mcp", "--", node, everything], url_from_stdout=True)
     try:
         via = await run("everything HTTP→stdio", everything_scenario, http_session(url))
         compare("everything HTTP→stdio", direct, via)
@@ -384,9 +384,9 @@ async def main():
         wait_http(port)
         upstream = f"http://127.0.0.1:{port}/mcp"
         direct_http = await run("everything direct HTTP", everything_scenario, http_session(upstream))
-        via = await run("everything stdio→HTTP", everything_scenario, stdio_session(proxy, ["--upstream", upstream]))
+        via = await run("everything stdio→HTTP", everything_scenario, stdio_session(proxy, ["--policy", "none", "--upstream", upstream]))
         compare("everything stdio→HTTP", direct_http, via)
-        listener, url = start([proxy, "--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream], url_from_stdout=True)
+        listener, url = start([proxy, "--policy", "none", "--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream], url_from_stdout=True)
         try:
             via = await run("everything HTTP→HTTP", everything_scenario, http_session(url))
             compare("everything HTTP→HTTP", direct_http, via)
@@ -407,9 +407,9 @@ async def main():
             f.write("fn main() {}\n")
         scenario = lambda s: filesystem_scenario(s, root)  # noqa: E731
         direct = await run("filesystem direct", scenario, stdio_session(node, [filesystem, root]))
-        via = await run("filesystem stdio→stdio", scenario, stdio_session(proxy, ["--", node, filesystem, root]))
+        via = await run("filesystem stdio→stdio", scenario, stdio_session(proxy, ["--policy", "none", "--", node, filesystem, root]))
         compare("filesystem stdio→stdio", direct, via)
-        listener, url = start([proxy, "--listen", "http://127.0.0.1:0/mcp", "--", node, filesystem, root], url_from_stdout=True)
+        listener, url = start([proxy, "--policy", "none", "--listen", "http://127.0.0.1:0/mcp", "--", node, filesystem, root], url_from_stdout=True)
         try:
             via = await run("filesystem HTTP→stdio", scenario, http_session(url))
             compare("filesystem HTTP→stdio", direct, via)
@@ -438,15 +438,21 @@ async def main():
         return pages, sizes
 
     async def policy_check(label, policy, server_args, tool, arguments, budget, opener_direct):
+        # policy None: no --policy at all, so the proxy picks the built-in policy written for
+        # the server from the serverInfo.name it answers initialize with.
         try:
             async with opener_direct as direct_session:
                 await direct_session.initialize()
                 whole, _ = await text_of(direct_session, tool, arguments)
-            async with stdio_session(proxy, ["--policy", os.path.join(policies, policy), "--"] + server_args) as session:
+            options = ["--policy", os.path.join(policies, policy)] if policy else []
+            async with stdio_session(proxy, options + ["--"] + server_args) as session:
                 await session.initialize()
+                listed = await session.list_tools()
+                described = [t for t in listed.tools if t.name == tool and "Budgeted by mcp-budget" in (t.description or "")]
                 pages, sizes = await page_chain(session, tool, arguments, budget)
-            ok = "".join(pages) == whole and len(pages) > 1 and max(sizes) <= budget
-            check(f"{label}: {len(whole.encode())} bytes direct, {len(pages)} pages of at most {max(sizes)} bytes through {policy}, reassembled exactly", ok, f"{len(pages)} pages, sizes {sizes[:5]}")
+            ok = "".join(pages) == whole and len(pages) > 1 and max(sizes) <= budget and bool(described)
+            through = policy or "no --policy (the built-in policy picked by serverInfo.name)"
+            check(f"{label}: {len(whole.encode())} bytes direct, {len(pages)} pages of at most {max(sizes)} bytes through {through}, reassembled exactly", ok, f"{len(pages)} pages, sizes {sizes[:5]}, descriptor rewritten: {bool(described)}")
         except Exception as error:
             check(label, False, f"{type(error).__name__}: {error}")
 
@@ -456,6 +462,7 @@ async def main():
             for i in range(4000):
                 f.write(f"2026-11-20T12:00:{i % 60:02d}Z worker-{i % 7} stream st-{i % 240:04d} état ok — line {i}\n")
         await policy_check("filesystem read_text_file (live)", "filesystem.toml", [node, filesystem, root], "read_text_file", {"path": os.path.join(root, "big.log")}, 20000, stdio_session(node, [filesystem, root]))
+        await policy_check("filesystem read_text_file, built-in policy", None, [node, filesystem, root], "read_text_file", {"path": os.path.join(root, "big.log")}, 20000, stdio_session(node, [filesystem, root]))
     # A realistic environment is a few KB; make sure this one is, whatever the machine.
     for i in range(60):
         os.environ[f"MCP_BUDGET_DEMO_{i:02d}"] = "value-" + "x" * 50
@@ -471,10 +478,11 @@ async def main():
                 subprocess.run(["git", "-C", repo, "add", "ledger.txt"], check=True, env=env)
                 subprocess.run(["git", "-C", repo, "commit", "-q", "-m", f"Record entry {i}: the reviewer confirmed the change and the liveness probe"], check=True, env=env)
             await policy_check("git git_log (live)", "git.toml", [git_server, "--repository", repo], "git_log", {"repo_path": repo, "max_count": 150}, 16000, stdio_session(git_server, ["--repository", repo]))
+            await policy_check("git git_log, built-in policy", None, [git_server, "--repository", repo], "git_log", {"repo_path": repo, "max_count": 150}, 16000, stdio_session(git_server, ["--repository", repo]))
     else:
         check("git git_log (live)", False, "MCP_BUDGET_GIT_SERVER is not set (run through tests/interop/run.sh)")
 
-    # Automatic paging, no policy: large results from the real servers, through the official
+    # Automatic paging, no policy (--policy none): large results from the real servers, through the official
     # SDK client. Every page fits the default 200,000-byte budget; the chain reassembles the
     # direct result exactly, from content and from structuredContent; a client that reads only
     # structuredContent finds the continuation there.
@@ -484,7 +492,7 @@ async def main():
                 await direct_session.initialize()
                 whole = await direct_session.call_tool(tool, arguments)
             whole_text = whole.content[0].text
-            async with stdio_session(proxy, ["--", command] + args) as session:
+            async with stdio_session(proxy, ["--policy", "none", "--", command] + args) as session:
                 await session.initialize()
                 await session.list_tools()
                 pages = await auto_chain(session, tool, arguments)
