@@ -340,3 +340,123 @@ async fn with_no_policy_the_servers_builtin_policy_is_picked_and_none_turns_it_o
         "{big}"
     );
 }
+
+/// The JSON-RPC answer in a POST's response body (JSON, or an SSE stream).
+fn answer(body: &str) -> Value {
+    if let Ok(value) = serde_json::from_str::<Value>(body) {
+        return value;
+    }
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .find(|message| message.get("id").is_some())
+        .unwrap_or_else(|| panic!("no answer in {body}"))
+}
+
+#[tokio::test]
+async fn over_http_each_session_is_fitted_to_its_own_client() {
+    let quirky = example("quirky_server");
+    let (_listener, url) = common::listen(&["--", quirky.to_str().unwrap()], &[]).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let mut sessions = Vec::new();
+    for client in ["codex-mcp-client", "claude-code", "another-ide"] {
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}});
+        let response = common::mcp_post(&http, &url, None, &init.to_string())
+            .send()
+            .await
+            .unwrap();
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let _ = response.text().await;
+        common::mcp_post(&http, &url, Some(&session), common::INITIALIZED)
+            .send()
+            .await
+            .unwrap();
+        sessions.push((client, session));
+    }
+    // The sessions interleave: each call is answered under its own session's budget.
+    for (client, max) in [
+        ("codex-mcp-client", 10_000),
+        ("claude-code", 50_000),
+        ("another-ide", 200_000),
+    ] {
+        let session = &sessions.iter().find(|(c, _)| *c == client).unwrap().1;
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "big", "arguments": {"bytes": 450_000, "line": 100}}});
+        let body = common::mcp_post(&http, &url, Some(session), &call.to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let result = answer(&body)["result"].clone();
+        let size = result.to_string().len();
+        assert!(
+            size < max && size > max * 3 / 4,
+            "{client}: a first page of {size} bytes for a {max}-byte budget"
+        );
+    }
+}
+
+#[tokio::test]
+async fn claude_code_gets_the_declared_allowance_and_its_token_budget_on_budgeted_tools() {
+    // fleet_show has a rule (builtin:fleet), so the proxy declares maxResultSizeChars = 200000
+    // on it and Claude Code's 50,000-character spill threshold does not apply; its 25,000
+    // tokens do.
+    let (mut c, tools) = Client::start(&[], "fleet_server", "claude-code").await;
+    let show = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "fleet_show")
+        .unwrap()
+        .clone();
+    assert_eq!(show["_meta"]["anthropic/maxResultSizeChars"], 200_000);
+    let page = c
+        .call("fleet_show", json!({"horizon": "all", "limit": 100}))
+        .await;
+    assert_ne!(page["isError"], true, "{page}");
+    let size = page.to_string().len();
+    assert!(size > 50_000, "{size} bytes: the allowance was not used");
+    let tokens = mcp_budget::tokens::count(&read_text(&page)).unwrap();
+    assert!(tokens <= 25_000, "{tokens} tokens");
+    let refused = c
+        .call("fleet_show", json!({"detail": "full", "limit": 40}))
+        .await;
+    let text = refused["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("tokens (o200k), exceeds the 25000-token budget for claude-code — "),
+        "{text}"
+    );
+}
+
+#[test]
+fn explain_shows_what_a_client_gets() {
+    let fleet = example("fleet_server");
+    let out = common::run_ok([
+        "explain",
+        "builtin:fleet",
+        "--tool",
+        "fleet_show",
+        "--client",
+        "codex",
+        "--",
+        fleet.to_str().unwrap(),
+    ]);
+    let (descriptor, pages) = out.split_once("\n\n").unwrap();
+    let descriptor: Value = serde_json::from_str(descriptor).unwrap();
+    assert_eq!(
+        descriptor["inputSchema"]["properties"]["limit"]["default"],
+        10
+    );
+    assert!(
+        pages.starts_with(
+            "client codex (clientInfo.name \"codex-mcp-client\"): source: openai/codex"
+        ) && pages.contains("result cap: 10000 bytes")
+            && pages.contains("default limit 10"),
+        "{pages}"
+    );
+}
