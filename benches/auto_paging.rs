@@ -1,9 +1,11 @@
 //! Automatic paging of a large text, side by side in one run: the whole chain of pages of a
 //! 3 MB text through the proxy (no policy) against one direct read of the whole text, and the
-//! proxy's peak memory against its memory before the chain.
+//! proxy's peak memory against its memory before the chain. Then the cost of a token budget:
+//! the same chain for Claude Code (50,000 bytes and 25,000 o200k tokens a page, so every page
+//! is counted) against a byte budget of the same 50,000 bytes.
 //!
 //! Run with `cargo bench --bench auto_paging`. The server is this binary in server mode: it
-//! answers every `tools/call` with a text of `MCP_BUDGET_BENCH_TEXT` bytes in 80-byte lines.
+//! answers every `tools/call` with a text of `MCP_BUDGET_BENCH_TEXT` bytes of log lines.
 //! Set `MCP_BUDGET_BASELINE_BIN` to another build to measure it side by side.
 
 mod support;
@@ -20,8 +22,18 @@ const BYTES: usize = 3_000_000;
 const ROUNDS: usize = 5;
 
 fn serve(bytes: usize) {
-    let line = format!("{}\n", "x".repeat(79));
-    let text: String = line.repeat(bytes / line.len());
+    let mut text = String::with_capacity(bytes);
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(&format!(
+            "2026-11-20T12:00:{:02}Z worker-{} stream st-{:04} state ok, gate passed by reviewer {} line {i}\n",
+            i % 60,
+            i % 7,
+            i % 240,
+            i % 13
+        ));
+        i += 1;
+    }
     let stdin = std::io::stdin();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for request in stdin.lock().lines() {
@@ -56,7 +68,12 @@ struct Peer {
 }
 
 impl Peer {
-    fn start(mut command: Command) -> Peer {
+    fn start(command: Command) -> Peer {
+        Peer::start_as(command, "bench")
+    }
+
+    /// Started by a client that calls itself `client` in `initialize`.
+    fn start_as(mut command: Command, client: &str) -> Peer {
         let mut child = command
             .env(TEXT_ENV, BYTES.to_string())
             .stdin(Stdio::piped())
@@ -72,7 +89,7 @@ impl Peer {
             stdout,
             next_id: 0,
         };
-        peer.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}));
+        peer.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}));
         writeln!(
             peer.stdin,
             r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
@@ -130,11 +147,34 @@ fn direct(me: &Path) -> (Duration, usize) {
 /// The time to follow the whole chain through `proxy`; pages, bytes, and the proxy's memory
 /// (RSS before the chain, peak RSS) in KiB.
 fn chained(proxy: &Path, me: &Path) -> (Duration, usize, usize, (u64, u64)) {
+    chained_as(proxy, me, &[], "bench", false)
+}
+
+/// [`chained`], with `options` before `--`, for a client called `client`; `warm`: the chain is
+/// followed once before the one measured (the steady state of a session).
+fn chained_as(
+    proxy: &Path,
+    me: &Path,
+    options: &[&str],
+    client: &str,
+    warm: bool,
+) -> (Duration, usize, usize, (u64, u64)) {
     let mut command = Command::new(proxy);
-    command.arg("--").arg(me);
-    let mut peer = Peer::start(command);
+    command.args(options).arg("--").arg(me);
+    let mut peer = Peer::start_as(command, client);
+    if warm {
+        follow(&mut peer);
+    }
     let before = peer.memory().0;
     let start = Instant::now();
+    let (pages, bytes) = follow(&mut peer);
+    let elapsed = start.elapsed();
+    let (_, peak) = peer.memory();
+    (elapsed, pages, bytes, (before, peak))
+}
+
+/// Follows the chain of `read` from its first page; pages and text bytes.
+fn follow(peer: &mut Peer) -> (usize, usize) {
     let mut after: Option<String> = None;
     let (mut pages, mut bytes) = (0, 0);
     loop {
@@ -156,12 +196,9 @@ fn chained(proxy: &Path, me: &Path) -> (Duration, usize, usize, (u64, u64)) {
             .and_then(|rest| rest.split('"').next())
             .map(String::from);
         if after.is_none() {
-            break;
+            return (pages, bytes);
         }
     }
-    let elapsed = start.elapsed();
-    let (_, peak) = peer.memory();
-    (elapsed, pages, bytes, (before, peak))
 }
 
 fn main() {
@@ -178,6 +215,13 @@ fn main() {
     if let Some(baseline) = std::env::var_os("MCP_BUDGET_BASELINE_BIN") {
         builds.push(("baseline".into(), PathBuf::from(baseline)));
     }
+    // A byte budget the size of Claude Code's, for a client the policy adds.
+    let policy = std::env::temp_dir().join(format!("mcp-budget-bench-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[client.\"bench-bytes\"]\nmax_bytes = 50000\n").expect("policy");
+    let policy_arg = policy.to_string_lossy().to_string();
+    let this = PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget"));
+    let (mut bytes_times, mut tokens_times, mut cold_times) = (Vec::new(), Vec::new(), Vec::new());
+    let mut budget_pages = (0, 0);
     let mut direct_times = Vec::new();
     let mut chain_times: Vec<Vec<f64>> = builds.iter().map(|_| Vec::new()).collect();
     let mut summary = vec![String::new(); builds.len()];
@@ -198,7 +242,23 @@ fn main() {
                 peak as f64 / 1024.0
             );
         }
+        let options = ["--policy", policy_arg.as_str()];
+        let (b, b_pages, b_bytes, _) = chained_as(&this, &me, &options, "bench-bytes", true);
+        let (t, t_pages, t_bytes, _) = chained_as(&this, &me, &options, "claude-code", true);
+        let (cold, _, _, _) = chained_as(&this, &me, &options, "claude-code", false);
+        assert_eq!((b_bytes, t_bytes), (length, length), "a chain lost bytes");
+        eprintln!(
+            "round {round} 50,000-byte budget: {b_pages} pages in {:.1} ms; claude-code (50,000 bytes, 25,000 tokens): {t_pages} pages in {:.1} ms ({:.1} ms in a new proxy, the tokenizer loading)",
+            b.as_secs_f64() * 1e3,
+            t.as_secs_f64() * 1e3,
+            cold.as_secs_f64() * 1e3
+        );
+        bytes_times.push(b.as_secs_f64());
+        tokens_times.push(t.as_secs_f64());
+        cold_times.push(cold.as_secs_f64());
+        budget_pages = (b_pages, t_pages);
     }
+    let _ = std::fs::remove_file(&policy);
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -215,4 +275,18 @@ fn main() {
             summary[k]
         );
     }
+    let (b, t, cold) = (
+        median(&mut bytes_times),
+        median(&mut tokens_times),
+        median(&mut cold_times),
+    );
+    println!(
+        "  token budget (a session's second chain): claude-code (50,000 bytes and 25,000 o200k tokens a page) {:.1} ms, {} pages, against a 50,000-byte budget {:.1} ms, {} pages = {:.2}×; the first chain of a new proxy {:.1} ms (the tokenizer loads)",
+        t * 1e3,
+        budget_pages.1,
+        b * 1e3,
+        budget_pages.0,
+        t / b,
+        cold * 1e3
+    );
 }

@@ -190,6 +190,13 @@ impl Interceptor {
     fn choose(&self, change: impl FnOnce(&mut Chosen)) {
         let mut chosen = self.chosen.lock().unwrap_or_else(PoisonError::into_inner);
         change(&mut chosen);
+        if chosen
+            .profile
+            .as_ref()
+            .is_some_and(|p| p.max_tokens.is_some())
+        {
+            crate::tokens::preload();
+        }
         let budget = if chosen.profile.is_none() && chosen.policy.is_none() {
             self.base.clone()
         } else {
