@@ -10,6 +10,103 @@ use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader};
 use crate::policy::Policy;
 use crate::upstream::child::ChildServer;
 
+/// What `check` warns about in a valid policy: rules that overlap (the first matching rule
+/// wins: an exact name, then the first glob), text pages the cap would refuse, and items rules
+/// without the key or noun their pages need.
+pub fn warnings(policy: &Policy) -> Vec<String> {
+    use crate::policy::glob_match;
+    let mut warnings = Vec::new();
+    let is_glob = |n: &str| n.contains(['*', '?']);
+    let index_of = |name: &str| {
+        let rule = policy.rule_for(name)?;
+        policy.rules.iter().position(|r| std::ptr::eq(r, rule))
+    };
+    for (j, rule) in policy.rules.iter().enumerate() {
+        for name in &rule.names {
+            let other = if is_glob(name) {
+                policy.rules[..j].iter().position(|earlier| {
+                    earlier
+                        .names
+                        .iter()
+                        .any(|e| is_glob(e) && globs_intersect(e, name))
+                })
+            } else {
+                index_of(name).filter(|i| *i != j)
+            };
+            if let Some(i) = other {
+                warnings.push(format!(
+                    "rules {} and {} both match {name:?}; the first matching rule wins (an exact name before any glob, then the first glob), so rule {} applies",
+                    i.min(j) + 1,
+                    i.max(j) + 1,
+                    i + 1
+                ));
+            }
+        }
+    }
+    for (k, rule) in policy.rules.iter().enumerate() {
+        let names = rule.names.join(", ");
+        if let Some(text) = &rule.text
+            && text.page_bytes >= policy.max_bytes
+        {
+            warnings.push(format!(
+                "rule {} ({names}): page_bytes = {} is not below budget.max_bytes = {}, so a full page would be refused by the cap; lower page_bytes",
+                k + 1,
+                text.page_bytes,
+                policy.max_bytes
+            ));
+        }
+        if let Some(items) = &rule.items {
+            if items.key.is_none() {
+                warnings.push(format!(
+                    "rule {} ({names}): no key, so cursors hold an offset and an item added or removed upstream between two pages shifts the next page; name the item's unique field with key = \"…\"",
+                    k + 1
+                ));
+            }
+            if items.noun_defaulted {
+                warnings.push(format!(
+                    "rule {} ({names}): no noun, so notices call the items \"items\"; say what they are with noun = \"…\"",
+                    k + 1
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// Whether some tool name matches both globs (`*` any run, `?` any one character).
+fn globs_intersect(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![(0usize, 0usize)];
+    while let Some((i, j)) = stack.pop() {
+        if !seen.insert((i, j)) {
+            continue;
+        }
+        if i == a.len() && j == b.len() {
+            return true;
+        }
+        // A star may match nothing.
+        if a.get(i) == Some(&'*') {
+            stack.push((i + 1, j));
+        }
+        if b.get(j) == Some(&'*') {
+            stack.push((i, j + 1));
+        }
+        // Or both produce one more character of the name.
+        if let (Some(&x), Some(&y)) = (a.get(i), b.get(j)) {
+            let any = |c: char| c == '*' || c == '?';
+            if any(x) || any(y) || x == y {
+                let next_i = if x == '*' { i } else { i + 1 };
+                let next_j = if y == '*' { j } else { j + 1 };
+                if (next_i, next_j) != (i, j) {
+                    stack.push((next_i, next_j));
+                }
+            }
+        }
+    }
+    false
+}
+
 /// A one-paragraph description of a valid policy, for `check`.
 pub fn summary(policy: &Policy) -> String {
     let mut lines = vec![format!(
@@ -291,4 +388,45 @@ pub fn paths_in_recording(
         text.push_str("no recorded tools/call result is governed by an items rule\n");
     }
     PathFindings { text, unmatched }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_that_share_a_name_intersect() {
+        assert!(globs_intersect("fleet_*", "*_show"));
+        assert!(globs_intersect("w?ve_*", "wave_show"));
+        assert!(!globs_intersect("fleet_*", "wave_*"));
+        assert!(!globs_intersect("a?c", "abcd"));
+        assert!(globs_intersect("*", "anything"));
+    }
+
+    #[test]
+    fn check_warns_about_overlaps_pages_over_the_cap_and_missing_keys() {
+        let policy = Policy::parse(
+            "[budget]\nmax_bytes = 10000\n[[tool]]\nname = \"fleet_*\"\n[[tool]]\nname = [\"fleet_show\", \"*_show\"]\nitems = \"$.streams[*]\"\n[[tool]]\nname = \"log\"\n[tool.text]\npage_bytes = 20000\n",
+            std::path::Path::new("w.toml"),
+        )
+        .unwrap();
+        let found = warnings(&policy).join("\n");
+        assert!(
+            found.contains("rules 1 and 2 both match \"*_show\""),
+            "{found}"
+        );
+        assert!(
+            found.contains("page_bytes = 20000 is not below budget.max_bytes = 10000"),
+            "{found}"
+        );
+        assert!(
+            found.contains("rule 2 (fleet_show, *_show): no key"),
+            "{found}"
+        );
+        assert!(found.contains("no noun"), "{found}");
+        for shipped in crate::builtin::BUILTINS {
+            let policy = Policy::parse(shipped.text, std::path::Path::new(shipped.name)).unwrap();
+            assert_eq!(warnings(&policy), Vec::<String>::new(), "{}", shipped.name);
+        }
+    }
 }

@@ -88,6 +88,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Check { file, recording }) => {
             let policy = Policy::load(&file)?;
             println!("{}: OK\n{}", file.display(), explain::summary(&policy));
+            std::io::Write::flush(&mut std::io::stdout())?;
+            for warning in explain::warnings(&policy) {
+                eprintln!("warning: {}: {warning}", file.display());
+            }
             if let Some(path) = recording {
                 let recording = Recording::load(&path)?;
                 let budget = Budget::new(policy);

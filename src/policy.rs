@@ -22,11 +22,10 @@ pub const DEFAULT_MAX_LIMIT: usize = 100;
 /// A policy file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("cannot read policy {path}: {source}")]
+    #[error("{path}: cannot read the policy: {cause}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
@@ -225,6 +224,8 @@ pub struct Items {
     pub nested: Option<(JpQuery, String)>,
     pub key: Option<FieldPath>,
     pub noun: String,
+    /// `noun` was left out (the notices say "items").
+    pub noun_defaulted: bool,
     pub horizon: Option<Horizon>,
     pub summary: Option<Vec<FieldPath>>,
     pub default_limit: usize,
@@ -268,20 +269,32 @@ impl Policy {
                 return Policy::parse(builtin.text, path);
             }
         }
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| PolicyError::Read {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Policy::parse(&text, path)
     }
 
     /// Validates policy text; `path` only names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Policy, PolicyError> {
-        let file: PolicyFile = toml::from_str(text).map_err(|err| PolicyError::Syntax {
-            path: path.to_path_buf(),
-            message: err.to_string().trim_end().to_string(),
+        let resolver = Resolver { text, path };
+        let file: PolicyFile = toml::from_str(text).map_err(|err| {
+            // One style for every error: file:line:column: message, in the policy's words.
+            let message = err
+                .message()
+                .trim_end()
+                .replace("i64", "integer")
+                .replace("usize", "integer");
+            match err.span() {
+                Some(span) => resolver.error(span, message),
+                None => PolicyError::Syntax {
+                    path: path.to_path_buf(),
+                    message,
+                },
+            }
         })?;
-        Resolver { text, path }.policy(file)
+        resolver.policy(file)
     }
 
     /// The rule for a tool: the first rule that names it exactly, else the first whose glob
@@ -548,6 +561,7 @@ impl Resolver<'_> {
                 path,
                 nested,
                 key,
+                noun_defaulted: tool.noun.is_none(),
                 noun: tool.noun.unwrap_or_else(|| "items".into()),
                 horizon,
                 summary,
@@ -641,10 +655,23 @@ mod tests {
     fn unknown_keys_are_errors_with_a_position() {
         let err = parse("[budget]\nmax_byte = 5\n").unwrap_err();
         assert!(
-            err.starts_with("p.toml: TOML parse error at line 2, column 1"),
+            err.starts_with("p.toml:2:1: unknown field `max_byte`"),
             "{err}"
         );
-        assert!(err.contains("unknown field `max_byte`"), "{err}");
+        // One style for syntax and meaning alike, in the policy's words.
+        let err = parse("[budget]\nmax_bytes = \"x\"\n").unwrap_err();
+        assert_eq!(
+            err,
+            "p.toml:2:13: invalid type: string \"x\", expected integer"
+        );
+        let err = Policy::load(Path::new("/nonexistent/p.toml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err.matches("No such file").count(),
+            1,
+            "the OS error once: {err}"
+        );
     }
 
     #[test]
