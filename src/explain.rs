@@ -14,7 +14,6 @@ use crate::upstream::child::ChildServer;
 /// wins: an exact name, then the first glob), text pages the cap would refuse, and items rules
 /// without the key or noun their pages need.
 pub fn warnings(policy: &Policy) -> Vec<String> {
-    use crate::policy::glob_match;
     let mut warnings = Vec::new();
     let is_glob = |n: &str| n.contains(['*', '?']);
     let index_of = |name: &str| {

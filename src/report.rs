@@ -1,8 +1,9 @@
 //! `mcp-budget report`: what a policy would do to the `tools/call` results of a recording.
 //!
 //! For every call that reached the server: the bytes and tokens (tiktoken o200k, of the text the
-//! model reads) the client received, and what it would receive under the policy with default
-//! arguments — the server's recorded result run through the same pipeline the proxy runs.
+//! model reads) the server sent, what the client received (through the proxy that recorded, with
+//! whatever budget it ran), and what it would receive under the policy with default arguments —
+//! the server's recorded result run through the same pipeline the proxy runs.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,6 +23,10 @@ pub struct Call {
     pub index: usize,
     pub tool: String,
     pub arguments: Value,
+    /// What the server sent.
+    pub server_bytes: usize,
+    pub server_tokens: usize,
+    /// What the client received from the proxy that recorded.
     pub received_bytes: usize,
     pub received_tokens: usize,
     pub budget_bytes: usize,
@@ -35,6 +40,8 @@ pub struct Call {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub calls: Vec<Call>,
+    pub server_bytes: usize,
+    pub server_tokens: usize,
     pub received_bytes: usize,
     pub received_tokens: usize,
     pub budget_bytes: usize,
@@ -212,6 +219,8 @@ pub fn build(
             index: index + 1,
             tool,
             arguments,
+            server_bytes: exchange.response_bytes,
+            server_tokens: tokenizer.response(response),
             received_bytes: exchange.delivered_bytes,
             received_tokens: tokenizer.response(received),
             budget_bytes: budgeted.to_string().len(),
@@ -222,6 +231,8 @@ pub fn build(
     }
     progress(total, total);
     Report {
+        server_bytes: calls.iter().map(|c| c.server_bytes).sum(),
+        server_tokens: calls.iter().map(|c| c.server_tokens).sum(),
         received_bytes: calls.iter().map(|c| c.received_bytes).sum(),
         received_tokens: calls.iter().map(|c| c.received_tokens).sum(),
         budget_bytes: calls.iter().map(|c| c.budget_bytes).sum(),
@@ -245,12 +256,21 @@ pub fn table(report: &Report) -> String {
         .unwrap_or(4)
         .max(5);
     out.push_str(&format!(
-        "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}   {}\n",
-        "#", "tool", "arguments", "bytes", "tokens", "bytes", "tokens", "under the policy"
+        "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}   {:>10} {:>9}   {}\n",
+        "#",
+        "tool",
+        "arguments",
+        "bytes",
+        "tokens",
+        "bytes",
+        "tokens",
+        "bytes",
+        "tokens",
+        "under the policy"
     ));
     out.push_str(&format!(
-        "{:>4}  {:<w$} {:<28} {:>20}   {:>20}\n",
-        "", "", "", "received", "with default arguments"
+        "{:>4}  {:<w$} {:<28} {:>20}   {:>20}   {:>20}\n",
+        "", "", "", "sent by the server", "received by the client", "with default arguments"
     ));
     for call in &report.calls {
         let mut arguments = call.arguments.to_string();
@@ -258,10 +278,12 @@ pub fn table(report: &Report) -> String {
             arguments = format!("{}…", arguments.chars().take(27).collect::<String>());
         }
         out.push_str(&format!(
-            "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}   {}{}\n",
+            "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}   {:>10} {:>9}   {}{}\n",
             call.index,
             call.tool,
             arguments,
+            call.server_bytes,
+            call.server_tokens,
             call.received_bytes,
             call.received_tokens,
             call.budget_bytes,
@@ -271,10 +293,12 @@ pub fn table(report: &Report) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}\n",
+        "{:>4}  {:<w$} {:<28} {:>10} {:>9}   {:>10} {:>9}   {:>10} {:>9}\n",
         "",
         "total",
         format!("{} calls", report.calls.len()),
+        report.server_bytes,
+        report.server_tokens,
         report.received_bytes,
         report.received_tokens,
         report.budget_bytes,

@@ -597,3 +597,48 @@ fn check_with_a_recording_reports_items_paths_that_match_nothing() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn the_report_of_a_plain_recording_shows_what_the_server_sent_and_what_the_client_got() {
+    // The README's `record --out … -- server`: with no policy, the proxy picks the built-in
+    // one for fleet-server, so the client received a page of a much larger result.
+    let dir = temp_dir("plain");
+    let recording = dir.join("plain.jsonl");
+    let fleet = example("fleet_server");
+    let mut live = Peer::from_command(proxy_command(&[
+        "record",
+        "--out",
+        recording.to_str().unwrap(),
+        "--",
+        fleet.to_str().unwrap(),
+    ]));
+    handshake(&mut live).await;
+    live.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fleet_show","arguments":{}}}"#)
+        .await;
+    let page = live.recv().await;
+    live.close_stdin();
+    live.wait().await;
+    let stdout = common::run_ok(["report".as_ref(), "--json".as_ref(), recording.as_os_str()]);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let call = &report["calls"][0];
+    let (server, received) = (
+        call["server_bytes"].as_u64().unwrap(),
+        call["received_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        received as usize,
+        page.len(),
+        "what the client got, as it got it"
+    );
+    assert!(
+        server > 10 * received,
+        "the server's {server} bytes, not the client's {received}"
+    );
+    assert!(call["server_tokens"].as_u64().unwrap() > call["received_tokens"].as_u64().unwrap());
+    let table = common::run_ok(["report".as_ref(), recording.as_os_str()]);
+    assert!(
+        table.contains("sent by the server") && table.contains("received by the client"),
+        "{table}"
+    );
+    assert!(table.contains(&server.to_string()), "{table}");
+}
