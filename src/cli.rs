@@ -209,6 +209,21 @@ pub enum Command {
         run: RunArgs,
     },
     /// Serve a recording as an MCP server (stdio, or --listen), answering from the file.
+    #[command(
+        mut_arg("upstream", |a| a.hide(true)),
+        mut_arg("upstream_header", |a| a.hide(true)),
+        mut_arg("upstream_read_timeout_secs", |a| a.hide(true)),
+        mut_arg("restart", |a| a.hide(true)),
+        mut_arg("server", |a| a.hide(true)),
+        mut_arg("policy", |a| a.help(
+            "Budget policy: a TOML file, `builtin:NAME` or `none`. Without it, replay applies no \
+             budget: each result is returned exactly as the server returned it, however large"
+        )),
+        mut_arg("client", |a| a.help(
+            "Fit results to this client's profile (as the proxy does live); without it and \
+             without --policy, results pass as recorded"
+        )),
+    )]
     Replay {
         /// The recording (from `mcp-budget record`).
         file: PathBuf,

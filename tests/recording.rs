@@ -642,3 +642,15 @@ async fn the_report_of_a_plain_recording_shows_what_the_server_sent_and_what_the
     );
     assert!(table.contains(&server.to_string()), "{table}");
 }
+
+#[test]
+fn replay_help_says_what_replay_does() {
+    let help = common::run_ok(["replay", "--help"]);
+    assert!(
+        help.contains("Without it, replay applies no budget"),
+        "{help}"
+    );
+    for refused in ["--upstream", "SERVER COMMAND", "--restart"] {
+        assert!(!help.contains(refused), "replay refuses {refused}: {help}");
+    }
+}
