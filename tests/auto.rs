@@ -319,12 +319,19 @@ async fn auto_false_turns_automatic_paging_off() {
     proxied.send(&big.to_string()).await;
     let reply = proxied.recv_json().await;
     assert_eq!(reply["result"]["isError"], true);
+    // The model reads a move it can make; the operator's (a rule, auto) goes to the log.
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
-        reply["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("exceeds the 200000-byte cap"),
+        text.contains("exceeds the 200000-byte cap — call big again with arguments that select less"),
         "{reply}"
+    );
+    assert!(!text.contains("[[tool]]") && !text.contains("policy"), "{text}");
+    proxied.close_stdin();
+    proxied.wait().await;
+    let log = proxied.stderr().await;
+    assert!(
+        log.contains("the tool has no budget rule and automatic paging is off"),
+        "{log}"
     );
 }
 

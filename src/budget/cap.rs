@@ -30,11 +30,9 @@ pub fn exceeds(bytes: usize, max_bytes: usize) -> bool {
 pub fn refusal(tool: &str, size: &str, budget: &str, moves: &Moves) -> String {
     let head = format!("result-too-large: {tool} response is {size}, exceeds the {budget} — ");
     if moves.no_rule {
-        return format!(
-            "{head}{tool} has no budget rule, so the proxy cannot page or trim it; call it with \
-             narrower arguments, or add a [[tool]] rule for \"{tool}\" (items, key, limit) to the \
-             policy (`mcp-budget explain` shows what a rule does to its descriptor)"
-        );
+        // The operator's move (a rule, automatic paging) is logged where the refusal is made;
+        // the model gets one it can make.
+        return format!("{head}call {tool} again with arguments that select less");
     }
     if moves.not_paged {
         return format!(
@@ -168,7 +166,7 @@ mod tests {
                     ..Moves::default()
                 }
             ),
-            "result-too-large: x response is 300000 bytes, exceeds the 200000-byte cap — x has no budget rule, so the proxy cannot page or trim it; call it with narrower arguments, or add a [[tool]] rule for \"x\" (items, key, limit) to the policy (`mcp-budget explain` shows what a rule does to its descriptor)"
+            "result-too-large: x response is 300000 bytes, exceeds the 200000-byte cap — call x again with arguments that select less"
         );
         assert_eq!(
             refusal(

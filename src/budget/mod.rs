@@ -510,8 +510,18 @@ impl Budget {
             .rule
             .as_ref()
             .map(|(i, args)| (&self.policy.rules[*i], args.as_ref()));
-        let text = cap::refusal(&plan.tool, &size, &budget, &self.moves(rule));
-        tracing::info!(tool = %plan.tool, size, budget, "result refused by the cap");
+        let moves = self.moves(rule);
+        if moves.no_rule {
+            tracing::warn!(
+                tool = %plan.tool,
+                size,
+                budget,
+                "result refused: the tool has no budget rule and automatic paging is off; a [[tool]] rule (text paging for text, items for a list) or budget.auto = true would page it"
+            );
+        } else {
+            tracing::info!(tool = %plan.tool, size, budget, "result refused by the cap");
+        }
+        let text = cap::refusal(&plan.tool, &size, &budget, &moves);
         Ok(Some(serde_json::to_vec(&refusal_result(&text))?))
     }
 
