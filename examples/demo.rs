@@ -160,16 +160,13 @@ fn main() -> Result<()> {
             build.env_remove(name.as_ref());
         }
     }
+    build.args(["build", "--quiet"]);
+    // The same profile as the demo itself: the binaries sit next to it.
+    if !cfg!(debug_assertions) {
+        build.arg("--release");
+    }
     let status = build
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "--bin",
-            "mcp-budget",
-            "--example",
-            "fleet_server",
-        ])
+        .args(["--bin", "mcp-budget", "--example", "fleet_server"])
         .status()
         .context("running cargo build")?;
     if !status.success() {
