@@ -143,6 +143,9 @@ impl ResultCache {
             if let Some(entry) = inner.entries.remove(&oldest) {
                 inner.bytes -= entry.bytes;
                 self.evictions.fetch_add(1, Ordering::Relaxed);
+                if let Some(metrics) = crate::metrics::get() {
+                    metrics.cache_evictions.inc();
+                }
             }
         }
         inner.tick += 1;

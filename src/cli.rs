@@ -48,6 +48,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics (its own address, no token: bind it to
+    /// loopback or a private network), or with `listen`, at /metrics on the --listen address
+    /// behind its token. Per tool: calls, upstream and delivered bytes, tokens saved (estimated
+    /// as bytes / 4), pages, refusals by class, cache hits and misses; per proxy: sessions,
+    /// upstream latency, restarts, cache evictions, bad input.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+
     /// Fit results to this client's profile (claude-code, codex, opencode, copilot-cli,
     /// gemini-cli, vscode, claude-desktop, or a policy's [client."NAME"]) whatever
     /// clientInfo.name the client sends. Default: the profile of the client that initializes.

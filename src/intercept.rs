@@ -154,6 +154,9 @@ fn auto_digest(tool: &str, arguments: &Map<String, Value>) -> SelectionDigest {
 impl Drop for Interceptor {
     fn drop(&mut self) {
         self.base.cache().forget(self.scope);
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.sessions.dec();
+        }
     }
 }
 
@@ -165,6 +168,9 @@ impl Interceptor {
     /// An interceptor for one of several sessions under the same budget (and cursor key).
     pub fn shared(budget: Arc<Budget>) -> Self {
         let scope = budget.cache().scope();
+        if let Some(metrics) = crate::metrics::get() {
+            metrics.sessions.inc();
+        }
         let interceptor = Interceptor {
             current: Mutex::new(budget.clone()),
             base: budget,
@@ -176,6 +182,22 @@ impl Interceptor {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
         }
         interceptor
+    }
+
+    /// Records on `tool`'s metrics, when metrics are on (a tool label is a listed name).
+    fn count(
+        &self,
+        tool: &str,
+        record: impl FnOnce(&crate::metrics::Metrics, &crate::metrics::ToolLabel),
+    ) {
+        if let Some(metrics) = crate::metrics::get() {
+            let listed = self
+                .tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(tool);
+            record(metrics, &metrics.tool(tool, listed));
+        }
     }
 
     /// This session's budget.
@@ -383,6 +405,9 @@ impl Interceptor {
             .and_then(|p| p.name.as_deref())
             .unwrap_or_default()
             .to_string();
+        self.count(&name, |m, tool| {
+            m.calls.get_or_create(tool).inc();
+        });
         if budget.auto_for(&name) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);
             // A cheap look for the continuation argument's name; only a call that has it is
@@ -429,6 +454,9 @@ impl Interceptor {
         match budget.prepare_call(params) {
             Err(error) => {
                 tracing::debug!(tool = %name, %error, "budget argument refused");
+                self.count(&name, |m, tool| {
+                    m.refused(tool, crate::metrics::Class::bad_arguments)
+                });
                 CallDecision::Answer(crate::jsonrpc::tool_error(id, &error.to_string()))
             }
             Ok(plan) => {
@@ -492,6 +520,9 @@ impl Interceptor {
                 };
             }
             Some(_) => {
+                self.count(&name, |m, tool| {
+                    m.refused(tool, crate::metrics::Class::bad_arguments)
+                });
                 return CallDecision::Answer(crate::jsonrpc::tool_error(
                     id,
                     &format!(
@@ -506,6 +537,9 @@ impl Interceptor {
         let at = match budget.key().verify(&cursor, &digest) {
             Ok(position) => auto::At::from_position(&position),
             Err(err) => {
+                self.count(&name, |m, tool| {
+                    m.refused(tool, crate::metrics::Class::invalid_cursor)
+                });
                 return CallDecision::Answer(crate::jsonrpc::tool_error(
                     id,
                     &cursor_refusal(err, &name),
@@ -513,6 +547,9 @@ impl Interceptor {
             }
         };
         let Some(at) = at else {
+            self.count(&name, |m, tool| {
+                m.refused(tool, crate::metrics::Class::invalid_cursor)
+            });
             return CallDecision::Answer(crate::jsonrpc::tool_error(
                 id,
                 &cursor_refusal(CursorError::Invalid, &name),
@@ -522,15 +559,37 @@ impl Interceptor {
             tracing::debug!(tool = %name, "page served from the result cache");
             let max = budget.page_max(&name);
             let answer = match page_fitted(&prepared, &budget, at, max, &name, &digest) {
-                Ok(page) => crate::jsonrpc::result_response(id, &page.result),
-                Err(why) => crate::jsonrpc::tool_error(
-                    id,
-                    &self.unpageable(&name, &why, prepared.result_len()),
-                ),
+                Ok(page) => {
+                    self.count(&name, |m, tool| {
+                        m.cache_hits.get_or_create(tool).inc();
+                        m.result(tool, 0, page.result.len(), true);
+                    });
+                    crate::jsonrpc::result_response(id, &page.result)
+                }
+                Err(why) => {
+                    self.count(&name, |m, tool| {
+                        m.cache_hits.get_or_create(tool).inc();
+                        let class = match why {
+                            Unpageable::TooLarge { .. } => crate::metrics::Class::result_too_large,
+                            _ => crate::metrics::Class::invalid_cursor,
+                        };
+                        m.refused(tool, class);
+                    });
+                    crate::jsonrpc::tool_error(
+                        id,
+                        &self.unpageable(&name, &why, prepared.result_len()),
+                    )
+                }
             };
             return CallDecision::Answer(answer);
         }
+        self.count(&name, |m, tool| {
+            m.cache_misses.get_or_create(tool).inc();
+        });
         if !(info.read_only || budget.idempotent(&name)) {
+            self.count(&name, |m, tool| {
+                m.refused(tool, crate::metrics::Class::expired_cursor)
+            });
             let ttl = budget.cache().ttl().as_secs();
             let minutes = ttl.div_ceil(60);
             return CallDecision::Answer(crate::jsonrpc::tool_error(
@@ -598,6 +657,33 @@ impl Interceptor {
 
     /// The response to a `tools/call`: the rewritten message, or `None` to forward it.
     pub fn tools_call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
+        if crate::metrics::get().is_none() {
+            return self.call_response(context, message);
+        }
+        let tool = context.plan.tool.clone();
+        let rewritten = self.call_response(context, message);
+        let upstream = serde_json::from_slice::<ResultOnly<'_>>(message)
+            .ok()
+            .and_then(|m| m.result)
+            .map_or(0, |r| r.get().len());
+        self.count(&tool, |m, label| {
+            let Some(bytes) = &rewritten else {
+                m.result(label, upstream, upstream, false);
+                return;
+            };
+            // The envelope around the result is kept as it was.
+            let delivered = (bytes.len() + upstream).saturating_sub(message.len());
+            let refused = memchr::memmem::find(bytes, b"result-too-large:").is_some();
+            if refused {
+                m.refused(label, crate::metrics::Class::result_too_large);
+            }
+            let paged = !refused && memchr::memmem::find(bytes, b"\"error\"").is_none();
+            m.result(label, upstream, delivered, paged);
+        });
+        rewritten
+    }
+
+    fn call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
         let budget = self.budget();
         let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
             .ok()?

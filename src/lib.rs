@@ -63,6 +63,7 @@ pub mod jsonrpc;
 pub mod keyfile;
 pub mod listen;
 pub mod message;
+pub mod metrics;
 pub mod policy;
 pub mod queue;
 pub mod recording;

@@ -321,6 +321,38 @@ async fn proxy(
         )
         .map_err(anyhow::Error::msg)?;
     let budget = Arc::new(budget);
+    let _metrics_server = match run.metrics.as_deref() {
+        None => None,
+        Some("listen") => {
+            if run.listen.is_none() {
+                anyhow::bail!(
+                    "--metrics listen serves /metrics on the --listen address: add --listen URL, or give --metrics an address of its own (e.g. 127.0.0.1:9464)"
+                );
+            }
+            mcp_budget::metrics::enable();
+            None
+        }
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!(
+                    "--metrics {addr}: cannot listen there (give host:port, e.g. 127.0.0.1:9464)"
+                )
+            })?;
+            let local = listener.local_addr()?;
+            mcp_budget::metrics::enable();
+            tracing::info!(url = %format!("http://{local}/metrics"), "serving metrics");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                let shutdown = async {
+                    let _ = stopped.await;
+                };
+                if let Err(err) = mcp_budget::metrics::serve(listener, shutdown).await {
+                    tracing::error!(%err, "the metrics server stopped");
+                }
+            });
+            Some((stop, task))
+        }
+    };
     let code = if let Some(listen_url) = &run.listen {
         let (url, addr) = listen::parse_listen_url(listen_url)?;
         let mut auth_tokens = Vec::new();

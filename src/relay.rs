@@ -74,6 +74,8 @@ struct InFlight {
     /// Its `_meta.progressToken` (JSON text), read only when timeouts are on: progress for
     /// it restarts the timeout.
     progress_token: Option<String>,
+    /// When it went upstream (only with metrics on).
+    sent: Option<Instant>,
 }
 
 /// Ids of requests that are over (answered, timed out, cancelled by the client): the server may
@@ -114,6 +116,13 @@ struct State {
     initialized: bool,
     /// Set once the upstream is gone: new requests are answered with this reason.
     closed: Option<String>,
+}
+
+/// Counts a client message refused as bad input, when metrics are on.
+fn bad_input() {
+    if let Some(metrics) = crate::metrics::get() {
+        metrics.bad_input.inc();
+    }
 }
 
 /// One client session's routing state.
@@ -326,6 +335,7 @@ impl Relay {
             Frame::Line(line) => self.client_line(line, None),
             Frame::Read { line, parsed } => self.client_line(line, Some(parsed)),
             Frame::TooLarge { bytes, id, method } => {
+                bad_input();
                 tracing::warn!(
                     bytes,
                     method = method.as_deref(),
@@ -356,6 +366,7 @@ impl Relay {
         let parsed = match read.map_or_else(|| message::parse(&line), Ok) {
             Ok(parsed) => parsed,
             Err(err) => {
+                bad_input();
                 tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), %err, "client sent a line that is not JSON");
                 if let Some(recorder) = &self.recorder {
                     recorder.text(Dir::ClientToServer, &line);
@@ -368,6 +379,7 @@ impl Relay {
             }
         };
         if parsed.is_invalid() {
+            bad_input();
             tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), "client sent JSON that is not a JSON-RPC object");
             if let Some(recorder) = &self.recorder {
                 recorder.text(Dir::ClientToServer, &line);
@@ -502,6 +514,7 @@ impl Relay {
                         pending,
                         deadline,
                         progress_token,
+                        sent: crate::metrics::get().map(|_| now),
                     },
                 );
                 drop(state);
@@ -549,6 +562,7 @@ impl Relay {
     /// `Ok(Some(id))`: it goes upstream under that fresh id (its own was used before).
     fn admit(&self, state: &mut State, id: &Id, method: &str) -> Result<Option<Id>, Vec<u8>> {
         let refuse = |code: i64, message: &str| {
+            bad_input();
             tracing::warn!(id = id.raw(), method, message, "request refused");
             Err(jsonrpc::error_response(Some(id), code, message, None))
         };
@@ -744,6 +758,15 @@ impl Relay {
                 None => Err(state.retired.contains(id.key())),
             }
         };
+        if let (
+            Ok(InFlight {
+                sent: Some(sent), ..
+            }),
+            Some(metrics),
+        ) = (&finished, crate::metrics::get())
+        {
+            metrics.latency(sent.elapsed());
+        }
         // A request that went upstream under a fresh id gets its answer with the client's id.
         let restored_bytes;
         let bytes = match &finished {

@@ -322,10 +322,15 @@ async fn auto_false_turns_automatic_paging_off() {
     // The model reads a move it can make; the operator's (a rule, auto) goes to the log.
     let text = reply["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
-        text.contains("exceeds the 200000-byte cap — call big again with arguments that select less"),
+        text.contains(
+            "exceeds the 200000-byte cap — call big again with arguments that select less"
+        ),
         "{reply}"
     );
-    assert!(!text.contains("[[tool]]") && !text.contains("policy"), "{text}");
+    assert!(
+        !text.contains("[[tool]]") && !text.contains("policy"),
+        "{text}"
+    );
     proxied.close_stdin();
     proxied.wait().await;
     let log = proxied.stderr().await;

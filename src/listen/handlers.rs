@@ -568,6 +568,26 @@ fn answer_stream(guard: StreamGuard) -> impl Stream<Item = Result<SseEvent, Infa
     })
 }
 
+/// `GET /metrics` on the listener (`--metrics listen`): behind the same Host, Origin and token
+/// checks as the MCP endpoint.
+pub(super) async fn metrics(
+    State(listener): State<Arc<Listener>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refusal) = check_access(&listener, &headers, peer) {
+        return unwrap_refusal(Err(refusal));
+    }
+    match crate::metrics::get() {
+        Some(m) => (
+            [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+            m.encode(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 /// `GET /healthz`, for a load balancer: 200 while this instance takes new sessions, 503 when it
 /// is full or shutting down. No token, no session, and nothing in the body but that.
 pub(super) async fn health(State(listener): State<Arc<Listener>>) -> Response {

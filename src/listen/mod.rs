@@ -40,6 +40,8 @@ use session::Sessions;
 
 /// Where a load balancer asks whether this instance takes sessions (outside the MCP path).
 pub const HEALTH_PATH: &str = "/healthz";
+/// Where `--metrics listen` serves the metrics (behind the token).
+pub const METRICS_PATH: &str = "/metrics";
 
 /// How the listener behaves.
 #[derive(Debug, Clone)]
@@ -168,6 +170,9 @@ pub async fn serve(
     );
     if path != HEALTH_PATH {
         app = app.route(HEALTH_PATH, axum::routing::get(handlers::health));
+    }
+    if crate::metrics::get().is_some() && path != METRICS_PATH {
+        app = app.route(METRICS_PATH, axum::routing::get(handlers::metrics));
     }
     let app = app.with_state(state);
     tracing::info!(%local, %path, "listening");

@@ -93,6 +93,9 @@ async fn supervise(
                         return;
                     }
                     tracing::warn!(%reason, restarts = crashes.len(), "the server crashed; restarting it");
+                    if let Some(metrics) = crate::metrics::get() {
+                        metrics.upstream_restarts.inc();
+                    }
                     let _ = events.send(Event::Restarting { reason: reason.clone() }).await;
                     let backoff = Duration::from_millis(250 * (1 << (crashes.len() - 1).min(5)));
                     tokio::time::sleep(backoff).await;
