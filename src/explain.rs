@@ -112,6 +112,12 @@ pub fn summary(policy: &Policy) -> String {
         "cap: {} bytes on every tool result; maxResultSizeChars allowance {}",
         policy.max_bytes, policy.max_result_size_chars
     )];
+    if !policy.allow.is_empty() {
+        lines.push(format!("tools shown: only {}", policy.allow.join(", ")));
+    }
+    if !policy.deny.is_empty() {
+        lines.push(format!("tools hidden: {}", policy.deny.join(", ")));
+    }
     for rule in &policy.rules {
         let names = rule.names.join(", ");
         match &rule.items {

@@ -325,17 +325,26 @@ impl Interceptor {
     pub fn tools_list_response(&self, message: &[u8]) -> Option<Vec<u8>> {
         let budget = self.budget();
         let policy = budget.policy();
-        if policy.rules.is_empty() && !policy.auto {
+        if policy.rules.is_empty() && !policy.auto && !policy.hides_any() {
             return None;
         }
         let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
             .ok()?
             .result?;
-        let mut result: Value = serde_json::from_str(raw.get()).ok()?;
-        self.remember_tools(&result);
+        // Hidden tools first: the client never learns of them.
         let mut text: Option<String> = None;
-        if policy.auto {
-            text = descriptor::add_auto_after(raw.get(), |name| budget.auto_for(name));
+        if policy.hides_any() {
+            text = descriptor::without_hidden(raw.get(), |name| policy.hides(name));
+        }
+        let mut result: Value = serde_json::from_str(text.as_deref().unwrap_or(raw.get())).ok()?;
+        self.remember_tools(&result);
+        if policy.auto
+            && let Some(spliced) =
+                descriptor::add_auto_after(text.as_deref().unwrap_or(raw.get()), |name| {
+                    budget.auto_for(name)
+                })
+        {
+            text = Some(spliced);
         }
         if !policy.rules.is_empty() {
             if let Some(spliced) = &text {
@@ -408,6 +417,15 @@ impl Interceptor {
         self.count(&name, |m, tool| {
             m.calls.get_or_create(tool).inc();
         });
+        if budget.policy().hides(&name) {
+            tracing::info!(tool = %name, "call to a tool the policy hides refused");
+            return CallDecision::Answer(crate::jsonrpc::tool_error(
+                id,
+                &format!(
+                    "{name} is not available through this proxy (its policy hides it); call one of the tools tools/list returns"
+                ),
+            ));
+        }
         if budget.auto_for(&name) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);
             // A cheap look for the continuation argument's name; only a call that has it is

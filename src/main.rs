@@ -124,10 +124,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "explain needs the upstream descriptor: --descriptor FILE.json, or the server command after `--`"
                 ),
             };
+            let hidden: Vec<String> = tools
+                .iter()
+                .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str))
+                .filter(|name| policy.hides(name))
+                .map(String::from)
+                .collect();
+            if policy.hides(&tool) {
+                println!(
+                    "{tool} is hidden by the policy's [tools] allow/deny: clients do not see it in tools/list, and a call to it is refused.\nhidden: {}",
+                    hidden.join(", ")
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let (rewritten, pages) = explain::rewrite(policy, tools, &tool, client.as_deref())?;
             println!("{}", serde_json::to_string_pretty(&rewritten)?);
             if let Some(pages) = pages {
                 println!("\n{pages}");
+            }
+            if !hidden.is_empty() {
+                println!(
+                    "\nhidden by the policy's [tools] allow/deny: {}",
+                    hidden.join(", ")
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

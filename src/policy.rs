@@ -51,10 +51,20 @@ struct PolicyFile {
     budget: BudgetFile,
     #[serde(default)]
     tool: Vec<ToolFile>,
+    /// Which tools clients see: `[tools] allow = [...]`, `deny = [...]`, with globs.
+    #[serde(default)]
+    tools: ToolsFile,
     /// Client profiles: `[client."codex"] max_bytes = 8192` overrides a built-in profile (by
     /// its name or a `clientInfo.name`), any other name adds one.
     #[serde(default)]
     client: std::collections::BTreeMap<String, ClientFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsFile {
+    allow: Option<Spanned<Vec<String>>>,
+    deny: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,6 +183,10 @@ pub struct Policy {
     pub rules: Vec<Rule>,
     /// The policy's `[client."name"]` sections.
     pub clients: Vec<crate::client::Override>,
+    /// `[tools] allow`: when not empty, only the tools it matches are shown.
+    pub allow: Vec<String>,
+    /// `[tools] deny`: the tools it matches are hidden (whatever `allow` says).
+    pub deny: Vec<String>,
 }
 
 impl Default for Policy {
@@ -187,6 +201,8 @@ impl Default for Policy {
             cache_ttl: crate::cache::DEFAULT_CACHE_TTL,
             rules: Vec::new(),
             clients: Vec::new(),
+            allow: Vec::new(),
+            deny: Vec::new(),
         }
     }
 }
@@ -297,6 +313,17 @@ impl Policy {
         resolver.policy(file)
     }
 
+    /// Whether `[tools] allow`/`deny` hides `tool` from clients.
+    pub fn hides(&self, tool: &str) -> bool {
+        let matches = |list: &[String]| list.iter().any(|p| p == tool || glob_match(p, tool));
+        (!self.allow.is_empty() && !matches(&self.allow)) || matches(&self.deny)
+    }
+
+    /// Whether the policy hides any tool.
+    pub fn hides_any(&self) -> bool {
+        !self.allow.is_empty() || !self.deny.is_empty()
+    }
+
     /// The rule for a tool: the first rule that names it exactly, else the first whose glob
     /// matches.
     pub fn rule_for(&self, tool: &str) -> Option<&Rule> {
@@ -404,6 +431,28 @@ impl Resolver<'_> {
                 default_limit: get(&section.default_limit, "default_limit")?,
             });
         }
+        let names = |list: &Option<Spanned<Vec<String>>>, what: &str| {
+            let Some(list) = list else {
+                return Ok(Vec::new());
+            };
+            if list.get_ref().iter().any(String::is_empty) {
+                return Err(self.error(
+                    list.span(),
+                    format!("tools.{what} holds an empty name: give tool names or globs such as \"git_*\""),
+                ));
+            }
+            Ok(list.get_ref().clone())
+        };
+        let allow = names(&file.tools.allow, "allow")?;
+        let deny = names(&file.tools.deny, "deny")?;
+        if let Some(list) = &file.tools.allow
+            && list.get_ref().is_empty()
+        {
+            return Err(self.error(
+                list.span(),
+                "tools.allow is empty, which would hide every tool: list the tools to show, or leave allow out to show all",
+            ));
+        }
         Ok(Policy {
             max_bytes,
             max_result_size_chars,
@@ -413,6 +462,8 @@ impl Resolver<'_> {
             cache_ttl,
             rules,
             clients,
+            allow,
+            deny,
         })
     }
 

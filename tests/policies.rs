@@ -403,3 +403,78 @@ async fn policy_builtin_name_and_none() {
         vec!["after".to_string()]
     );
 }
+
+#[tokio::test]
+async fn tools_allow_and_deny_hide_tools_from_the_list_and_refuse_calls_to_them() {
+    let dir = std::env::temp_dir().join(format!("mcp-budget-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("deny.toml");
+    std::fs::write(
+        &policy,
+        "[tools]\nallow = [\"fleet_*\", \"stream_detail\", \"wave_show\"]\ndeny = [\"wave_*\"]\n",
+    )
+    .unwrap();
+    let fleet = common::example("fleet_server");
+    let mut proxy = Peer::proxy(
+        &["--policy", policy.to_str().unwrap()],
+        &[fleet.to_str().unwrap(), "--streams", "12"],
+    );
+    handshake(&mut proxy).await;
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let list: Value = serde_json::from_str(&proxy.recv().await).unwrap();
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"fleet_show") && names.contains(&"stream_detail"),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"wave_show"),
+        "deny wins over allow: {names:?}"
+    );
+    // The server has more tools than these; what is shown is exactly what allow/deny leave.
+    let mut direct = Peer::spawn(&fleet, &["--streams", "12"]);
+    handshake(&mut direct).await;
+    direct
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let all: Value = serde_json::from_str(&direct.recv().await).unwrap();
+    let expected: Vec<&str> = all["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .filter(|n| (n.starts_with("fleet_") || *n == "stream_detail") && !n.starts_with("wave_"))
+        .collect();
+    assert_eq!(names, expected);
+    // A call to a hidden tool never reaches the server.
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"wave_show","arguments":{"wave":"w1"}}}"#)
+        .await;
+    let refused: Value = serde_json::from_str(&proxy.recv().await).unwrap();
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        refused["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("wave_show is not available through this proxy"),
+        "{refused}"
+    );
+    // The shown tools work as before.
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"stream_detail","arguments":{"stream_id":"st-0003"}}}"#)
+        .await;
+    let shown: Value = serde_json::from_str(&proxy.recv().await).unwrap();
+    assert_ne!(shown["result"]["isError"], true, "{shown}");
+    // An empty allow would hide everything: an error that says so.
+    std::fs::write(&policy, "[tools]\nallow = []\n").unwrap();
+    let out = common::run(["check".as_ref(), policy.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("deny.toml:2:9: tools.allow is empty"));
+}

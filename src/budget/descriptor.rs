@@ -341,6 +341,43 @@ pub fn continuation_properties() -> Vec<(&'static str, Value)> {
 /// `structuredContent` against it, and a schema may forbid other properties), splicing both
 /// into the server's own text of the `tools/list` result, so that nothing else in it changes.
 /// A tool that has an `after` argument of its own keeps it. `None` when nothing was added.
+/// A `tools/list` result without the tools `hides` names, the others kept as the server's bytes;
+/// `None` when nothing is hidden.
+pub fn without_hidden(result: &str, hides: impl Fn(&str) -> bool) -> Option<String> {
+    use super::raw;
+    let members = raw::members(result)?;
+    let tools_at = members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "tools")
+        .map(|(_, r)| r.clone())?;
+    let tools = &result[tools_at.clone()];
+    let elements = raw::elements(tools)?;
+    let kept: Vec<&str> = elements
+        .iter()
+        .map(|e| &tools[e.clone()])
+        .filter(|tool| {
+            let name = raw::members(tool).and_then(|m| {
+                m.into_iter()
+                    .rev()
+                    .find(|(k, _)| k == "name")
+                    .and_then(|(_, r)| serde_json::from_str::<String>(&tool[r]).ok())
+            });
+            !name.is_some_and(|name| hides(&name))
+        })
+        .collect();
+    if kept.len() == elements.len() {
+        return None;
+    }
+    let mut out = String::with_capacity(result.len());
+    out.push_str(&result[..tools_at.start]);
+    out.push('[');
+    out.push_str(&kept.join(","));
+    out.push(']');
+    out.push_str(&result[tools_at.end..]);
+    Some(out)
+}
+
 pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<String> {
     use super::raw;
     let find = |members: &[(String, std::ops::Range<usize>)], name: &str| {

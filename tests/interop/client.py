@@ -467,6 +467,27 @@ async def main():
     for i in range(60):
         os.environ[f"MCP_BUDGET_DEMO_{i:02d}"] = "value-" + "x" * 50
     await policy_check("everything get-env (live)", "everything.toml", [node, everything], "get-env", {}, 2000, stdio_session(node, [everything]))
+    # [tools] allow/deny against server-everything: hidden tools are absent and refused.
+    with tempfile.TemporaryDirectory() as d:
+        deny = os.path.join(d, "deny.toml")
+        with open(deny, "w") as f:
+            f.write('[tools]\ndeny = ["get-env", "trigger-*"]\n')
+        try:
+            async with stdio_session(node, [everything]) as direct_session:
+                await direct_session.initialize()
+                every = [t.name for t in (await direct_session.list_tools()).tools]
+            async with stdio_session(proxy, ["--policy", deny, "--", node, everything]) as session:
+                await session.initialize()
+                shown = [t.name for t in (await session.list_tools()).tools]
+                refused = await session.call_tool("get-env", {})
+                echoed = await session.call_tool("echo", {"message": "still here"})
+            expected = [n for n in every if n != "get-env" and not n.startswith("trigger-")]
+            text = refused.content[0].text if refused.content else ""
+            ok = shown == expected and len(expected) < len(every) and refused.isError and text.startswith("get-env is not available") and "still here" in echoed.content[0].text
+            check(f"everything [tools] deny: {len(every) - len(shown)} of {len(every)} tools hidden, a call to one refused, the others answer", ok, f"shown {shown}, refused {refused.isError}: {text[:120]}")
+        except Exception as error:
+            causes = getattr(error, "exceptions", None) or [error]
+            check("everything [tools] deny", False, "; ".join(f"{type(e).__name__}: {str(e)[:300]}" for e in causes))
     git_server = os.environ.get("MCP_BUDGET_GIT_SERVER")
     if git_server:
         with tempfile.TemporaryDirectory() as repo:
