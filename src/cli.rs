@@ -48,6 +48,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
+    /// Reload the policy file when it changes (it always reloads on SIGHUP). A policy that fails
+    /// to load leaves the one in force; sessions whose descriptors change get
+    /// notifications/tools/list_changed.
+    #[arg(long)]
+    pub watch: bool,
+
     /// Serve Prometheus metrics at http://ADDR/metrics (its own address, no token: bind it to
     /// loopback or a private network), or with `listen`, at /metrics on the --listen address
     /// behind its token. Per tool: calls, upstream and delivered bytes, tokens saved (estimated

@@ -23,10 +23,11 @@ use crate::policy::Policy;
 /// Applies the budget at the relay's two interception points, for one session.
 #[derive(Debug)]
 pub struct Interceptor {
-    /// The proxy's budget, for every session.
-    base: Arc<Budget>,
-    /// This session's: the base fitted to its client and server (see [`Interceptor::initialize_request`]).
-    current: Mutex<Arc<Budget>>,
+    /// The proxy's budget, for every session (replaced by a policy reload).
+    base: Arc<crate::reload::Shared>,
+    /// This session's: the base fitted to its client and server (see
+    /// [`Interceptor::initialize_request`]), and the base's generation it was made from.
+    current: Mutex<(u64, Arc<Budget>)>,
     /// What this session's `initialize` chose.
     chosen: Mutex<Chosen>,
     /// This session's scope in the result cache.
@@ -40,6 +41,8 @@ pub struct Interceptor {
 struct Chosen {
     profile: Option<crate::client::Profile>,
     policy: Option<Policy>,
+    /// The client's `clientInfo.name`, to find its profile again after a reload.
+    client: Option<String>,
 }
 
 /// The name in `initialize`'s `clientInfo` (request) or `serverInfo` (response).
@@ -87,6 +90,9 @@ struct ToolInfo {
 /// What the relay remembers about a `tools/call` until its response arrives.
 #[derive(Debug)]
 pub struct CallContext {
+    /// The budget the request was read under: its answer is finished under the same one, even
+    /// if a reload replaced it meanwhile.
+    budget: Arc<Budget>,
     plan: CallPlan,
     auto: Option<AutoCall>,
 }
@@ -153,7 +159,7 @@ fn auto_digest(tool: &str, arguments: &Map<String, Value>) -> SelectionDigest {
 
 impl Drop for Interceptor {
     fn drop(&mut self) {
-        self.base.cache().forget(self.scope);
+        self.base.get().cache().forget(self.scope);
         if let Some(metrics) = crate::metrics::get() {
             metrics.sessions.dec();
         }
@@ -167,21 +173,32 @@ impl Interceptor {
 
     /// An interceptor for one of several sessions under the same budget (and cursor key).
     pub fn shared(budget: Arc<Budget>) -> Self {
+        Interceptor::reloadable(crate::reload::Shared::new(budget))
+    }
+
+    /// An interceptor for one session under a budget a reload may replace.
+    pub fn reloadable(shared: Arc<crate::reload::Shared>) -> Self {
+        let budget = shared.get();
         let scope = budget.cache().scope();
         if let Some(metrics) = crate::metrics::get() {
             metrics.sessions.inc();
         }
         let interceptor = Interceptor {
-            current: Mutex::new(budget.clone()),
-            base: budget,
+            current: Mutex::new((shared.generation(), budget.clone())),
+            base: shared,
             chosen: Mutex::new(Chosen::default()),
             scope,
             tools: Mutex::new(HashMap::new()),
         };
-        if let Some(forced) = interceptor.base.choice().forced.clone() {
+        if let Some(forced) = budget.choice().forced.clone() {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
         }
         interceptor
+    }
+
+    /// Changes when a policy reload changed what descriptors say.
+    pub fn descriptor_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.base.descriptor_changes()
     }
 
     /// Records on `tool`'s metrics, when metrics are on (a tool label is a listed name).
@@ -200,11 +217,31 @@ impl Interceptor {
         }
     }
 
-    /// This session's budget.
+    /// This session's budget (made again after a policy reload).
     fn budget(&self) -> Arc<Budget> {
+        let generation = self.base.generation();
+        {
+            let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+            if current.0 == generation {
+                return current.1.clone();
+            }
+        }
+        let base = self.base.get();
+        let choice = base.choice();
+        self.choose(|chosen| {
+            // The client's profile as the new policy has it.
+            chosen.profile = match (&choice.forced, &chosen.client) {
+                (Some(forced), _) => Some(forced.clone()),
+                (None, Some(client)) if choice.fit_clients => {
+                    crate::client::find(&choice.profiles, client)
+                }
+                _ => None,
+            };
+        });
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .1
             .clone()
     }
 
@@ -219,20 +256,20 @@ impl Interceptor {
         {
             crate::tokens::preload();
         }
+        let generation = self.base.generation();
+        let base = self.base.get();
         let budget = if chosen.profile.is_none() && chosen.policy.is_none() {
-            self.base.clone()
+            base
         } else {
-            Arc::new(
-                self.base
-                    .for_session(chosen.policy.as_ref(), chosen.profile.as_ref()),
-            )
+            Arc::new(base.for_session(chosen.policy.as_ref(), chosen.profile.as_ref()))
         };
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = budget;
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = (generation, budget);
     }
 
     /// The client's `initialize`: its budget comes from its profile (`clientInfo.name`).
     pub fn initialize_request(&self, message: &[u8]) {
-        let choice = self.base.choice();
+        let base = self.base.get();
+        let choice = base.choice();
         if !choice.fit_clients || choice.forced.is_some() {
             return;
         }
@@ -240,9 +277,13 @@ impl Interceptor {
             .ok()
             .and_then(|m| m.params?.client_info?.name.map(Cow::into_owned));
         let Some(name) = name else { return };
+        self.chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .client = Some(name.clone());
         match crate::client::find(&choice.profiles, &name) {
             Some(profile) => {
-                let budget = self.base.for_session(None, Some(&profile));
+                let budget = base.for_session(None, Some(&profile));
                 let limits = budget.limits();
                 tracing::info!(
                     client = %name,
@@ -256,7 +297,7 @@ impl Interceptor {
             }
             None => tracing::info!(
                 client = %name,
-                max_bytes = self.base.limits().bytes,
+                max_bytes = base.limits().bytes,
                 "no client profile for this client: the policy's budget applies"
             ),
         }
@@ -265,7 +306,7 @@ impl Interceptor {
     /// The server's answer to `initialize`: with no `--policy`, the built-in policy written for
     /// the server (`serverInfo.name`), if there is one.
     pub fn initialize_response(&self, message: &[u8]) {
-        if !self.base.choice().pick_policy {
+        if !self.base.get().choice().pick_policy {
             return;
         }
         let name = serde_json::from_slice::<InitializeResponse<'_>>(message)
@@ -403,7 +444,11 @@ impl Interceptor {
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
                 rewritten,
-                context: CallContext { plan, auto },
+                context: CallContext {
+                    budget: budget.clone(),
+                    plan,
+                    auto,
+                },
             }
         };
         let parts = serde_json::from_slice::<CallParts<'_>>(message)
@@ -497,6 +542,7 @@ impl Interceptor {
         let plain = |arguments: Option<Box<RawValue>>| CallDecision::Forward {
             rewritten: None,
             context: CallContext {
+                budget: budget.clone(),
                 plan: budget.plan_unpaged(name.clone()),
                 auto: Some(AutoCall {
                     arguments,
@@ -528,6 +574,7 @@ impl Interceptor {
                 return CallDecision::Forward {
                     rewritten,
                     context: CallContext {
+                        budget: budget.clone(),
                         plan: budget.plan_unpaged(name),
                         auto: Some(AutoCall {
                             arguments: raw,
@@ -595,7 +642,7 @@ impl Interceptor {
                     });
                     crate::jsonrpc::tool_error(
                         id,
-                        &self.unpageable(&name, &why, prepared.result_len()),
+                        &self.unpageable(&budget, &name, &why, prepared.result_len()),
                     )
                 }
             };
@@ -625,6 +672,7 @@ impl Interceptor {
         CallDecision::Forward {
             rewritten,
             context: CallContext {
+                budget: budget.clone(),
                 plan: budget.plan_unpaged(name),
                 auto: Some(AutoCall {
                     arguments: None,
@@ -636,8 +684,7 @@ impl Interceptor {
     }
 
     /// The refusal of a result that cannot be paged, written for the model.
-    fn unpageable(&self, tool: &str, why: &Unpageable, bytes: usize) -> String {
-        let budget = self.budget();
+    fn unpageable(&self, budget: &Budget, tool: &str, why: &Unpageable, bytes: usize) -> String {
         let max = budget.limits().byte_budget(budget.page_max(tool));
         match why {
             Unpageable::TooLarge { what, bytes: piece } => {
@@ -702,13 +749,13 @@ impl Interceptor {
     }
 
     fn call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
-        let budget = self.budget();
+        let budget = context.budget.clone();
         let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
             .ok()?
             .result?;
         let size = raw.get().len();
         if let Some(auto) = context.auto {
-            return self.auto_response(&context.plan.tool, auto, message, raw);
+            return self.auto_response(&budget, &context.plan.tool, auto, message, raw);
         }
         if budget.passes_unread(&context.plan, size) {
             return None;
@@ -734,7 +781,7 @@ impl Interceptor {
                     digest: Some(digest),
                     at,
                 };
-                return self.auto_response(&context.plan.tool, auto, message, raw);
+                return self.auto_response(&budget, &context.plan.tool, auto, message, raw);
             }
             Err(err) => {
                 tracing::error!(tool = %context.plan.tool, %err, "the budget failed on a result");
@@ -760,12 +807,12 @@ impl Interceptor {
     /// An automatically paged call's response: unchanged when it fits, else its page.
     fn auto_response(
         &self,
+        budget: &Budget,
         tool: &str,
         call: AutoCall,
         message: &[u8],
         raw: &RawValue,
     ) -> Option<Vec<u8>> {
-        let budget = self.budget();
         let result = raw.get();
         if call.at.is_none() && budget.over(tool, result.as_bytes()).is_none() {
             return None;
@@ -809,7 +856,7 @@ impl Interceptor {
                 page.result.into_bytes()
             }
             (Err(why), _) | (_, Err(why)) => {
-                let text = self.unpageable(tool, &why, result.len());
+                let text = self.unpageable(budget, tool, &why, result.len());
                 json!({"content": [{"type": "text", "text": text}], "isError": true})
                     .to_string()
                     .into_bytes()

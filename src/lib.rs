@@ -68,6 +68,7 @@ pub mod policy;
 pub mod queue;
 pub mod recording;
 pub mod relay;
+pub mod reload;
 pub mod replay;
 pub mod report;
 pub mod session;

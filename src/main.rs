@@ -339,7 +339,25 @@ async fn proxy(
             run.policy.is_some() || !replaying,
         )
         .map_err(anyhow::Error::msg)?;
-    let budget = Arc::new(budget);
+    let budget = mcp_budget::reload::Shared::new(Arc::new(budget));
+    // A policy file reloads on SIGHUP (and, with --watch, when it changes).
+    if let Some(path) = run.policy.as_ref().filter(|p| {
+        p.to_str()
+            .is_none_or(|t| t != "none" && !t.starts_with("builtin:"))
+    }) {
+        let overrides = mcp_budget::reload::Overrides {
+            cache_bytes: run.cache_bytes,
+            cache_ttl: run.cache_ttl_secs.map(Duration::from_secs),
+        };
+        tokio::spawn(mcp_budget::reload::run(
+            budget.clone(),
+            path.clone(),
+            overrides,
+            run.watch,
+        ));
+    } else if run.watch {
+        anyhow::bail!("--watch reloads a policy file: give one with --policy FILE");
+    }
     let _metrics_server = match run.metrics.as_deref() {
         None => None,
         Some("listen") => {
@@ -405,7 +423,7 @@ async fn proxy(
         ExitCode::SUCCESS
     } else {
         let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
-        let mut relay = options.relay(Interceptor::shared(budget));
+        let mut relay = options.relay(Interceptor::reloadable(budget));
         if let Some(recorder) = recorder {
             relay = relay.with_recorder(recorder);
         }

@@ -221,6 +221,16 @@ impl Relay {
 
     /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
     /// [`Relay::expire`]).
+    /// Changes when a policy reload changed what descriptors say.
+    pub fn descriptor_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.interceptor.descriptor_changes()
+    }
+
+    /// Whether the client initialized this session.
+    pub fn initialized(&self) -> bool {
+        self.state().initialized
+    }
+
     pub fn with_request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = timeout;
         self

@@ -88,8 +88,23 @@ pub async fn server_to_client(
     relay: &Relay,
     client: &impl ClientSide,
 ) -> Option<(String, bool)> {
-    while let Some(event) = events.recv().await {
-        match event {
+    // A policy reload that changes descriptors: the client is told to list the tools again.
+    let mut reloads = relay.descriptor_changes();
+    reloads.mark_unchanged();
+    loop {
+        let event = tokio::select! {
+            biased;
+            event = events.recv() => event,
+            Ok(()) = reloads.changed() => {
+                if relay.initialized()
+                    && !deliver_own(client, crate::jsonrpc::tools_list_changed()).await
+                {
+                    return None;
+                }
+                continue;
+            }
+        };
+        match event? {
             Event::Frame(frame) => {
                 if let Some((bytes, kind)) = relay.from_server_classified(frame)
                     && !client.deliver(bytes, kind).await
@@ -107,7 +122,6 @@ pub async fn server_to_client(
             }
         }
     }
-    None
 }
 
 /// Answers timed-out requests and cancels them upstream, until the client or the upstream is

@@ -1110,7 +1110,7 @@ async fn serve_takes_a_bound_listener_and_shutdown_awaits_every_session() {
         tcp,
         ListenOptions::new(url.clone()),
         UpstreamSpec::Command(vec![quirky]),
-        Arc::new(Budget::new(Policy::default())),
+        mcp_budget::reload::Shared::new(Arc::new(Budget::new(Policy::default()))),
         async move {
             let _ = stopped.await;
         },

@@ -478,3 +478,96 @@ async fn tools_allow_and_deny_hide_tools_from_the_list_and_refuse_calls_to_them(
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("deny.toml:2:9: tools.allow is empty"));
 }
+
+/// The next message with `id`, skipping notifications.
+async fn answer(peer: &mut Peer, id: u64) -> Value {
+    loop {
+        let message: Value = serde_json::from_str(&peer.recv().await).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    }
+}
+
+/// The tool names a `tools/list` response lists.
+fn tool_names(list: &Value) -> Vec<String> {
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reload_mid_session_changes_descriptors_loses_nothing_and_survives_a_broken_policy() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = std::env::temp_dir().join(format!("mcp-budget-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("p.toml");
+    std::fs::write(&policy, "[tools]\ndeny = [\"flood\"]\n").unwrap();
+    let quirky = common::example("quirky_server");
+    let mut proxy = Peer::proxy(
+        &["--policy", policy.to_str().unwrap(), "--watch"],
+        &[quirky.to_str().unwrap()],
+    );
+    let mut log = proxy.stderr_lines();
+    handshake(&mut proxy).await;
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let names = tool_names(&answer(&mut proxy, 2).await);
+    assert!(!names.contains(&"flood".to_string()) && names.contains(&"journal".to_string()));
+    // A call in flight while the policy changes.
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"late","arguments":{"ms":1500,"bytes":10}}}"#)
+        .await;
+    std::fs::write(&policy, "[tools]\ndeny = [\"journal\"]\n").unwrap();
+    let (mut told, mut answered) = (false, false);
+    while !(told && answered) {
+        let message: Value = serde_json::from_str(&proxy.recv().await).unwrap();
+        if message["method"] == "notifications/tools/list_changed" {
+            told = true;
+        } else if message["id"] == 3 {
+            assert_eq!(message["result"]["content"][0]["text"], "y".repeat(10));
+            answered = true;
+        }
+    }
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#)
+        .await;
+    let names = tool_names(&answer(&mut proxy, 4).await);
+    assert!(
+        names.contains(&"flood".to_string()) && !names.contains(&"journal".to_string()),
+        "the new policy is in force: {names:?}"
+    );
+    // A broken policy: the error is logged with its position, and the old policy stays.
+    std::fs::write(&policy, "[tools]\ndeny = [\"journal\"\n").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(proxy.child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let failed = loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(20), log.next_line())
+            .await
+            .expect("the reload's outcome is logged")
+            .unwrap()
+            .expect("a log line");
+        if line.contains("policy reload failed") {
+            break line;
+        }
+    };
+    assert!(failed.contains("p.toml:2:"), "file:line:column: {failed}");
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#)
+        .await;
+    let names = tool_names(&answer(&mut proxy, 5).await);
+    assert!(!names.contains(&"journal".to_string()), "{names:?}");
+    // The session is still there for calls.
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"big","arguments":{"bytes":100}}}"#)
+        .await;
+    let big = answer(&mut proxy, 6).await;
+    assert_ne!(big["result"]["isError"], true, "{big}");
+}

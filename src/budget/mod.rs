@@ -147,6 +147,26 @@ impl Budget {
         Ok(self)
     }
 
+    /// This budget under a reloaded `policy`: the cursor key, the result cache and how
+    /// sessions choose their budget carry over (a forced client is looked up again, in the new
+    /// policy's profiles).
+    pub fn reloaded(&self, policy: Policy) -> Result<Budget, String> {
+        let forced = self.choice.forced.as_ref().map(|p| p.name.clone());
+        let budget = Budget {
+            limits: Limits::bytes_only(policy.max_bytes),
+            policy,
+            key: self.key.clone(),
+            cache: self.cache.clone(),
+            unmatched: self.unmatched.clone(),
+            choice: self.choice.clone(),
+        };
+        budget.choosing(
+            forced.as_deref(),
+            self.choice.pick_policy,
+            self.choice.fit_clients,
+        )
+    }
+
     /// How sessions choose their budget.
     pub fn choice(&self) -> &Choice {
         &self.choice

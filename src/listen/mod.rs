@@ -32,7 +32,6 @@ use tokio::task::JoinSet;
 use tower::ServiceExt;
 use url::Url;
 
-use crate::budget::Budget;
 use crate::session::Options;
 use crate::upstream::UpstreamSpec;
 
@@ -145,7 +144,7 @@ pub async fn serve(
     tcp: TcpListener,
     options: ListenOptions,
     spec: UpstreamSpec,
-    budget: Arc<Budget>,
+    budget: Arc<crate::reload::Shared>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ListenError> {
     let local = tcp.local_addr().map_err(ListenError::Serve)?;

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::budget::Budget;
 use crate::intercept::Interceptor;
 use crate::message::{self, Id, Kind};
 use crate::queue;
@@ -376,7 +375,7 @@ pub(super) enum OpenError {
 pub(super) struct Sessions {
     options: ListenOptions,
     spec: UpstreamSpec,
-    budget: Arc<Budget>,
+    budget: Arc<crate::reload::Shared>,
     map: Mutex<HashMap<String, Arc<Session>>>,
     tasks: Mutex<JoinSet<()>>,
     /// Set when the listener shuts down: no session opens after it.
@@ -384,7 +383,11 @@ pub(super) struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(options: ListenOptions, spec: UpstreamSpec, budget: Arc<Budget>) -> Sessions {
+    pub fn new(
+        options: ListenOptions,
+        spec: UpstreamSpec,
+        budget: Arc<crate::reload::Shared>,
+    ) -> Sessions {
         Sessions {
             options,
             spec,
@@ -440,7 +443,7 @@ impl Sessions {
         let relay = self
             .options
             .session
-            .relay(Interceptor::shared(self.budget.clone()));
+            .relay(Interceptor::reloadable(self.budget.clone()));
         let relay = match &self.options.recorder {
             Some(recorder) => relay.with_recorder(recorder.for_session(&id)),
             None => relay,

@@ -131,6 +131,11 @@ impl Peer {
             .expect("wait")
     }
 
+    /// The process's stderr, line by line, as it writes it.
+    pub fn stderr_lines(&mut self) -> Lines<BufReader<ChildStderr>> {
+        BufReader::new(self.stderr.take().expect("stderr not taken yet")).lines()
+    }
+
     /// Everything the process wrote to stderr (call after it exited).
     pub async fn stderr(&mut self) -> String {
         let mut text = String::new();
