@@ -832,7 +832,7 @@ impl Interceptor {
         let prepared = auto::prepare(Arc::from(result), max)
             .map(|p| Arc::new(p.with_argument(argument).with_budget(named)));
         let page = match &prepared {
-            Ok(prepared) => page_fitted(prepared, &budget, at, max, tool, &digest),
+            Ok(prepared) => page_fitted(prepared, budget, at, max, tool, &digest),
             Err(why) => Err(why.clone()),
         };
         let bytes = match (page, prepared) {
