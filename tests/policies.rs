@@ -501,7 +501,6 @@ fn tool_names(list: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn a_reload_mid_session_changes_descriptors_loses_nothing_and_survives_a_broken_policy() {
-    use tokio::io::AsyncBufReadExt;
     let dir = std::env::temp_dir().join(format!("mcp-budget-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let policy = dir.join("p.toml");
