@@ -654,3 +654,21 @@ fn replay_help_says_what_replay_does() {
         assert!(!help.contains(refused), "replay refuses {refused}: {help}");
     }
 }
+
+#[tokio::test]
+async fn newcomer_text_slips_stay_fixed() {
+    // "(1 call recorded)", never "(1 calls recorded)".
+    let suggested = common::run_ok(["suggest".as_ref(), fixture("fleet-68.jsonl").as_os_str()]);
+    assert!(suggested.contains("(1 call recorded)"), "{suggested}");
+    assert!(suggested.contains("(3 calls recorded)"), "{suggested}");
+    assert!(!suggested.contains("1 calls"), "{suggested}");
+    // -v logs on a stderr that is not a terminal carry no colour codes.
+    let fleet = example("fleet_server");
+    let mut proxy = Peer::proxy(&["-vv"], &[fleet.to_str().unwrap(), "--streams", "12"]);
+    handshake(&mut proxy).await;
+    proxy.close_stdin();
+    proxy.wait().await;
+    let log = proxy.stderr().await;
+    assert!(log.contains("INFO") || log.contains("DEBUG"), "{log}");
+    assert!(!log.contains('\u{1b}'), "ANSI escape codes in a piped log");
+}
