@@ -36,6 +36,12 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+
+    /// Export a span per client request over OTLP/HTTP (JSON) to this URL, e.g.
+    /// http://127.0.0.1:4318/v1/traces: method, tool, bytes in and out, and what the budget did;
+    /// a request's params._meta.traceparent makes it a child span (and goes upstream unchanged).
+    #[arg(long, value_name = "URL", global = true)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// How the proxy runs: policy, transports, limits.

@@ -75,4 +75,5 @@ pub mod session;
 pub mod stdio;
 pub mod suggest;
 pub mod tokens;
+pub mod traces;
 pub mod upstream;

@@ -24,7 +24,13 @@ use mcp_budget::upstream::{Upstream, UpstreamSpec, http};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    let traces = match init_logging(cli.verbose, cli.otlp_endpoint.as_deref()) {
+        Ok(traces) => traces,
+        Err(err) => {
+            eprintln!("mcp-budget: {err}");
+            return ExitCode::from(2);
+        }
+    };
     // A single thread: no cross-thread wake-ups on the message path (measured on 2 cores: a
     // multi-thread runtime added ~25 µs to each HTTP call of benches/http_latency.rs).
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -41,6 +47,13 @@ fn main() -> ExitCode {
     // A read of our stdin may still be parked on a blocking thread (the client never closed
     // it); it must not keep the process alive once the session is over.
     runtime.shutdown_background();
+    // The last spans go out before the process ends.
+    #[cfg(feature = "otlp")]
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    #[cfg(not(feature = "otlp"))]
+    let _: Option<()> = traces;
     match result {
         Ok(code) => code,
         Err(err) => {
@@ -50,22 +63,51 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+#[cfg(feature = "otlp")]
+type Traces = mcp_budget::traces::Exporter;
+#[cfg(not(feature = "otlp"))]
+type Traces = ();
+
+/// Logs on stderr; with `otlp`, request spans exported there too.
+fn init_logging(verbose: u8, otlp: Option<&str>) -> anyhow::Result<Option<Traces>> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, filter};
     let default = match verbose {
         0 => "warn",
         1 => "info",
         2 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Colour only for a person at a terminal, never in a log file or a client's log pane.
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(env);
+    let registry = tracing_subscriber::registry().with(log);
+    let Some(endpoint) = otlp else {
+        registry.init();
+        return Ok(None);
+    };
+    #[cfg(feature = "otlp")]
+    {
+        let (exporter, layer) = mcp_budget::traces::init(endpoint).map_err(anyhow::Error::msg)?;
+        let spans =
+            filter::Targets::new().with_target(mcp_budget::traces::TARGET, tracing::Level::INFO);
+        registry.with(layer.with_filter(spans)).init();
+        Ok(Some(exporter))
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        let _ = filter::LevelFilter::OFF;
+        registry.init();
+        anyhow::bail!(
+            "--otlp-endpoint {endpoint}: this build has no traces; build with the otlp feature (on by default)"
+        )
+    }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {

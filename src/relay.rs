@@ -76,6 +76,8 @@ struct InFlight {
     progress_token: Option<String>,
     /// When it went upstream (only with metrics on).
     sent: Option<Instant>,
+    /// Its span (only with traces on).
+    span: Option<tracing::Span>,
 }
 
 /// Ids of requests that are over (answered, timed out, cancelled by the client): the server may
@@ -465,6 +467,10 @@ impl Relay {
                     }
                     "tools/call" => match self.interceptor.tools_call_request(&id, bytes) {
                         CallDecision::Answer(answer) => {
+                            if crate::traces::enabled() {
+                                let span = crate::traces::request_span(&method, bytes);
+                                crate::traces::finish(&span, answer.len(), "answered by the proxy");
+                            }
                             routed.to_client.push(answer);
                             return Forward::Drop;
                         }
@@ -515,6 +521,8 @@ impl Relay {
                     }
                     None => id.key().into(),
                 };
+                let span =
+                    crate::traces::enabled().then(|| crate::traces::request_span(&method, bytes));
                 state.pending.insert(
                     key,
                     InFlight {
@@ -525,6 +533,7 @@ impl Relay {
                         deadline,
                         progress_token,
                         sent: crate::metrics::get().map(|_| now),
+                        span,
                     },
                 );
                 drop(state);
@@ -811,7 +820,12 @@ impl Relay {
             (None, true) => Delivery::Rewritten(bytes.to_vec()),
             (None, false) => Delivery::Unchanged,
         };
-        match finished.map(|f| f.pending) {
+        let (pending, span) = match finished {
+            Ok(flight) => (Ok(flight.pending), flight.span),
+            Err(over) => (Err(over), None),
+        };
+        let is_call = matches!(pending, Ok(Pending::ToolsCall(_)));
+        let delivery = match pending {
             Ok(Pending::ToolsList) => changed(self.interceptor.tools_list_response(bytes)),
             Ok(Pending::Initialize) => {
                 self.interceptor.initialize_response(bytes);
@@ -837,7 +851,23 @@ impl Relay {
                 );
                 Delivery::Drop
             }
+        };
+        if let Some(span) = span {
+            let (out, budget) = match &delivery {
+                Delivery::Rewritten(b) if is_call => (
+                    b.len(),
+                    if memchr::memmem::find(b, b"result-too-large:").is_some() {
+                        "refused"
+                    } else {
+                        "paged"
+                    },
+                ),
+                Delivery::Rewritten(b) => (b.len(), "passed"),
+                _ => (bytes.len(), "passed"),
+            };
+            crate::traces::finish(&span, out, budget);
         }
+        delivery
     }
 
     /// The batch as it reaches the client: responses for ids not in flight are left out.
