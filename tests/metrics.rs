@@ -289,136 +289,140 @@ async fn metrics_on_the_listener_need_the_token() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("add --listen URL"));
 }
 
-/// A minimal OTLP/HTTP (JSON) receiver on loopback: the bodies it was sent.
-async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    use axum::http::header;
-    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let store = received.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let store = store.clone();
-            async move {
-                let value: Value = serde_json::from_slice(&body).expect("OTLP JSON");
-                store.lock().unwrap().push(value);
-                ([(header::CONTENT_TYPE, "application/json")], "{}")
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, received)
-}
-
-/// Every span in the OTLP bodies.
-fn spans(bodies: &[Value]) -> Vec<Value> {
-    bodies
-        .iter()
-        .flat_map(|b| b["resourceSpans"].as_array().cloned().unwrap_or_default())
-        .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
-        .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
-        .collect()
-}
-
-fn attribute(span: &Value, key: &str) -> Value {
-    span["attributes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["key"] == key)
-        .map(|a| {
-            let v = &a["value"];
-            v.get("stringValue")
-                .cloned()
-                .or_else(|| v.get("intValue").cloned())
-                .unwrap_or(Value::Null)
-        })
-        .unwrap_or(Value::Null)
-}
-
 #[cfg(feature = "otlp")]
-#[tokio::test]
-async fn a_span_per_request_with_the_tool_the_bytes_and_the_callers_trace() {
-    let (endpoint, received) = otlp_receiver().await;
-    let dir = std::env::temp_dir().join(format!("mcp-budget-traces-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let recording = dir.join("traced.jsonl");
-    let fleet = example("fleet_server");
-    let mut command = tokio::process::Command::new(common::proxy_bin());
-    command.args([
-        "record",
-        "--out",
-        recording.to_str().unwrap(),
-        "--otlp-endpoint",
-        &endpoint,
-        "--policy",
-        "builtin:fleet",
-        "--",
-        fleet.to_str().unwrap(),
-        "--streams",
-        "40",
-    ]);
-    let mut proxy = Peer::from_command(command);
-    handshake(&mut proxy).await;
-    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fleet_show", "arguments": {}, "_meta": {"traceparent": traceparent}}});
-    proxy.send(&call.to_string()).await;
-    let page = proxy.recv().await;
-    let detail = request(
-        &mut proxy,
-        3,
-        "stream_detail",
-        json!({"stream_id": "st-0003"}),
-    )
-    .await;
-    let bad = request(&mut proxy, 4, "fleet_show", json!({"limit": 0})).await;
-    proxy.close_stdin();
-    proxy.wait().await;
-    // The exporter sends what is left as the process ends.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let all = loop {
-        let all = spans(&received.lock().unwrap());
-        if all.len() >= 4 || std::time::Instant::now() > deadline {
-            break all;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
-    // initialize and three calls: one span each.
-    let names: Vec<&str> = all.iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 4, "{names:?}");
-    assert_eq!(names.iter().filter(|n| **n == "tools/call").count(), 3);
-    assert!(names.contains(&"initialize"));
-    let show = all
-        .iter()
-        .find(|s| {
-            attribute(s, "mcp.bytes_out") == json!(page.len().to_string())
-                || attribute(s, "mcp.bytes_out") == json!(page.len())
-        })
-        .unwrap_or_else(|| panic!("no span with the page's bytes: {all:?}"));
-    assert_eq!(attribute(show, "mcp.tool"), "fleet_show");
-    assert_eq!(attribute(show, "mcp.budget"), "paged");
-    assert_eq!(
-        show["traceId"].as_str().unwrap().to_lowercase(),
-        "4bf92f3577b34da6a3ce929d0e0e4736"
-    );
-    assert_eq!(
-        show["parentSpanId"].as_str().unwrap().to_lowercase(),
-        "00f067aa0ba902b7"
-    );
-    let by_budget = |b: &str| {
-        all.iter()
-            .filter(|s| attribute(s, "mcp.budget") == b)
-            .count()
-    };
-    assert_eq!(by_budget("passed"), 2, "initialize and stream_detail");
-    assert_eq!(by_budget("answered by the proxy"), 1, "{bad}");
-    assert!(detail.contains("st-0003"));
-    // The traceparent reached the server unchanged.
-    let text = std::fs::read_to_string(&recording).unwrap();
-    let upstream = text
-        .lines()
-        .find(|l| l.contains(r#""dir":"c2s""#) && l.contains("fleet_show"))
-        .unwrap();
-    assert!(upstream.contains(traceparent), "{upstream}");
+mod traces {
+    use super::*;
+
+    /// A minimal OTLP/HTTP (JSON) receiver on loopback: the bodies it was sent.
+    async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+        use axum::http::header;
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let store = received.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let store = store.clone();
+                async move {
+                    let value: Value = serde_json::from_slice(&body).expect("OTLP JSON");
+                    store.lock().unwrap().push(value);
+                    ([(header::CONTENT_TYPE, "application/json")], "{}")
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, received)
+    }
+
+    /// Every span in the OTLP bodies.
+    fn spans(bodies: &[Value]) -> Vec<Value> {
+        bodies
+            .iter()
+            .flat_map(|b| b["resourceSpans"].as_array().cloned().unwrap_or_default())
+            .flat_map(|r| r["scopeSpans"].as_array().cloned().unwrap_or_default())
+            .flat_map(|s| s["spans"].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    fn attribute(span: &Value, key: &str) -> Value {
+        span["attributes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["key"] == key)
+            .map(|a| {
+                let v = &a["value"];
+                v.get("stringValue")
+                    .cloned()
+                    .or_else(|| v.get("intValue").cloned())
+                    .unwrap_or(Value::Null)
+            })
+            .unwrap_or(Value::Null)
+    }
+
+    #[tokio::test]
+    async fn a_span_per_request_with_the_tool_the_bytes_and_the_callers_trace() {
+        let (endpoint, received) = otlp_receiver().await;
+        let dir = std::env::temp_dir().join(format!("mcp-budget-traces-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let recording = dir.join("traced.jsonl");
+        let fleet = example("fleet_server");
+        let mut command = tokio::process::Command::new(common::proxy_bin());
+        command.args([
+            "record",
+            "--out",
+            recording.to_str().unwrap(),
+            "--otlp-endpoint",
+            &endpoint,
+            "--policy",
+            "builtin:fleet",
+            "--",
+            fleet.to_str().unwrap(),
+            "--streams",
+            "40",
+        ]);
+        let mut proxy = Peer::from_command(command);
+        handshake(&mut proxy).await;
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fleet_show", "arguments": {}, "_meta": {"traceparent": traceparent}}});
+        proxy.send(&call.to_string()).await;
+        let page = proxy.recv().await;
+        let detail = request(
+            &mut proxy,
+            3,
+            "stream_detail",
+            json!({"stream_id": "st-0003"}),
+        )
+        .await;
+        let bad = request(&mut proxy, 4, "fleet_show", json!({"limit": 0})).await;
+        proxy.close_stdin();
+        proxy.wait().await;
+        // The exporter sends what is left as the process ends.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let all = loop {
+            let all = spans(&received.lock().unwrap());
+            if all.len() >= 4 || std::time::Instant::now() > deadline {
+                break all;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        // initialize and three calls: one span each.
+        let names: Vec<&str> = all.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(names.iter().filter(|n| **n == "tools/call").count(), 3);
+        assert!(names.contains(&"initialize"));
+        let show = all
+            .iter()
+            .find(|s| {
+                attribute(s, "mcp.bytes_out") == json!(page.len().to_string())
+                    || attribute(s, "mcp.bytes_out") == json!(page.len())
+            })
+            .unwrap_or_else(|| panic!("no span with the page's bytes: {all:?}"));
+        assert_eq!(attribute(show, "mcp.tool"), "fleet_show");
+        assert_eq!(attribute(show, "mcp.budget"), "paged");
+        assert_eq!(
+            show["traceId"].as_str().unwrap().to_lowercase(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(
+            show["parentSpanId"].as_str().unwrap().to_lowercase(),
+            "00f067aa0ba902b7"
+        );
+        let by_budget = |b: &str| {
+            all.iter()
+                .filter(|s| attribute(s, "mcp.budget") == b)
+                .count()
+        };
+        assert_eq!(by_budget("passed"), 2, "initialize and stream_detail");
+        assert_eq!(by_budget("answered by the proxy"), 1, "{bad}");
+        assert!(detail.contains("st-0003"));
+        // The traceparent reached the server unchanged.
+        let text = std::fs::read_to_string(&recording).unwrap();
+        let upstream = text
+            .lines()
+            .find(|l| l.contains(r#""dir":"c2s""#) && l.contains("fleet_show"))
+            .unwrap();
+        assert!(upstream.contains(traceparent), "{upstream}");
+    }
 }
