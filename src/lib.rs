@@ -30,6 +30,13 @@
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
 //! - [`suggest`]: a starting policy proposed from a recording.
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
+//! - [`client`]: client profiles: the budget each MCP client shows its model in full, from
+//!   `clientInfo.name` (cited), overridable in the policy; [`tokens`]: token and line budgets
+//!   (o200k, counted only near the edge).
+//! - [`builtin`]: the shipped policies, compiled in and picked by the server's `serverInfo.name`.
+//! - [`cache`]: the per-session result cache of automatically paged results, bounded in bytes.
+//! - [`reload`]: the budget every session reads, replaced on SIGHUP or `--watch`.
+//! - [`metrics`]: Prometheus metrics (`--metrics`); [`traces`]: a span per request over OTLP.
 //! - [`cli`]: the command line.
 //!
 //! # One message through the proxy
