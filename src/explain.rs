@@ -16,10 +16,7 @@ use crate::upstream::child::ChildServer;
 pub fn warnings(policy: &Policy) -> Vec<String> {
     let mut warnings = Vec::new();
     let is_glob = |n: &str| n.contains(['*', '?']);
-    let index_of = |name: &str| {
-        let rule = policy.rule_for(name)?;
-        policy.rules.iter().position(|r| std::ptr::eq(r, rule))
-    };
+    let index_of = |name: &str| policy.rule_index_for(name);
     for (j, rule) in policy.rules.iter().enumerate() {
         for name in &rule.names {
             let other = if is_glob(name) {

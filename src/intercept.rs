@@ -398,7 +398,7 @@ impl Interceptor {
             }
         }
         let text = text?;
-        Some(splice(message, raw, text.as_bytes()))
+        Some(splice(message, raw.get(), text.as_bytes()))
     }
 
     fn remember_tools(&self, result: &Value) {
@@ -721,16 +721,29 @@ impl Interceptor {
     }
 
     /// The response to a `tools/call`: the rewritten message, or `None` to forward it.
-    pub fn tools_call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
+    /// `result`: where its result is in `message`, when the envelope reader found it (else it
+    /// is looked for here).
+    pub fn tools_call_response(
+        &self,
+        context: CallContext,
+        message: &[u8],
+        result: Option<std::ops::Range<usize>>,
+    ) -> Option<Vec<u8>> {
+        let raw = match result {
+            Some(range) => message
+                .get(range)
+                .and_then(|bytes| std::str::from_utf8(bytes).ok())?,
+            None => serde_json::from_slice::<ResultOnly<'_>>(message)
+                .ok()?
+                .result?
+                .get(),
+        };
         if crate::metrics::get().is_none() {
-            return self.call_response(context, message);
+            return self.call_response(context, message, raw);
         }
         let tool = context.plan.tool.clone();
-        let rewritten = self.call_response(context, message);
-        let upstream = serde_json::from_slice::<ResultOnly<'_>>(message)
-            .ok()
-            .and_then(|m| m.result)
-            .map_or(0, |r| r.get().len());
+        let rewritten = self.call_response(context, message, raw);
+        let upstream = raw.len();
         self.count(&tool, |m, label| {
             let Some(bytes) = &rewritten else {
                 m.result(label, upstream, upstream, false);
@@ -748,25 +761,23 @@ impl Interceptor {
         rewritten
     }
 
-    fn call_response(&self, context: CallContext, message: &[u8]) -> Option<Vec<u8>> {
+    /// `raw`: the result, a part of `message`.
+    fn call_response(&self, context: CallContext, message: &[u8], raw: &str) -> Option<Vec<u8>> {
         let budget = context.budget.clone();
-        let raw = serde_json::from_slice::<ResultOnly<'_>>(message)
-            .ok()?
-            .result?;
-        let size = raw.get().len();
+        let size = raw.len();
         if let Some(auto) = context.auto {
             return self.auto_response(&budget, &context.plan.tool, auto, message, raw);
         }
         if budget.passes_unread(&context.plan, size) {
             return None;
         }
-        let unpaged = |budget: &Budget| match budget.check_unpaged(&context.plan, raw.get()) {
+        let unpaged = |budget: &Budget| match budget.check_unpaged(&context.plan, raw) {
             Ok(None) => None,
             Ok(Some(refusal)) => Some(Ok(Finished::Bytes(refusal))),
             Err(err) => Some(Err(err)),
         };
         let finished = if context.plan.is_paged() {
-            match budget.finish_call_raw(&context.plan, raw.get()) {
+            match budget.finish_call_raw(&context.plan, raw) {
                 Err(crate::budget::RenderError::Json(_)) => unpaged(&budget)?,
                 finished => finished,
             }
@@ -811,9 +822,9 @@ impl Interceptor {
         tool: &str,
         call: AutoCall,
         message: &[u8],
-        raw: &RawValue,
+        raw: &str,
     ) -> Option<Vec<u8>> {
-        let result = raw.get();
+        let result = raw;
         if call.at.is_none() && budget.over(tool, result.as_bytes()).is_none() {
             return None;
         }
@@ -917,7 +928,7 @@ mod tests {
             .result
             .unwrap();
         assert_eq!(
-            String::from_utf8(splice(message, raw, b"{\"b\":2}")).unwrap(),
+            String::from_utf8(splice(message, raw.get(), b"{\"b\":2}")).unwrap(),
             r#"{"id":7.0,"result":{"b":2},"x-extra":true}"#
         );
     }

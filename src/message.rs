@@ -18,8 +18,12 @@ pub enum Kind {
     Request { id: Id, method: String },
     /// Has `method` and no `id`.
     Notification { method: String },
-    /// Has `result` or `error` and no `method`.
-    Response { id: Option<Id> },
+    /// Has `result` or `error` and no `method`; `result`: where its `result` is in the line,
+    /// so that no later reader has to look for it again.
+    Response {
+        id: Option<Id>,
+        result: Option<std::ops::Range<usize>>,
+    },
     /// A JSON object that is not a JSON-RPC message the relay can classify (forwarded as is).
     Other,
     /// JSON that is not an object (a scalar, or an array inside a batch): never JSON-RPC.
@@ -79,7 +83,7 @@ impl Parsed {
             Parsed::Single(kind) => Some(kind),
             Parsed::Batch(kinds) => kinds
                 .into_iter()
-                .find(|k| matches!(k, Kind::Response { id: Some(_) })),
+                .find(|k| matches!(k, Kind::Response { id: Some(_), .. })),
         }
     }
 
@@ -116,10 +120,21 @@ struct RawEnvelope<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
-    #[serde(default)]
-    result: Present,
+    #[serde(borrow, default)]
+    result: Slot<'a>,
     #[serde(default)]
     error: Present,
+}
+
+/// A member's raw text when it is there, `null` included (an `Option` would read `null` as
+/// absent).
+#[derive(Default)]
+struct Slot<'a>(Option<&'a RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Slot<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&'a RawValue>::deserialize(deserializer).map(|raw| Slot(Some(raw)))
+    }
 }
 
 /// Whether a member is there at all — `"result": null` is a result (an `Option` would read
@@ -135,7 +150,7 @@ impl<'de> Deserialize<'de> for Present {
 }
 
 impl RawEnvelope<'_> {
-    fn kind(self, has_result_or_error: bool) -> Kind {
+    fn kind(self, has_result_or_error: bool, result: Option<std::ops::Range<usize>>) -> Kind {
         let id = self
             .id
             .map(RawValue::get)
@@ -149,15 +164,20 @@ impl RawEnvelope<'_> {
             (Some(method), None) => Kind::Notification {
                 method: method.into_owned(),
             },
-            (None, id) if has_result_or_error => Kind::Response { id },
+            (None, id) if has_result_or_error => Kind::Response { id, result },
             (None, _) => Kind::Other,
         }
     }
 }
 
-fn classify(envelope: RawEnvelope<'_>) -> Kind {
-    let has = envelope.result.0 || envelope.error.0;
-    envelope.kind(has)
+/// `line`: the text the envelope was read from, for the range of its `result`.
+fn classify(envelope: RawEnvelope<'_>, line: &[u8]) -> Kind {
+    let result = envelope.result.0.map(|raw| {
+        let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+        start..start + raw.get().len()
+    });
+    let has = result.is_some() || envelope.error.0;
+    envelope.kind(has, result)
 }
 
 /// Reads the envelope of one line. The line is not copied or modified.
@@ -174,7 +194,7 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
                     return Kind::Invalid;
                 }
                 match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
-                    Ok(envelope) => classify(envelope),
+                    Ok(envelope) => classify(envelope, line),
                     Err(_) => Kind::Other,
                 }
             })
@@ -183,7 +203,7 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
     }
     if first == Some(b'{') {
         let envelope: RawEnvelope<'_> = serde_json::from_slice(line)?;
-        return Ok(Parsed::Single(classify(envelope)));
+        return Ok(Parsed::Single(classify(envelope, line)));
     }
     // Scalars and garbage: let serde produce the precise error, or call a bare scalar invalid.
     let _: IgnoredAny = serde_json::from_slice(line)?;
@@ -246,10 +266,10 @@ struct CancelledParams<'a> {
 }
 
 /// `line` with the bytes of `part` (a slice of it) replaced by `new`.
-pub fn splice(line: &[u8], part: &RawValue, new: &[u8]) -> Vec<u8> {
-    let start = (part.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+pub fn splice(line: &[u8], part: &str, new: &[u8]) -> Vec<u8> {
+    let start = (part.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
     let start = start.min(line.len());
-    let end = (start + part.get().len()).min(line.len());
+    let end = (start + part.len()).min(line.len());
     let mut out = Vec::with_capacity(line.len() - (end - start) + new.len());
     out.extend_from_slice(&line[..start]);
     out.extend_from_slice(new);
@@ -260,7 +280,7 @@ pub fn splice(line: &[u8], part: &RawValue, new: &[u8]) -> Vec<u8> {
 /// One message with its top-level `id` replaced by `id_text` (JSON text); the rest unchanged.
 pub fn with_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
     let message: IdOnly<'_> = serde_json::from_slice(line).ok()?;
-    Some(splice(line, message.id?, id_text.as_bytes()))
+    Some(splice(line, message.id?.get(), id_text.as_bytes()))
 }
 
 /// A `notifications/cancelled` with its `params.requestId` replaced by `id_text`.
@@ -268,7 +288,7 @@ pub fn with_cancelled_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
     let message: Cancelled<'_> = serde_json::from_slice(line).ok()?;
     Some(splice(
         line,
-        message.params?.request_id?,
+        message.params?.request_id?.get(),
         id_text.as_bytes(),
     ))
 }
@@ -301,7 +321,7 @@ impl Parsed {
         self.kinds()
             .iter()
             .filter_map(|kind| match kind {
-                Kind::Response { id: Some(id) } => Some(id.key().to_string()),
+                Kind::Response { id: Some(id), .. } => Some(id.key().to_string()),
                 _ => None,
             })
             .collect()
@@ -363,12 +383,17 @@ mod tests {
         assert_eq!(
             single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
             Kind::Response {
-                id: Some(Id::from_json_text(r#""a""#))
+                id: Some(Id::from_json_text(r#""a""#)),
+                // Where the result is: `{}` at bytes 35..37.
+                result: Some(35..37),
             }
         );
         assert_eq!(
             single(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#),
-            Kind::Response { id: None }
+            Kind::Response {
+                id: None,
+                result: None
+            }
         );
         assert_eq!(single(r#"{"hello":1}"#), Kind::Other);
         assert_eq!(single("42"), Kind::Invalid);
@@ -379,7 +404,8 @@ mod tests {
         assert_eq!(
             single(r#"{"jsonrpc":"2.0","id":3,"result":null}"#),
             Kind::Response {
-                id: Some(Id::from_json_text("3"))
+                id: Some(Id::from_json_text("3")),
+                result: Some(33..37),
             }
         );
     }

@@ -327,13 +327,18 @@ impl Policy {
     /// The rule for a tool: the first rule that names it exactly, else the first whose glob
     /// matches.
     pub fn rule_for(&self, tool: &str) -> Option<&Rule> {
+        self.rule_index_for(tool).map(|index| &self.rules[index])
+    }
+
+    /// [`Policy::rule_for`], as the rule's index in `rules`.
+    pub fn rule_index_for(&self, tool: &str) -> Option<usize> {
         self.rules
             .iter()
-            .find(|rule| rule.names.iter().any(|n| n == tool))
+            .position(|rule| rule.names.iter().any(|n| n == tool))
             .or_else(|| {
                 self.rules
                     .iter()
-                    .find(|rule| rule.names.iter().any(|n| glob_match(n, tool)))
+                    .position(|rule| rule.names.iter().any(|n| glob_match(n, tool)))
             })
     }
 }

@@ -733,16 +733,17 @@ impl Relay {
             Parsed::Single(kind) => Some(kind.clone()),
             Parsed::Batch(kinds) => kinds
                 .iter()
-                .find(|k| matches!(k, Kind::Response { id: Some(_) }))
+                .find(|k| matches!(k, Kind::Response { id: Some(_), .. }))
                 .cloned(),
         };
         // The id the client sees, where the proxy gave the request a fresh one upstream: the
         // message is routed by it.
         let mut restored: Option<Id> = None;
         let delivered = match parsed {
-            Parsed::Single(Kind::Response { id: Some(id) }) => {
-                self.server_response(&id, &line, &mut restored)
-            }
+            Parsed::Single(Kind::Response {
+                id: Some(id),
+                result,
+            }) => self.server_response(&id, &line, result, &mut restored),
             Parsed::Single(Kind::Notification { method })
                 if method == "notifications/progress" && self.request_timeout.is_some() =>
             {
@@ -753,7 +754,10 @@ impl Relay {
             Parsed::Batch(kinds) => self.server_batch(kinds, &line, &mut restored),
         };
         let kind = match restored {
-            Some(id) => Some(Kind::Response { id: Some(id) }),
+            Some(id) => Some(Kind::Response {
+                id: Some(id),
+                result: None,
+            }),
             None => kind,
         };
         if let Some(recorder) = &self.recorder {
@@ -762,14 +766,27 @@ impl Relay {
         }
         match delivered {
             Delivery::Unchanged => Some((line, kind)),
-            Delivery::Rewritten(bytes) => Some((bytes, kind)),
+            // The range of the result was the server's line's, not these bytes'.
+            Delivery::Rewritten(bytes) => Some((
+                bytes,
+                kind.map(|kind| match kind {
+                    Kind::Response { id, .. } => Kind::Response { id, result: None },
+                    other => other,
+                }),
+            )),
             Delivery::Drop => None,
         }
     }
 
     /// What reaches the client of a response from the server.
     /// `restored` gets the client's id when the request went upstream under a fresh one.
-    fn server_response(&self, id: &Id, bytes: &[u8], restored: &mut Option<Id>) -> Delivery {
+    fn server_response(
+        &self,
+        id: &Id,
+        bytes: &[u8],
+        result: Option<std::ops::Range<usize>>,
+        restored: &mut Option<Id>,
+    ) -> Delivery {
         let finished = {
             let mut state = self.state();
             match state.finish(id.key()) {
@@ -832,7 +849,10 @@ impl Relay {
                 changed(None)
             }
             Ok(Pending::ToolsCall(context)) => {
-                changed(self.interceptor.tools_call_response(context, bytes))
+                // The envelope's range of the result holds for these bytes unless the id was
+                // written back (then the interceptor finds the result itself).
+                let result = result.filter(|_| !aliased);
+                changed(self.interceptor.tools_call_response(context, bytes, result))
             }
             Ok(Pending::Other) => changed(None),
             Err(true) => {
@@ -881,10 +901,10 @@ impl Relay {
         let mut seen_response = false;
         for (kind, element) in kinds.into_iter().zip(&elements) {
             let delivery = match kind {
-                Kind::Response { id: Some(id) } => {
+                Kind::Response { id: Some(id), .. } => {
                     let mut restored = None;
                     let delivery =
-                        self.server_response(&id, element.get().as_bytes(), &mut restored);
+                        self.server_response(&id, element.get().as_bytes(), None, &mut restored);
                     // The batch is routed by its first response the client receives.
                     if !seen_response && !matches!(delivery, Delivery::Drop) {
                         seen_response = true;

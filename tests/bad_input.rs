@@ -107,7 +107,15 @@ proptest! {
         let expected = match kind {
             0 => message::Kind::Request { id: message::Id::from_json_text(&id.to_string()), method: method.clone() },
             1 => message::Kind::Notification { method: method.clone() },
-            _ => message::Kind::Response { id: Some(message::Id::from_json_text(&id.to_string())) },
+            _ => {
+                // The result's range is where `"result":` puts it.
+                let text = line.to_string();
+                let start = text.find("\"result\":").unwrap() + "\"result\":".len();
+                message::Kind::Response {
+                    id: Some(message::Id::from_json_text(&id.to_string())),
+                    result: Some(start..text.len() - 1),
+                }
+            }
         };
         prop_assert_eq!(parsed, message::Parsed::Single(expected));
     }

@@ -184,6 +184,31 @@ fn own(value: &Value, out: &mut String) {
     out.push_str(&value.to_string());
 }
 
+/// A cheap necessary condition for the element `text` to be, or hold, `item`: when the item is
+/// an object whose first member is a string or a number, the element has that member with that
+/// value (only that member is parsed).
+fn may_match(text: &str, item: &Value) -> bool {
+    let Value::Object(map) = item else {
+        return true;
+    };
+    let Some((key, value)) = map.iter().next() else {
+        return true;
+    };
+    if !(value.is_string() || value.is_number()) || !text.starts_with('{') {
+        return true;
+    }
+    let Some(members) = raw::members(text) else {
+        return true;
+    };
+    members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .is_some_and(|(_, range)| {
+            serde_json::from_str::<Value>(text[range.clone()].trim()).is_ok_and(|v| &v == value)
+        })
+}
+
 /// Whether `text` is the JSON of `value` (parsing it).
 fn same(value: &Value, text: &str) -> bool {
     serde_json::from_str::<Value>(text).is_ok_and(|parsed| &parsed == value)
@@ -213,6 +238,12 @@ fn write(page: &Value, original: &str, out: &mut String) {
                     return false;
                 }
                 let text = original[element.clone()].trim();
+                // Most elements are not the next item (horizon and filters drop them): a look
+                // at one member tells, before the whole element is parsed.
+                let candidates = pending..items.len().min(pending + 8);
+                if !items[candidates].iter().any(|item| may_match(text, item)) {
+                    return pending < items.len();
+                }
                 if let Ok(parsed) = serde_json::from_str::<Value>(text) {
                     // The next item, or one a little further (the items between changed).
                     for n in pending..items.len().min(pending + 8) {

@@ -77,8 +77,19 @@ pub struct Choice {
 #[derive(Debug)]
 pub struct CallPlan {
     pub tool: String,
-    /// Index of the rule in the policy, and how the call is paged (paged tools only).
-    rule: Option<(usize, Option<Paging>)>,
+    /// What the policy does with the call.
+    governed: Governed,
+}
+
+/// What the policy does with one call.
+#[derive(Debug)]
+enum Governed {
+    /// No rule names the tool.
+    Unruled,
+    /// A rule names it (by its index in the policy) and caps its results.
+    Capped { rule: usize },
+    /// A rule pages its results, as the call's arguments say.
+    Paged { rule: usize, paging: Paging },
 }
 
 /// How one call's result is paged.
@@ -91,7 +102,7 @@ enum Paging {
 impl CallPlan {
     /// Whether the call's result goes through the paging pipeline.
     pub fn is_paged(&self) -> bool {
-        matches!(self.rule, Some((_, Some(_))))
+        matches!(self.governed, Governed::Paged { .. })
     }
 }
 
@@ -281,9 +292,13 @@ impl Budget {
         }
     }
 
-    fn rule_index(&self, tool: &str) -> Option<usize> {
-        let rule = self.policy.rule_for(tool)?;
-        self.policy.rules.iter().position(|r| std::ptr::eq(r, rule))
+    /// The rule a plan names, and how it pages the call.
+    fn rule_of<'a>(&'a self, plan: &'a CallPlan) -> Option<(&'a Rule, Option<&'a Paging>)> {
+        match &plan.governed {
+            Governed::Unruled => None,
+            Governed::Capped { rule } => Some((&self.policy.rules[*rule], None)),
+            Governed::Paged { rule, paging } => Some((&self.policy.rules[*rule], Some(paging))),
+        }
     }
 
     /// Whether the policy pages this tool's results.
@@ -296,7 +311,10 @@ impl Budget {
     /// The plan of a call whose result is only capped.
     pub fn plan_unpaged(&self, tool: String) -> CallPlan {
         CallPlan {
-            rule: self.rule_index(&tool).map(|index| (index, None)),
+            governed: match self.policy.rule_index_for(&tool) {
+                Some(rule) => Governed::Capped { rule },
+                None => Governed::Unruled,
+            },
             tool,
         }
     }
@@ -340,14 +358,17 @@ impl Budget {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let Some(index) = self.rule_index(&tool) else {
-            return Ok(CallPlan { tool, rule: None });
+        let Some(index) = self.policy.rule_index_for(&tool) else {
+            return Ok(CallPlan {
+                tool,
+                governed: Governed::Unruled,
+            });
         };
         let rule = &self.policy.rules[index];
         if rule.items.is_none() && rule.text.is_none() {
             return Ok(CallPlan {
                 tool,
-                rule: Some((index, None)),
+                governed: Governed::Capped { rule: index },
             });
         }
         let mut empty = Map::new();
@@ -361,13 +382,16 @@ impl Budget {
         };
         Ok(CallPlan {
             tool,
-            rule: Some((index, Some(paging))),
+            governed: Governed::Paged {
+                rule: index,
+                paging,
+            },
         })
     }
 
     /// Whether a response to this call may pass unparsed when it is this small.
     pub fn passes_unread(&self, plan: &CallPlan, bytes: usize) -> bool {
-        plan.rule.as_ref().is_none_or(|(_, args)| args.is_none())
+        !plan.is_paged()
             && !cap::exceeds(bytes, self.cap_for(&plan.tool))
             && self.limits.tokens.is_none_or(|tokens| bytes <= tokens)
             && self.limits.lines.is_none()
@@ -393,10 +417,7 @@ impl Budget {
         mut result: Value,
         raw: Option<&str>,
     ) -> Result<Finished, RenderError> {
-        let rule = plan
-            .rule
-            .as_ref()
-            .map(|(i, args)| (&self.policy.rules[*i], args.as_ref()));
+        let rule = self.rule_of(plan);
         let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
         match rule {
             Some((rule, Some(Paging::Items(args)))) if !is_error => {
@@ -526,10 +547,7 @@ impl Budget {
         let Some((size, budget)) = self.over(&plan.tool, raw.as_bytes()) else {
             return Ok(None);
         };
-        let rule = plan
-            .rule
-            .as_ref()
-            .map(|(i, args)| (&self.policy.rules[*i], args.as_ref()));
+        let rule = self.rule_of(plan);
         let moves = self.moves(rule);
         if moves.no_rule {
             tracing::warn!(

@@ -59,7 +59,7 @@ impl Outbound {
     pub fn response_keys(&self) -> Vec<String> {
         let batch = self.bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
         match &self.kind {
-            Some(Kind::Response { id: Some(id) }) if !batch => vec![id.key().to_string()],
+            Some(Kind::Response { id: Some(id), .. }) if !batch => vec![id.key().to_string()],
             _ if batch => message::response_keys(&self.bytes),
             _ => Vec::new(),
         }
@@ -293,7 +293,7 @@ impl Session {
     }
 
     fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {
-        if let Some(Kind::Response { id: Some(id) }) = kind
+        if let Some(Kind::Response { id: Some(id), .. }) = kind
             && lock(&self.initialize_key).as_deref() == Some(id.key())
             && let Some(version) = message::protocol_version(bytes)
         {
@@ -326,7 +326,7 @@ impl Session {
 /// Where a server message goes (see the module doc).
 fn target(routes: &mut Routes, bytes: &[u8], kind: Option<&Kind>) -> Option<StreamTx> {
     let target = match kind {
-        Some(Kind::Response { id: Some(id) }) => {
+        Some(Kind::Response { id: Some(id), .. }) => {
             let target = routes.waiting.remove(id.key()).map(|(_, tx)| tx);
             // A batch answers several requests: none of them waits any more.
             if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {

@@ -159,7 +159,7 @@ async fn restart(
         while let Some(event) = fresh.events.recv().await {
             match event {
                 // Its answer to the replayed initialize is ours: the client already has one.
-                Event::Frame(Frame::Line(line)) if matches!(kind(&line), Some(Kind::Response { id: Some(ref got) }) if got.key() == id.key()) => {
+                Event::Frame(Frame::Line(line)) if matches!(kind(&line), Some(Kind::Response { id: Some(ref got), .. }) if got.key() == id.key()) => {
                     return Ok(());
                 }
                 Event::Ended { reason, .. } => return Err(reason),
