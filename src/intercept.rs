@@ -197,7 +197,7 @@ impl Interceptor {
     }
 
     /// Changes when a policy reload changed what descriptors say.
-    pub fn descriptor_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub fn descriptor_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.base.descriptor_changes()
     }
 

@@ -391,12 +391,7 @@ async fn proxy(
             cache_bytes: run.cache_bytes,
             cache_ttl: run.cache_ttl_secs.map(Duration::from_secs),
         };
-        tokio::spawn(mcp_budget::reload::run(
-            budget.clone(),
-            path.clone(),
-            overrides,
-            run.watch,
-        ));
+        mcp_budget::reload::start(budget.clone(), path.clone(), overrides, run.watch);
     } else if run.watch {
         anyhow::bail!("--watch reloads a policy file: give one with --policy FILE");
     }

@@ -14,8 +14,13 @@ use serde_json::value::RawValue;
 /// What a single JSON-RPC message is, judged from its envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
-    /// Has `method` and a non-null `id`.
-    Request { id: Id, method: String },
+    /// Has `method` and a non-null `id`; `progress`: its `params._meta.progressToken` (JSON
+    /// text), read with the envelope.
+    Request {
+        id: Id,
+        method: String,
+        progress: Option<Box<str>>,
+    },
     /// Has `method` and no `id`.
     Notification { method: String },
     /// Has `result` or `error` and no `method`; `result`: where its `result` is in the line,
@@ -124,6 +129,103 @@ struct RawEnvelope<'a> {
     result: Slot<'a>,
     #[serde(default)]
     error: Present,
+    #[serde(borrow, default)]
+    params: Member<'a, MetaKey>,
+}
+
+/// Reads one member of an object (`K::NAME`), skipping anything else — other members, and any
+/// value that is not an object.
+struct Member<'a, K>(Option<&'a RawValue>, std::marker::PhantomData<K>);
+
+impl<K> Default for Member<'_, K> {
+    fn default() -> Self {
+        Member(None, std::marker::PhantomData)
+    }
+}
+
+trait Key {
+    const NAME: &'static str;
+    /// Reads the member's value.
+    fn read<'de: 'a, 'a, A: serde::de::MapAccess<'de>>(
+        map: &mut A,
+    ) -> Result<Option<&'a RawValue>, A::Error>;
+}
+
+/// `_meta`, and in it `progressToken`.
+struct MetaKey;
+struct ProgressKey;
+
+impl Key for MetaKey {
+    const NAME: &'static str = "_meta";
+    fn read<'de: 'a, 'a, A: serde::de::MapAccess<'de>>(
+        map: &mut A,
+    ) -> Result<Option<&'a RawValue>, A::Error> {
+        Ok(map.next_value::<Member<'a, ProgressKey>>()?.0)
+    }
+}
+
+impl Key for ProgressKey {
+    const NAME: &'static str = "progressToken";
+    fn read<'de: 'a, 'a, A: serde::de::MapAccess<'de>>(
+        map: &mut A,
+    ) -> Result<Option<&'a RawValue>, A::Error> {
+        Ok(Some(map.next_value::<&'a RawValue>()?))
+    }
+}
+
+impl<'de: 'a, 'a, K: Key> Deserialize<'de> for Member<'a, K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a, K>(std::marker::PhantomData<(&'a (), K)>);
+        impl<'de: 'a, 'a, K: Key> serde::de::Visitor<'de> for Visit<'a, K> {
+            type Value = Member<'a, K>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == K::NAME && found.is_none() {
+                        found = K::read(&mut map)?;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Member(found, std::marker::PhantomData))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Member::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Member::default())
+            }
+        }
+        deserializer.deserialize_any(Visit(std::marker::PhantomData))
+    }
 }
 
 /// A member's raw text when it is there, `null` included (an `Option` would read `null` as
@@ -160,6 +262,7 @@ impl RawEnvelope<'_> {
             (Some(method), Some(id)) => Kind::Request {
                 id,
                 method: method.into_owned(),
+                progress: self.params.0.map(|token| token.get().into()),
             },
             (Some(method), None) => Kind::Notification {
                 method: method.into_owned(),
@@ -217,33 +320,15 @@ struct ProgressParams<'a> {
 }
 
 #[derive(Deserialize)]
-struct MetaParams<'a> {
-    #[serde(borrow)]
-    params: Option<MetaHolder<'a>>,
-}
-
-#[derive(Deserialize)]
 struct TokenHolder<'a> {
     #[serde(borrow, rename = "progressToken")]
     progress_token: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct MetaHolder<'a> {
-    #[serde(borrow, rename = "_meta")]
-    meta: Option<TokenHolder<'a>>,
 }
 
 /// The progress token (JSON text) of a `notifications/progress`: `params.progressToken`.
 pub fn progress_token(line: &[u8]) -> Option<String> {
     let message: ProgressParams<'_> = serde_json::from_slice(line).ok()?;
     Some(message.params?.progress_token?.get().to_string())
-}
-
-/// The progress token (JSON text) a request asks for: `params._meta.progressToken`.
-pub fn request_progress_token(line: &[u8]) -> Option<String> {
-    let message: MetaParams<'_> = serde_json::from_slice(line).ok()?;
-    Some(message.params?.meta?.progress_token?.get().to_string())
 }
 
 #[derive(Deserialize)]
@@ -291,21 +376,6 @@ pub fn with_cancelled_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
         message.params?.request_id?.get(),
         id_text.as_bytes(),
     ))
-}
-
-/// The progress tokens (JSON text) the requests of a line (one message or a batch) ask for.
-pub fn request_progress_tokens(line: &[u8]) -> Vec<String> {
-    let first = line.iter().find(|b| !b.is_ascii_whitespace()).copied();
-    if first != Some(b'[') {
-        return request_progress_token(line).into_iter().collect();
-    }
-    let Ok(elements) = serde_json::from_slice::<Vec<&RawValue>>(line) else {
-        return Vec::new();
-    };
-    elements
-        .iter()
-        .filter_map(|raw| request_progress_token(raw.get().as_bytes()))
-        .collect()
 }
 
 /// The id keys of the responses in a line (one message or a batch).
@@ -371,7 +441,8 @@ mod tests {
             single(r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#),
             Kind::Request {
                 id: Id::from_json_text("7"),
-                method: "tools/list".into()
+                method: "tools/list".into(),
+                progress: None,
             }
         );
         assert_eq!(
@@ -416,7 +487,8 @@ mod tests {
             single(r#"{"id":1,"method":"tools\/call"}"#),
             Kind::Request {
                 id: Id::from_json_text("1"),
-                method: "tools/call".into()
+                method: "tools/call".into(),
+                progress: None,
             }
         );
     }
@@ -438,7 +510,8 @@ mod tests {
             Parsed::Batch(vec![
                 Kind::Request {
                     id: Id::from_json_text("1"),
-                    method: "ping".into()
+                    method: "ping".into(),
+                    progress: None,
                 },
                 Kind::Notification { method: "n".into() },
                 Kind::Invalid,
@@ -458,11 +531,30 @@ mod tests {
             progress_token(br#"{"method":"notifications/progress","params":{"progressToken":"t 1","progress":1}}"#).as_deref(),
             Some(r#""t 1""#)
         );
+        // A request's token is read with its envelope, whatever shape its params have.
+        let token = |line: &str| match single(line) {
+            Kind::Request { progress, .. } => progress.map(String::from),
+            other => panic!("{other:?}"),
+        };
         assert_eq!(
-            request_progress_token(br#"{"id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":7}}}"#).as_deref(),
+            token(r#"{"id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":7}}}"#).as_deref(),
             Some("7")
         );
-        assert_eq!(request_progress_token(br#"{"id":1,"method":"ping"}"#), None);
+        assert_eq!(
+            token(r#"{"id":1,"method":"x","params":{"_meta":{"a":[1,{"b":2}],"progressToken":"t\"1"},"z":1.5e3}}"#).as_deref(),
+            Some(r#""t\"1""#)
+        );
+        assert_eq!(token(r#"{"id":1,"method":"ping"}"#), None);
+        assert_eq!(
+            token(r#"{"id":1,"method":"x","params":[1,2,{"_meta":{}}]}"#),
+            None
+        );
+        assert_eq!(
+            token(r#"{"id":1,"method":"x","params":{"_meta":"no"}}"#),
+            None
+        );
+        assert_eq!(token(r#"{"id":1,"method":"x","params":null}"#), None);
+        assert_eq!(token(r#"{"id":1,"method":"x","params":{"_meta":{"progressToken":12345678901234567890123}}}"#).as_deref(), Some("12345678901234567890123"));
     }
 
     #[test]

@@ -224,7 +224,7 @@ impl Relay {
     /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
     /// [`Relay::expire`]).
     /// Changes when a policy reload changed what descriptors say.
-    pub fn descriptor_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub fn descriptor_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.interceptor.descriptor_changes()
     }
 
@@ -447,7 +447,11 @@ impl Relay {
     /// Handles one client message: what goes upstream; answers and accepted ids go to `routed`.
     fn client_message(&self, kind: Kind, bytes: &[u8], routed: &mut Routed) -> Forward {
         match kind {
-            Kind::Request { id, method } => {
+            Kind::Request {
+                id,
+                method,
+                progress,
+            } => {
                 tracing::debug!(id = id.raw(), %method, "request");
                 // Admission and the entry in flight happen under one lock: two requests with one
                 // id can never both be admitted.
@@ -508,9 +512,7 @@ impl Relay {
                 } else {
                     self.request_timeout.map(|t| now + t)
                 };
-                let progress_token = self
-                    .request_timeout
-                    .and_then(|_| message::request_progress_token(bytes));
+                let progress_token = self.request_timeout.and(progress).map(String::from);
                 if method == "initialize" {
                     state.initialized = true;
                 }

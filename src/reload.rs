@@ -22,6 +22,8 @@ use crate::policy::Policy;
 pub struct Shared {
     current: RwLock<Arc<Budget>>,
     generation: AtomicU64,
+    /// A reload can happen (a policy file is watched): sessions listen for descriptor changes.
+    reloadable: std::sync::atomic::AtomicBool,
     /// Bumped when a reload changed what descriptors say.
     descriptors: watch::Sender<u64>,
 }
@@ -31,6 +33,7 @@ impl Shared {
         Arc::new(Shared {
             current: RwLock::new(budget),
             generation: AtomicU64::new(0),
+            reloadable: std::sync::atomic::AtomicBool::new(false),
             descriptors: watch::Sender::new(0),
         })
     }
@@ -57,9 +60,12 @@ impl Shared {
         }
     }
 
-    /// Changes when a reload changed the descriptors.
-    pub fn descriptor_changes(&self) -> watch::Receiver<u64> {
-        self.descriptors.subscribe()
+    /// Changes when a reload changed the descriptors; `None` when no reload can happen (then
+    /// sessions need not listen).
+    pub fn descriptor_changes(&self) -> Option<watch::Receiver<u64>> {
+        self.reloadable
+            .load(Ordering::Acquire)
+            .then(|| self.descriptors.subscribe())
     }
 }
 
@@ -123,16 +129,28 @@ impl Overrides {
 /// How often `--watch` looks at the policy file.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 
-/// Reloads on SIGHUP, and (with `watch`) when the file's contents change; runs until the
-/// process ends.
-pub async fn run(shared: Arc<Shared>, path: PathBuf, overrides: Overrides, watch: bool) {
-    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+/// Reloads on SIGHUP, and (with `watch`) when the file's contents change, until the process
+/// ends. Call before the sessions start: from here on they listen for reloads, and SIGHUP no
+/// longer ends the process.
+pub fn start(shared: Arc<Shared>, path: PathBuf, overrides: Overrides, watch: bool) {
+    shared.reloadable.store(true, Ordering::Release);
+    let hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(signal) => Some(signal),
         Err(err) => {
             tracing::warn!(%err, "SIGHUP cannot be caught; the policy reloads only with --watch");
             None
         }
     };
+    tokio::spawn(run(shared, path, overrides, watch, hangups));
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    path: PathBuf,
+    overrides: Overrides,
+    watch: bool,
+    mut hangups: Option<tokio::signal::unix::Signal>,
+) {
     let read = |path: &Path| std::fs::read(path).ok();
     let mut seen = read(&path);
     let mut every = tokio::time::interval(WATCH_EVERY);

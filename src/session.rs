@@ -89,20 +89,26 @@ pub async fn server_to_client(
     client: &impl ClientSide,
 ) -> Option<(String, bool)> {
     // A policy reload that changes descriptors: the client is told to list the tools again.
+    // (Without a policy file to reload, the loop waits on the server alone.)
     let mut reloads = relay.descriptor_changes();
-    reloads.mark_unchanged();
+    if let Some(reloads) = &mut reloads {
+        reloads.mark_unchanged();
+    }
     loop {
-        let event = tokio::select! {
-            biased;
-            event = events.recv() => event,
-            Ok(()) = reloads.changed() => {
-                if relay.initialized()
-                    && !deliver_own(client, crate::jsonrpc::tools_list_changed()).await
-                {
-                    return None;
+        let event = match &mut reloads {
+            None => events.recv().await,
+            Some(reloads) => tokio::select! {
+                biased;
+                event = events.recv() => event,
+                Ok(()) = reloads.changed() => {
+                    if relay.initialized()
+                        && !deliver_own(client, crate::jsonrpc::tools_list_changed()).await
+                    {
+                        return None;
+                    }
+                    continue;
                 }
-                continue;
-            }
+            },
         };
         match event? {
             Event::Frame(frame) => {

@@ -96,6 +96,17 @@ fn page_text(result: &Value) -> String {
         .collect()
 }
 
+/// The descriptor of `name` in a `tools/list` result.
+fn descriptor(tools: &Value, name: &str) -> Value {
+    tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {tools}"))
+        .clone()
+}
+
 /// The text the model reads of a page (as the token budget counts it).
 fn read_text(result: &Value) -> String {
     mcp_budget::tokens::result_text(result)
@@ -257,13 +268,7 @@ async fn under_a_line_budget_every_page_stays_under_it() {
 async fn a_rule_path_refusal_names_the_clients_budget_and_defaults_follow_the_profile() {
     // fleet-server has a built-in policy, picked with no --policy.
     let (mut c, tools) = Client::start(&[], "fleet_server", "codex-mcp-client").await;
-    let show = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "fleet_show")
-        .unwrap()
-        .clone();
+    let show = descriptor(&tools, "fleet_show");
     assert_eq!(
         show["inputSchema"]["properties"]["limit"]["default"], 10,
         "codex's default item limit: {show}"
@@ -329,12 +334,7 @@ async fn with_no_policy_the_servers_builtin_policy_is_picked_and_none_turns_it_o
     assert!(!has_detail(&tools), "--policy none still applied a policy");
     // A server without a built-in policy: every tool is paged automatically (`after` added).
     let (_, tools) = Client::start(&[], "quirky_server", "raw-test").await;
-    let big = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "big")
-        .unwrap();
+    let big = descriptor(&tools, "big");
     assert!(
         big["inputSchema"]["properties"]["after"].is_object(),
         "{big}"
@@ -407,13 +407,7 @@ async fn claude_code_gets_the_declared_allowance_and_its_token_budget_on_budgete
     // on it and Claude Code's 50,000-character spill threshold does not apply; its 25,000
     // tokens do.
     let (mut c, tools) = Client::start(&[], "fleet_server", "claude-code").await;
-    let show = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "fleet_show")
-        .unwrap()
-        .clone();
+    let show = descriptor(&tools, "fleet_show");
     assert_eq!(show["_meta"]["anthropic/maxResultSizeChars"], 200_000);
     let page = c
         .call("fleet_show", json!({"horizon": "all", "limit": 100}))

@@ -423,34 +423,19 @@ async fn tools_allow_and_deny_hide_tools_from_the_list_and_refuse_calls_to_them(
     proxy
         .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
         .await;
-    let list: Value = serde_json::from_str(&proxy.recv().await).unwrap();
-    let names: Vec<&str> = list["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert!(
-        names.contains(&"fleet_show") && names.contains(&"stream_detail"),
-        "{names:?}"
-    );
-    assert!(
-        !names.contains(&"wave_show"),
-        "deny wins over allow: {names:?}"
-    );
+    let names = tool_names(&answer(&mut proxy, 2).await);
+    let has = |name: &str| names.iter().any(|n| n == name);
+    assert!(has("fleet_show") && has("stream_detail"), "{names:?}");
+    assert!(!has("wave_show"), "deny wins over allow: {names:?}");
     // The server has more tools than these; what is shown is exactly what allow/deny leave.
     let mut direct = Peer::spawn(&fleet, &["--streams", "12"]);
     handshake(&mut direct).await;
     direct
         .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
         .await;
-    let all: Value = serde_json::from_str(&direct.recv().await).unwrap();
-    let expected: Vec<&str> = all["result"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .filter(|n| (n.starts_with("fleet_") || *n == "stream_detail") && !n.starts_with("wave_"))
+    let expected: Vec<String> = tool_names(&answer(&mut direct, 2).await)
+        .into_iter()
+        .filter(|n| (n.starts_with("fleet_") || n == "stream_detail") && !n.starts_with("wave_"))
         .collect();
     assert_eq!(names, expected);
     // A call to a hidden tool never reaches the server.

@@ -387,12 +387,20 @@ async fn handle_post(
     let batch = matches!(parsed, message::Parsed::Batch(_));
     let mut ids = Vec::new();
     let mut initialize = None;
+    // The progress tokens of the requests, read with their envelopes.
+    let mut tokens = Vec::new();
     for kind in parsed.kinds() {
-        if let Kind::Request { id, method } = kind {
+        if let Kind::Request {
+            id,
+            method,
+            progress,
+        } = kind
+        {
             if method == "initialize" {
                 initialize = Some(id.clone());
             }
             ids.push(id.clone());
+            tokens.extend(progress.as_deref().map(str::to_string));
         }
     }
     let (session, opened) = match (existing, &initialize) {
@@ -411,11 +419,9 @@ async fn handle_post(
     };
     session.touch();
     let sse = accepts(headers, "text/event-stream");
-    let tokens = if sse {
-        message::request_progress_tokens(&body)
-    } else {
-        Vec::new()
-    };
+    if !sse {
+        tokens.clear();
+    }
     let post = session.open_post();
     let routed = session
         .relay

@@ -273,7 +273,7 @@ fn classify(bytes: &[u8]) -> Outgoing {
     };
     for kind in kinds {
         match kind {
-            Kind::Request { id, method } => {
+            Kind::Request { id, method, .. } => {
                 out.initialize |= method == "initialize";
                 out.request_ids.push(id);
             }
