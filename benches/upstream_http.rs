@@ -383,8 +383,9 @@ fn main() {
 async fn run() {
     let me = std::env::current_exe().expect("own path");
     let upstream = http_server().await;
-    // For a profiler: `UPSTREAM_HTTP_PROFILE=<calls>` runs only this build's stdio→HTTP proxy for
-    // that many calls, its pid on stderr (attach `perf record -p` to it), and nothing else.
+    // For a profiler: `UPSTREAM_HTTP_PROFILE=<calls>` runs only this build's (or
+    // `UPSTREAM_HTTP_PROFILE_BIN`'s) stdio→HTTP proxy for that many calls, its pid on stderr
+    // (attach `perf record -p` to it), and nothing else.
     if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())

@@ -21,7 +21,7 @@ use super::conn::{self, ClientResponse, ConnError};
 use super::{Event, Link, Upstream};
 use crate::framing::{EnvelopeScanner, Frame};
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind, Parsed};
+use crate::message::{self, Id};
 use crate::queue;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -261,27 +261,41 @@ struct Outgoing {
 }
 
 fn classify(bytes: &[u8]) -> Outgoing {
-    let kinds = match message::parse(bytes) {
-        Ok(Parsed::Single(kind)) => vec![kind],
-        Ok(Parsed::Batch(kinds)) => kinds,
-        Err(_) => Vec::new(),
-    };
+    // Only ids and methods: the rest of each message is skipped unread.
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        id: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
     let mut out = Outgoing {
         request_ids: Vec::new(),
         initialize: false,
         initialized: false,
     };
-    for kind in kinds {
-        match kind {
-            Kind::Request { id, method, .. } => {
-                out.initialize |= method == "initialize";
-                out.request_ids.push(id);
-            }
-            Kind::Notification { method } => {
-                out.initialized |= method == "notifications/initialized"
-            }
-            _ => {}
+    let mut take = |envelope: Envelope<'_>| match (
+        envelope.id.filter(|id| id.get() != "null"),
+        envelope.method,
+    ) {
+        (Some(id), Some(method)) => {
+            out.initialize |= method == "initialize";
+            out.request_ids.push(Id::from_json_text(id.get()));
         }
+        (None, Some(method)) => out.initialized |= method == "notifications/initialized",
+        _ => {}
+    };
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        if let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(bytes) {
+            for element in elements {
+                if let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(element.get()) {
+                    take(envelope);
+                }
+            }
+        }
+    } else if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(bytes) {
+        take(envelope);
     }
     out
 }
