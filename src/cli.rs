@@ -164,6 +164,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub max_sessions_per_client: usize,
 
+    /// With --listen: at most this many upstream server processes at once (one per session in
+    /// front of a command); a new session beyond gets 503.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_children: usize,
+
+    /// With --listen: requests per second per client (one token, or one address when no token
+    /// is required), in bursts of up to twice that; beyond, 429 with Retry-After. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 1000.0)]
+    pub rate_limit: f64,
+
     /// With --listen: at most this many open connections; more are refused at once (503).
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub max_connections: usize,

@@ -437,6 +437,12 @@ async fn proxy(
                 .with_context(|| format!("--auth-token-env {name}: the environment variable {name} is not set or empty"))?;
             auth_tokens.push(token);
         }
+        if !run.rate_limit.is_finite() || run.rate_limit < 0.0 {
+            anyhow::bail!(
+                "--rate-limit {}: give requests per second per client, or 0 for no limit",
+                run.rate_limit
+            );
+        }
         let (tcp, url) = listen::bind(&url, addr).await?;
         let listen_options = listen::ListenOptions {
             allow_hosts: run.allow_host.clone(),
@@ -445,6 +451,8 @@ async fn proxy(
             max_sessions: run.max_sessions,
             max_sessions_per_client: run.max_sessions_per_client,
             max_connections: run.max_connections,
+            max_children: run.max_children,
+            rate_limit: run.rate_limit,
             header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
             body_timeout: seconds("--body-timeout-secs", run.body_timeout_secs)?,
             idle: Duration::from_secs(run.session_idle_secs),

@@ -1133,3 +1133,100 @@ async fn serve_takes_a_bound_listener_and_shutdown_awaits_every_session() {
         "serve returned while the session's server still ran"
     );
 }
+
+#[tokio::test]
+async fn a_client_over_its_rate_limit_gets_429_with_retry_after_and_others_go_on() {
+    tls();
+    let fleet = example("fleet_server");
+    let (_proxy, url) = common::listen(
+        &[
+            "--rate-limit",
+            "5",
+            "--",
+            fleet.to_str().unwrap(),
+            "--streams",
+            "12",
+        ],
+        &[],
+    )
+    .await;
+    let session = initialize(&url).await;
+    // initialize and initialized took 2 of the burst of 10; the next ones run out.
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    let mut message = String::new();
+    // 60 requests: without a limit they would all be served (no refill in that time could
+    // cover 50 over the burst).
+    for id in 10..70 {
+        let response = post(
+            &url,
+            Some(&session),
+            &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#),
+        )
+        .send()
+        .await
+        .unwrap();
+        let status = response.status().as_u16();
+        if status == 429 && retry_after.is_none() {
+            retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
+            message = response.text().await.unwrap();
+        } else {
+            let _ = response.text().await;
+        }
+        statuses.push(status);
+    }
+    let served = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    // The rest of the burst is served whatever the timing; then refusals, with refills between.
+    assert!(statuses[..8].iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(refused > 0, "{statuses:?}");
+    assert_eq!(served + refused, statuses.len(), "{statuses:?}");
+    let seconds: u64 = retry_after.expect("Retry-After").parse().unwrap();
+    assert!(seconds >= 1, "{seconds}");
+    assert!(message.contains("--rate-limit"), "{message}");
+    // Bad values are refused at start.
+    let out = common::run([
+        "--listen",
+        "http://127.0.0.1:0/mcp",
+        "--rate-limit=-1",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rate-limit -1"));
+}
+
+#[tokio::test]
+async fn past_max_children_a_new_session_gets_503_and_the_open_one_goes_on() {
+    tls();
+    let fleet = example("fleet_server");
+    let (_proxy, url) = common::listen(
+        &[
+            "--max-children",
+            "1",
+            "--",
+            fleet.to_str().unwrap(),
+            "--streams",
+            "12",
+        ],
+        &[],
+    )
+    .await;
+    let first = initialize(&url).await;
+    let second = post(&url, None, common::INITIALIZE).send().await.unwrap();
+    assert_eq!(second.status(), 503);
+    let text = second.text().await.unwrap();
+    assert!(text.contains("--max-children"), "{text}");
+    let ping = post(
+        &url,
+        Some(&first),
+        r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(ping.status(), 200);
+}

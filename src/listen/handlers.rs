@@ -40,6 +40,52 @@ pub(super) struct Listener {
     sessions: Arc<Sessions>,
     /// Hosts accepted in the `Host` header (lowercase, without port).
     hosts: HashSet<String>,
+    /// Each client's request budget (`--rate-limit`).
+    buckets: std::sync::Mutex<std::collections::HashMap<Client, Bucket>>,
+}
+
+/// A token bucket: `tokens` at `at`, refilled at the rate limit, up to twice it.
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+/// At most this many clients' buckets are kept; full ones are dropped first.
+const MAX_BUCKETS: usize = 10_000;
+
+impl Listener {
+    /// Takes one request from `client`'s budget; `Err(seconds)` until one is there.
+    fn admit(&self, client: &Client) -> Result<(), u64> {
+        let rate = self.sessions.options().rate_limit;
+        if rate <= 0.0 {
+            return Ok(());
+        }
+        let burst = 2.0 * rate;
+        let now = std::time::Instant::now();
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(client) {
+            // A full bucket holds nothing a new one would not: drop those.
+            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * rate < burst);
+            if buckets.len() >= MAX_BUCKETS {
+                return Err(1);
+            }
+        }
+        let bucket = buckets.entry(client.clone()).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(((1.0 - bucket.tokens) / rate).ceil().max(1.0) as u64)
+    }
 }
 
 impl Listener {
@@ -56,7 +102,11 @@ impl Listener {
                 .iter()
                 .map(|h| h.to_lowercase()),
         );
-        Listener { sessions, hosts }
+        Listener {
+            sessions,
+            hosts,
+            buckets: Default::default(),
+        }
     }
 }
 
@@ -302,6 +352,12 @@ fn open_refusal(err: OpenError) -> Refusal {
                 "too many sessions for this client (at most {max}, --max-sessions-per-client); end one with DELETE"
             ),
         ),
+        OpenError::Children(max) => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "cannot start another upstream server: {max} run already (--max-children); try again when a session ends"
+            ),
+        ),
         OpenError::Upstream(err) => {
             tracing::error!(%err, "cannot start the upstream for a new session");
             refuse(
@@ -343,6 +399,20 @@ async fn handle_post(
     body: Body,
 ) -> Result<Response, Refusal> {
     let client = check_access(listener, headers, peer)?;
+    if let Err(seconds) = listener.admit(&client) {
+        tracing::warn!(?client, "request refused: over --rate-limit");
+        let mut response = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "too many requests from this client (at most {} a second, --rate-limit); retry after {seconds} s",
+                listener.sessions.options().rate_limit
+            ),
+        );
+        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return Err(response);
+    }
     if !accepts(headers, "application/json") && !accepts(headers, "text/event-stream") {
         return Err(refuse(
             StatusCode::NOT_ACCEPTABLE,

@@ -56,6 +56,12 @@ pub struct ListenOptions {
     pub max_sessions_per_client: usize,
     /// At most this many open connections; more are refused at once.
     pub max_connections: usize,
+    /// At most this many upstream server processes at once (a session each); more sessions
+    /// are refused with 503.
+    pub max_children: usize,
+    /// Requests per second per client (token, or address without tokens), with bursts of
+    /// twice that; more get 429 and `Retry-After`. 0: no limit.
+    pub rate_limit: f64,
     /// A connection must send a request's headers within this long, and an idle one is
     /// closed after it.
     pub header_timeout: Duration,
@@ -78,6 +84,8 @@ impl ListenOptions {
             max_sessions: 64,
             max_sessions_per_client: 32,
             max_connections: 512,
+            max_children: 64,
+            rate_limit: 1000.0,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle: Duration::from_secs(1800),

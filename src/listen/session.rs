@@ -363,6 +363,8 @@ pub(super) enum OpenError {
     Full(usize),
     /// This client holds `--max-sessions-per-client` already.
     ClientFull(usize),
+    /// `--max-children` upstream server processes run already.
+    Children(usize),
     /// The upstream could not be started.
     Upstream(String),
     /// No session id could be made.
@@ -431,6 +433,12 @@ impl Sessions {
             let held = map.values().filter(|s| s.client == client).count();
             if held >= self.options.max_sessions_per_client {
                 return Err(OpenError::ClientFull(self.options.max_sessions_per_client));
+            }
+            // A session in front of a command runs one server process.
+            if matches!(self.spec, UpstreamSpec::Command(_))
+                && map.len() >= self.options.max_children
+            {
+                return Err(OpenError::Children(self.options.max_children));
             }
         }
         let mut raw = [0u8; 16];

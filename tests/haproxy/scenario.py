@@ -153,12 +153,14 @@ def main():
     with open(policy, "w") as f:
         f.write('[budget]\ncursor_key_env = "MCP_BUDGET_SHARED_KEY"\n')
     env = dict(os.environ, MCP_BUDGET_SHARED_KEY="one key for every replica of this deployment")
+    # Every request reaches the replicas from HAProxy's address: without tokens, one client to
+    # their rate limit, so it is off here (with tokens, each token has its own).
     replicas = []
     try:
         for n in range(3):
             port, metrics = free_port(), free_port()
             process = subprocess.Popen(
-                [options.proxy, "--listen", f"http://127.0.0.1:{port}/mcp", "--policy", policy, "--metrics", f"127.0.0.1:{metrics}", "--", options.server],
+                [options.proxy, "--listen", f"http://127.0.0.1:{port}/mcp", "--rate-limit", "0", "--policy", policy, "--metrics", f"127.0.0.1:{metrics}", "--", options.server],
                 env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"replica-{n + 1}.log"), "w"),
             )
             processes.append(process)
