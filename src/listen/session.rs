@@ -373,12 +373,34 @@ pub(super) enum OpenError {
     Closing,
 }
 
+/// A session slot taken while its upstream starts; given back when dropped (the session is in
+/// the map by then, or the open failed).
+struct Opening<'a> {
+    sessions: &'a Sessions,
+    client: Client,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        let mut opening = lock(&self.sessions.opening);
+        if let Some(n) = opening.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                opening.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// Every session of a listener, and every task they run.
 pub(super) struct Sessions {
     options: ListenOptions,
     spec: UpstreamSpec,
     budget: Arc<crate::reload::Shared>,
     map: Mutex<HashMap<String, Arc<Session>>>,
+    /// Sessions being opened (their upstream starting), by client: they count against the
+    /// limits as if open, so that concurrent opens cannot pass them. Locked after `map`.
+    opening: Mutex<HashMap<Client, usize>>,
     tasks: Mutex<JoinSet<()>>,
     /// Set when the listener shuts down: no session opens after it.
     closing: AtomicBool,
@@ -395,6 +417,7 @@ impl Sessions {
             spec,
             budget,
             map: Mutex::new(HashMap::new()),
+            opening: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
             closing: AtomicBool::new(false),
         }
@@ -425,22 +448,30 @@ impl Sessions {
         if self.closing.load(Ordering::SeqCst) {
             return Err(OpenError::Closing);
         }
-        {
+        // The slot is taken now, under the lock that checks it, and given back if the open fails.
+        let _slot = {
             let map = lock(&self.map);
-            if map.len() >= self.options.max_sessions {
+            let mut opening = lock(&self.opening);
+            let pending: usize = opening.values().sum();
+            let total = map.len() + pending;
+            if total >= self.options.max_sessions {
                 return Err(OpenError::Full(self.options.max_sessions));
             }
-            let held = map.values().filter(|s| s.client == client).count();
+            let held = map.values().filter(|s| s.client == client).count()
+                + opening.get(&client).copied().unwrap_or(0);
             if held >= self.options.max_sessions_per_client {
                 return Err(OpenError::ClientFull(self.options.max_sessions_per_client));
             }
             // A session in front of a command runs one server process.
-            if matches!(self.spec, UpstreamSpec::Command(_))
-                && map.len() >= self.options.max_children
-            {
+            if matches!(self.spec, UpstreamSpec::Command(_)) && total >= self.options.max_children {
                 return Err(OpenError::Children(self.options.max_children));
             }
-        }
+            *opening.entry(client.clone()).or_insert(0) += 1;
+            Opening {
+                sessions: self,
+                client: client.clone(),
+            }
+        };
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(|err| OpenError::Id(err.to_string()))?;
         let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
