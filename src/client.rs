@@ -77,16 +77,18 @@ const BUILTINS: &[Builtin] = &[
     // policy (codex-rs/models-manager/models.json: 10,000 tokens, or 10,000 bytes for some
     // models; applied in codex-rs/core/src/context_manager/history.rs). 10,000 bytes hold at
     // most 10,000 o200k tokens, so the byte cap keeps both.
+    // Older releases cut tool output at 256 lines (MODEL_FORMAT_MAX_LINES, with 10 KiB), so
+    // pages keep under that too.
     Builtin {
         name: "codex",
         clients: &["codex-mcp-client"],
         max_bytes: 10_000,
         max_tokens: None,
-        max_lines: None,
+        max_lines: Some(256),
         page_bytes: None,
         default_limit: Some(10),
         allowance_up_to: None,
-        source: "openai/codex codex-rs/models-manager/models.json (truncation_policy: 10000 tokens, or 10000 bytes), applied to every tool output in codex-rs/core/src/context_manager/history.rs",
+        source: "openai/codex codex-rs/models-manager/models.json (truncation_policy: 10000 tokens, or 10000 bytes), applied to every tool output in codex-rs/core/src/context_manager/history.rs; older releases: 10 KiB or 256 lines (MODEL_FORMAT_MAX_LINES)",
     },
     // opencode sends "opencode" (packages/opencode/src/mcp/index.ts). Tool output over 2,000
     // lines or 50 KB is cut to its head, the rest saved to a file
