@@ -1134,22 +1134,18 @@ async fn serve_takes_a_bound_listener_and_shutdown_awaits_every_session() {
     );
 }
 
-#[tokio::test]
-async fn a_client_over_its_rate_limit_gets_429_with_retry_after_and_others_go_on() {
+/// The listener with `options` in front of a 12-stream fleet server.
+async fn listen_fleet(options: &[&str]) -> (tokio::process::Child, String) {
     tls();
     let fleet = example("fleet_server");
-    let (_proxy, url) = common::listen(
-        &[
-            "--rate-limit",
-            "5",
-            "--",
-            fleet.to_str().unwrap(),
-            "--streams",
-            "12",
-        ],
-        &[],
-    )
-    .await;
+    let mut args = options.to_vec();
+    args.extend(["--", fleet.to_str().unwrap(), "--streams", "12"]);
+    common::listen(&args, &[]).await
+}
+
+#[tokio::test]
+async fn a_client_over_its_rate_limit_gets_429_with_retry_after_and_others_go_on() {
+    let (_proxy, url) = listen_fleet(&["--rate-limit", "5"]).await;
     let session = initialize(&url).await;
     // initialize and initialized took 2 of the burst of 10; the next ones run out.
     let mut statuses = Vec::new();
@@ -1201,20 +1197,7 @@ async fn a_client_over_its_rate_limit_gets_429_with_retry_after_and_others_go_on
 
 #[tokio::test]
 async fn past_max_children_a_new_session_gets_503_and_the_open_one_goes_on() {
-    tls();
-    let fleet = example("fleet_server");
-    let (_proxy, url) = common::listen(
-        &[
-            "--max-children",
-            "1",
-            "--",
-            fleet.to_str().unwrap(),
-            "--streams",
-            "12",
-        ],
-        &[],
-    )
-    .await;
+    let (_proxy, url) = listen_fleet(&["--max-children", "1"]).await;
     let first = initialize(&url).await;
     let second = post(&url, None, common::INITIALIZE).send().await.unwrap();
     assert_eq!(second.status(), 503);
