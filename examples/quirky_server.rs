@@ -26,6 +26,14 @@ fn send(out: &mut impl Write, line: &str) {
     }
 }
 
+/// An answer whose result is one text block.
+fn text_result(id: &str, text: String) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}]}}}}"#,
+        Value::String(text)
+    )
+}
+
 const TOOLS: &str = r#"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"broken","description":"Answers with a line that is not JSON but begins like its answer.","inputSchema":{"type":"object"}},{"name":"drift","description":"Read-only, but its answer changes with every call (arguments.lines lines).","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"history","description":"Has an after argument of its own (an entry number); returns arguments.lines lines from there.","inputSchema":{"type":"object","properties":{"after":{"type":"integer"},"lines":{"type":"integer"}}}},{"name":"tree","description":"A JSON listing of arguments.entries entries, as text and again as structuredContent.content (as server-filesystem does).","inputSchema":{"type":"object","properties":{"entries":{"type":"integer"}}},"outputSchema":{"type":"object","properties":{"content":{"type":"string"}},"required":["content"],"additionalProperties":false}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"#;
 
 fn main() {
@@ -122,13 +130,7 @@ fn main() {
                         let text: String = (from + 1..=from + n)
                             .map(|i| format!("{name} run {run} line {i:06}\n"))
                             .collect();
-                        send(
-                            &mut out,
-                            &format!(
-                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}]}}}}"#,
-                                Value::String(text)
-                            ),
-                        );
+                        send(&mut out, &text_result(&id, text));
                     }
                     "tree" => {
                         let n = params["arguments"]["entries"].as_u64().unwrap_or(10);
@@ -152,13 +154,7 @@ fn main() {
                         let text: String = (1..=n)
                             .map(|i| format!("entry {i:06}: the journal line\n"))
                             .collect();
-                        send(
-                            &mut out,
-                            &format!(
-                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}]}}}}"#,
-                                Value::String(text)
-                            ),
-                        );
+                        send(&mut out, &text_result(&id, text));
                     }
                     "report" => {
                         for (k, total) in [(1, "3"), (2, "3.0")] {

@@ -751,12 +751,11 @@ impl Interceptor {
             };
             // The envelope around the result is kept as it was.
             let delivered = (bytes.len() + upstream).saturating_sub(message.len());
-            let refused = memchr::memmem::find(bytes, b"result-too-large:").is_some();
-            if refused {
+            let outcome = Outcome::of(bytes);
+            if outcome == Outcome::Refused {
                 m.refused(label, crate::metrics::Class::result_too_large);
             }
-            let paged = !refused && memchr::memmem::find(bytes, b"\"error\"").is_none();
-            m.result(label, upstream, delivered, paged);
+            m.result(label, upstream, delivered, outcome == Outcome::Paged);
         });
         rewritten
     }
@@ -893,6 +892,40 @@ fn page_fitted(
     }
     let over = |page: &str| crate::tokens::over(page, limits).map(|o| o.ratio());
     prepared.page_fitting(at, max, &over, tool, budget.key(), digest)
+}
+
+/// What the budget made of a `tools/call` answer it rewrote (for metrics and traces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A page, or a trimmed result.
+    Paged,
+    /// `result-too-large`.
+    Refused,
+    /// The result was withheld with an error (the budget failed on it).
+    Withheld,
+}
+
+impl Outcome {
+    /// Read from the rewritten answer: a refusal names itself, a withheld result is an error.
+    pub fn of(rewritten: &[u8]) -> Outcome {
+        if memchr::memmem::find(rewritten, b"result-too-large:").is_some() {
+            Outcome::Refused
+        } else if memchr::memmem::find(rewritten, b"\"error\"").is_some()
+            && memchr::memmem::find(rewritten, b"\"result\"").is_none()
+        {
+            Outcome::Withheld
+        } else {
+            Outcome::Paged
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Paged => "paged",
+            Outcome::Refused => "refused",
+            Outcome::Withheld => "withheld",
+        }
+    }
 }
 
 /// A byte count as a person reads it: MiB, KiB or bytes.

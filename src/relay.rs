@@ -843,7 +843,8 @@ impl Relay {
             Ok(flight) => (Ok(flight.pending), flight.span),
             Err(over) => (Err(over), None),
         };
-        let is_call = matches!(pending, Ok(Pending::ToolsCall(_)));
+        // Whether the budget rewrote a tools/call answer (not only its id).
+        let mut budgeted = false;
         let delivery = match pending {
             Ok(Pending::ToolsList) => changed(self.interceptor.tools_list_response(bytes)),
             Ok(Pending::Initialize) => {
@@ -854,7 +855,9 @@ impl Relay {
                 // The envelope's range of the result holds for these bytes unless the id was
                 // written back (then the interceptor finds the result itself).
                 let result = result.filter(|_| !aliased);
-                changed(self.interceptor.tools_call_response(context, bytes, result))
+                let rewritten = self.interceptor.tools_call_response(context, bytes, result);
+                budgeted = rewritten.is_some();
+                changed(rewritten)
             }
             Ok(Pending::Other) => changed(None),
             Err(true) => {
@@ -876,14 +879,9 @@ impl Relay {
         };
         if let Some(span) = span {
             let (out, budget) = match &delivery {
-                Delivery::Rewritten(b) if is_call => (
-                    b.len(),
-                    if memchr::memmem::find(b, b"result-too-large:").is_some() {
-                        "refused"
-                    } else {
-                        "paged"
-                    },
-                ),
+                Delivery::Rewritten(b) if budgeted => {
+                    (b.len(), crate::intercept::Outcome::of(b).as_str())
+                }
                 Delivery::Rewritten(b) => (b.len(), "passed"),
                 _ => (bytes.len(), "passed"),
             };

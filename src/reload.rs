@@ -129,7 +129,7 @@ impl Overrides {
 /// How often `--watch` looks at the policy file.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 
-/// Reloads on SIGHUP, and (with `watch`) when the file's contents change, until the process
+/// Reloads on SIGHUP, and (with `watch`) when the file changes, until the process
 /// ends. Call before the sessions start: from here on they listen for reloads, and SIGHUP no
 /// longer ends the process.
 pub fn start(shared: Arc<Shared>, path: PathBuf, overrides: Overrides, watch: bool) {
@@ -151,8 +151,15 @@ async fn run(
     watch: bool,
     mut hangups: Option<tokio::signal::unix::Signal>,
 ) {
-    let read = |path: &Path| std::fs::read(path).ok();
-    let mut seen = read(&path);
+    // What tells a change: size, modification time and inode, read every tick; the file itself
+    // is read only by the reload that follows a change.
+    let stamp = |path: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
+    };
+    let mut seen = stamp(&path);
     let mut every = tokio::time::interval(WATCH_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -164,11 +171,11 @@ async fn run(
                 }
             } => {
                 tracing::info!(policy = %path.display(), "SIGHUP: reloading the policy");
-                seen = read(&path);
+                seen = stamp(&path);
                 reload(&shared, &path, &overrides);
             }
             _ = every.tick(), if watch => {
-                let now = read(&path);
+                let now = stamp(&path);
                 if now.is_some() && now != seen {
                     seen = now;
                     tracing::info!(policy = %path.display(), "the policy file changed: reloading it");

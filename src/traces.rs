@@ -26,10 +26,14 @@ pub fn request_span(method: &str, message: &[u8]) -> Span {
     if !enabled() {
         return Span::none();
     }
-    let tool = (method == "tools/call")
-        .then(|| tool_name(message))
-        .flatten()
-        .unwrap_or_default();
+    // One read of the request for both: the tool's name and the caller's trace context (the
+    // rest of the message is skipped unread).
+    let parts = RequestParts::read(message);
+    let tool = if method == "tools/call" {
+        parts.tool.as_deref().unwrap_or_default()
+    } else {
+        ""
+    };
     let span = tracing::info_span!(
         target: TARGET,
         "mcp.request",
@@ -42,8 +46,8 @@ pub fn request_span(method: &str, message: &[u8]) -> Span {
         mcp.budget = tracing::field::Empty,
     );
     #[cfg(feature = "otlp")]
-    if let Some(parent) = traceparent(message) {
-        otlp::set_parent(&span, &parent);
+    if let Some(parent) = &parts.traceparent {
+        otlp::set_parent(&span, parent);
     }
     span
 }
@@ -54,27 +58,40 @@ pub fn finish(span: &Span, bytes_out: usize, budget: &str) {
     span.record("mcp.budget", budget);
 }
 
-fn tool_name(message: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Call {
-        params: Option<Params>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params {
-        name: Option<String>,
-    }
-    serde_json::from_slice::<Call>(message).ok()?.params?.name
+/// What a span takes from a request: `params.name` and `params._meta.traceparent`.
+#[derive(Default)]
+struct RequestParts {
+    tool: Option<String>,
+    traceparent: Option<String>,
 }
 
-/// `params._meta.traceparent`, when the message has one.
-#[cfg(feature = "otlp")]
-fn traceparent(message: &[u8]) -> Option<String> {
-    memchr::memmem::find(message, b"traceparent")?;
-    let value: serde_json::Value = serde_json::from_slice(message).ok()?;
-    value
-        .pointer("/params/_meta/traceparent")?
-        .as_str()
-        .map(str::to_string)
+impl RequestParts {
+    fn read(message: &[u8]) -> RequestParts {
+        #[derive(serde::Deserialize)]
+        struct Call {
+            params: Option<Params>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Params {
+            name: Option<String>,
+            #[serde(rename = "_meta")]
+            meta: Option<Meta>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            traceparent: Option<String>,
+        }
+        let Some(params) = serde_json::from_slice::<Call>(message)
+            .ok()
+            .and_then(|c| c.params)
+        else {
+            return RequestParts::default();
+        };
+        RequestParts {
+            tool: params.name,
+            traceparent: params.meta.and_then(|m| m.traceparent),
+        }
+    }
 }
 
 #[cfg(feature = "otlp")]

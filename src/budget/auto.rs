@@ -310,6 +310,11 @@ impl Prepared {
     }
 }
 
+/// `block` with its text literal (the range `literal`) replaced by `text`.
+fn with_literal(block: &str, literal: &Range<usize>, text: &str) -> String {
+    format!("{}{text}{}", &block[..literal.start], &block[literal.end..])
+}
+
 fn block_kind(block: &str, room: usize) -> Kind {
     let Some(members) = raw::members(block) else {
         return Kind::Whole;
@@ -834,12 +839,7 @@ impl Prepared {
                 Kind::Lines { literal } => {
                     let inner = &raw_block[literal.start + 1..literal.end - 1];
                     let text = format!("\"{}\"", &inner[t.from..t.to]);
-                    blocks.push(format!(
-                        "{}{}{}",
-                        &raw_block[..literal.start],
-                        text,
-                        &raw_block[literal.end..]
-                    ));
+                    blocks.push(with_literal(raw_block, literal, &text));
                     literals.push((t.piece, text));
                 }
                 Kind::Items {
@@ -849,12 +849,7 @@ impl Prepared {
                 } => {
                     let page = cut(doc, array, t.from, t.to);
                     let text = serde_json::Value::String(page).to_string();
-                    blocks.push(format!(
-                        "{}{}{}",
-                        &raw_block[..literal.start],
-                        text,
-                        &raw_block[literal.end..]
-                    ));
+                    blocks.push(with_literal(raw_block, literal, &text));
                     literals.push((t.piece, text));
                 }
             }
