@@ -191,6 +191,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1800)]
     pub session_idle_secs: u64,
 
+    /// With --listen: serve sessions on this many threads (default: one per core). 1 runs
+    /// everything on one thread, as the stdio mode always does.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+
+    /// With --listen: each session keeps the event-stream messages it sent, up to this many
+    /// bytes, so that a client whose stream broke can resume it (GET with Last-Event-ID).
+    #[arg(long, value_name = "BYTES", default_value_t = 2 * 1024 * 1024)]
+    pub replay_bytes: usize,
+
+    /// With --listen: a POST's event stream cut before its answers waits this long for the
+    /// client to resume it (clients on protocol 2025-11-25 or later); then its requests are
+    /// cancelled upstream. Older clients cannot resume: theirs are cancelled at once.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub resume_secs: f64,
+
+    /// With --listen: end a POST's event stream after this many seconds and let the client
+    /// resume it with GET (SSE polling, for clients that can resume; the stream's first event
+    /// tells them to wait 1 s). 0: never.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub stream_secs: f64,
+
     /// The server command and its arguments, after `--`.
     #[arg(last = true, value_name = "SERVER COMMAND")]
     pub server: Vec<String>,

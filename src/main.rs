@@ -31,12 +31,25 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // A single thread: no cross-thread wake-ups on the message path (measured on 2 cores: a
-    // multi-thread runtime added ~25 µs to each HTTP call of benches/http_latency.rs).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // One session (stdio) runs on a single thread: no cross-thread wake-ups on the message path
+    // (measured on 2 cores: a multi-thread runtime added ~25 µs to each HTTP call of
+    // benches/http_latency.rs). The listener serves many sessions: it takes every core
+    // (`--threads`), and its sessions' heavy budget work leaves the I/O threads
+    // (`session::server_to_client`).
+    let threads = match (&cli.command, &cli.run.listen) {
+        (None, Some(_)) => cli.run.threads.map(usize::from).unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }),
+        _ => 1,
+    };
+    let mut builder = if threads > 1 {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("mcp-budget: cannot start the async runtime: {err}");
@@ -456,6 +469,13 @@ async fn proxy(
             header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
             body_timeout: seconds("--body-timeout-secs", run.body_timeout_secs)?,
             idle: Duration::from_secs(run.session_idle_secs),
+            replay_bytes: run.replay_bytes,
+            resume_window: seconds("--resume-secs", run.resume_secs)?,
+            stream_limit: if run.stream_secs == 0.0 {
+                None
+            } else {
+                Some(seconds("--stream-secs", run.stream_secs)?)
+            },
             session: options,
             recorder,
             ..listen::ListenOptions::new(url.clone())

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::intercept::Interceptor;
-use crate::message::{self, Kind};
+use crate::message::{self, Id, Kind};
 use crate::queue;
 use crate::relay::Relay;
 use crate::upstream::Event;
@@ -58,6 +58,19 @@ pub trait ClientSide: Send + Sync {
     /// Delivers one message (its envelope read, when known), waiting while the client is slow;
     /// `false` once the client is gone.
     fn deliver(&self, bytes: Vec<u8>, kind: Option<Kind>) -> impl Future<Output = bool> + Send;
+
+    /// Delivers a server message that relates to the client request `request` (it came on the
+    /// upstream stream of that request): a client with several streams sends it on that
+    /// request's stream.
+    fn deliver_related(
+        &self,
+        bytes: Vec<u8>,
+        kind: Option<Kind>,
+        request: Id,
+    ) -> impl Future<Output = bool> + Send {
+        let _ = request;
+        self.deliver(bytes, kind)
+    }
 }
 
 /// A client that is one queue of lines (stdio).
@@ -112,8 +125,15 @@ pub async fn server_to_client(
         };
         match event? {
             Event::Frame(frame) => {
-                if let Some((bytes, kind)) = relay.from_server_classified(frame)
+                if let Some((bytes, kind)) = budgeted(relay, frame)
                     && !client.deliver(bytes, kind).await
+                {
+                    return None;
+                }
+            }
+            Event::Related { frame, request } => {
+                if let Some((bytes, kind)) = budgeted(relay, frame)
+                    && !client.deliver_related(bytes, kind, request).await
                 {
                     return None;
                 }
@@ -127,6 +147,30 @@ pub async fn server_to_client(
                 }
             }
         }
+    }
+}
+
+/// A server message at least this large may take the budget milliseconds of CPU (a 10 MB
+/// result: ~90 ms): on a multi-thread runtime it runs off the I/O threads.
+const HEAVY_BYTES: usize = 256 * 1024;
+
+/// Passes one server message through the relay (and so the budget). A large one, on a
+/// multi-thread runtime (the listener), runs where it cannot block the I/O of other sessions:
+/// its worker hands its other tasks to another thread first (`block_in_place`). The session's
+/// own order is kept: this task waits for it.
+fn budgeted(relay: &Relay, frame: crate::framing::Frame) -> Option<(Vec<u8>, Option<Kind>)> {
+    let size = match &frame {
+        crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } => line.len(),
+        crate::framing::Frame::TooLarge { .. } => 0,
+    };
+    let heavy = size >= HEAVY_BYTES
+        && tokio::runtime::Handle::try_current().is_ok_and(|handle| {
+            handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        });
+    if heavy {
+        tokio::task::block_in_place(|| relay.from_server_classified(frame))
+    } else {
+        relay.from_server_classified(frame)
     }
 }
 

@@ -322,6 +322,64 @@ async fn http_to_http_budget_progress_and_sampling() {
 }
 
 #[tokio::test]
+async fn over_http_upstream_a_calls_sampling_request_rides_that_calls_stream_not_the_get_stream() {
+    tls();
+    let upstream = rmcp_http_server(20).await;
+    let (_proxy, url) = listen(&["--policy", "none", "--upstream", &upstream], &[]).await;
+    let session = initialize(&url).await;
+    // With a GET stream open, a server message that names no request would go there; the
+    // sampling request came on the upstream stream of the call: it belongs to the call's stream.
+    let get = http()
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let get_events = sse_stream::SseStream::from_bytes_stream(get.bytes_stream());
+    let call = r#"{"jsonrpc":"2.0","id":"w1","method":"tools/call","params":{"name":"work","arguments":{},"_meta":{"progressToken":"wp"}}}"#;
+    let response = post(&url, Some(&session), call).send().await.unwrap();
+    let mut events = sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
+    let mut on_post = Vec::new();
+    while let Some(event) = tokio::time::timeout(common::PATIENCE, events.next())
+        .await
+        .unwrap()
+    {
+        let Some(data) = event.unwrap().data.filter(|d| !d.trim().is_empty()) else {
+            continue;
+        };
+        let message: Value = serde_json::from_str(&data).unwrap();
+        if message["method"] == "sampling/createMessage" {
+            let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}});
+            let ack = post(&url, Some(&session), &answer.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(ack.status(), 202);
+        }
+        on_post.push(
+            message["method"]
+                .as_str()
+                .map_or_else(|| format!("response {}", message["id"]), String::from),
+        );
+    }
+    assert_eq!(
+        on_post,
+        [
+            "notifications/progress",
+            "notifications/progress",
+            "notifications/progress",
+            "sampling/createMessage",
+            "response \"w1\""
+        ]
+    );
+    // (Had the sampling request gone to the open GET stream, the call would never have been
+    // answered on this one.)
+    drop(get_events);
+}
+
+#[tokio::test]
 async fn stdio_to_http_budget_progress_and_sampling() {
     tls();
     let upstream = rmcp_http_server(120).await;

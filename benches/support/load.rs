@@ -160,6 +160,18 @@ pub async fn run(
     sessions: usize,
     calls: usize,
 ) -> LoadReport {
+    run_with(proxy, fleet, policy, sessions, calls, &[]).await
+}
+
+/// Like `run`, with more arguments for the proxy (before `--`).
+pub async fn run_with(
+    proxy: &Path,
+    fleet: &Path,
+    policy: &Path,
+    sessions: usize,
+    calls: usize,
+    proxy_args: &[&str],
+) -> LoadReport {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Every session comes from this one address: the per-client cap must allow them all (on
     // builds that have one).
@@ -179,6 +191,7 @@ pub async fn run(
         .args(["--listen", "http://127.0.0.1:0/mcp", "--max-sessions"])
         .arg(&cap)
         .args(&per_client_args)
+        .args(proxy_args)
         .arg("--policy")
         .arg(policy)
         .arg("--")

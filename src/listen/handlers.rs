@@ -5,7 +5,7 @@
 //! (its id, its protocol version, the credential it is bound to), the declared body size; only
 //! then is the body read, under the size limit and the body timeout.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,16 +13,18 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::Stream;
+use bytes::Bytes;
 use url::Url;
 
 use crate::framing::Frame;
 use crate::jsonrpc;
-use crate::message::{self, Id, Kind};
+use crate::message::{self, Kind};
 
-use super::session::{Client, OpenError, Outbound, PostStream, Session, Sessions, StreamRx};
+use super::session::{
+    Client, OpenError, Outbound, PostState, PostStream, Resume, ResumeError, Session, Sessions,
+    StreamRx, event_id,
+};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -502,22 +504,26 @@ async fn handle_post(
     // From here on, whatever happens to this handler, the guard cleans up after the POST.
     let mut guard = StreamGuard {
         session: session.clone(),
-        stream: number,
-        awaiting: ids.iter().map(|id| id.key().to_string()).collect(),
-        accepted: routed.accepted,
-        // The proxy's own answers (refusals, intercepted calls) belong to this POST: they come
-        // first, and never wait on the POST's own queue (nobody reads it yet).
-        own: routed
-            .to_client
-            .into_iter()
-            .map(|bytes| {
-                let kind = message::parse(&bytes)
-                    .ok()
-                    .and_then(message::Parsed::single);
-                Outbound { bytes, kind }
-            })
-            .collect(),
-        rx: Some(rx),
+        sse,
+        state: Some(PostState {
+            number,
+            seq: 0,
+            awaiting: ids.iter().map(|id| id.key().to_string()).collect(),
+            accepted: routed.accepted,
+            // The proxy's own answers (refusals, intercepted calls) belong to this POST: they
+            // come first, and never wait on the POST's own queue (nobody reads it yet).
+            own: routed
+                .to_client
+                .into_iter()
+                .map(|bytes| {
+                    let kind = message::parse(&bytes)
+                        .ok()
+                        .and_then(message::Parsed::single);
+                    Outbound { bytes, kind }
+                })
+                .collect(),
+            rx,
+        }),
     };
     if let Some(bytes) = routed.to_server
         && session.to_server.send(bytes).await.is_err()
@@ -534,12 +540,19 @@ async fn handle_post(
         return Ok((StatusCode::ACCEPTED, response_headers).into_response());
     }
     if sse {
-        let stream = answer_stream(guard);
-        return Ok((
-            response_headers,
-            Sse::new(stream).keep_alive(KeepAlive::default()),
-        )
-            .into_response());
+        let options = listener.sessions.options();
+        let resumable = session.resumable();
+        let writer = Writer {
+            replay: VecDeque::new(),
+            // A client that can resume gets a first event with an id, to resume from.
+            prime: resumable.then_some(options.retry),
+            deadline: options
+                .stream_limit
+                .filter(|_| resumable)
+                .map(|limit| tokio::time::Instant::now() + limit),
+            source: Source::Post(guard),
+        };
+        return Ok((response_headers, writer.into_body()).into_response());
     }
     // JSON only: wait for every response of this POST, then answer with them all.
     let mut answers: Vec<String> = Vec::new();
@@ -571,77 +584,198 @@ fn json_response(status: StatusCode, mut headers: HeaderMap, body: Vec<u8>) -> R
 }
 
 /// One POST's stream: its queue and the proxy's own answers, until its requests are answered.
-/// Dropped — answered, or the client went away — it unregisters the stream, passes on what
-/// was queued for it but not sent (to another stream of the session), and cancels upstream
-/// what it left unanswered.
+/// Dropped — answered, or the client went away — it gives the stream up (what was queued for
+/// it goes to another stream, what it left unanswered is cancelled upstream); an SSE stream
+/// cut before its answers is parked instead when the client can resume it.
 struct StreamGuard {
     session: Arc<Session>,
-    stream: u64,
-    /// The id keys of this POST's requests not yet answered on its stream.
-    awaiting: HashSet<String>,
-    /// The requests of this POST the relay put in flight.
-    accepted: Vec<Id>,
-    /// The proxy's own answers, sent before anything from the queue.
-    own: std::collections::VecDeque<Outbound>,
-    rx: Option<StreamRx>,
+    sse: bool,
+    /// `None` once given up or parked.
+    state: Option<PostState>,
 }
 
 impl StreamGuard {
     /// The next message for this POST; `None` once every request of it is answered.
     async fn next(&mut self) -> Option<Vec<u8>> {
-        if self.awaiting.is_empty() {
+        let state = self.state.as_mut()?;
+        if state.awaiting.is_empty() {
             return None;
         }
-        let message = match self.own.pop_front() {
+        let message = match state.own.pop_front() {
             Some(message) => message,
-            None => self.rx.as_mut()?.recv().await?,
+            None => state.rx.recv().await?,
         };
         for key in message.response_keys() {
-            self.awaiting.remove(&key);
+            state.awaiting.remove(&key);
         }
         Some(message.bytes)
+    }
+
+    /// Numbers an event sent on this stream and keeps it for a resume; its id.
+    fn sent(&mut self, bytes: &[u8]) -> Option<String> {
+        let state = self.state.as_mut()?;
+        state.seq += 1;
+        self.session.log(state.number, state.seq, bytes);
+        Some(event_id(state.number, state.seq))
+    }
+
+    fn number(&self) -> u64 {
+        self.state.as_ref().map_or(0, |s| s.number)
     }
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        let accepted: Vec<Id> = self
-            .accepted
-            .iter()
-            .filter(|id| self.awaiting.contains(id.key()))
-            .cloned()
-            .collect();
-        let unanswered = self.session.close_post(self.stream, &accepted);
-        // Messages routed to this stream that it did not send go on to another stream.
-        if let Some(mut rx) = self.rx.take() {
-            rx.close();
-            while let Some(message) = rx.try_recv() {
-                self.session.route_now(message.bytes, message.kind);
-            }
-        }
-        for id in unanswered {
-            if self.session.is_ended() {
-                break;
-            }
-            tracing::info!(session = %self.session.id, id = id.raw(), "client went away before the answer; cancelling upstream");
-            let cancel = jsonrpc::cancelled(&id, "the client disconnected");
-            let routed = self.session.relay.from_client(Frame::Line(cancel));
-            if let Some(bytes) = routed.to_server
-                && self.session.to_server.try_send(bytes).is_err()
-            {
-                tracing::warn!(session = %self.session.id, id = id.raw(), "the upstream queue is full: the cancellation could not be sent");
-            }
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        if self.sse
+            && !state.awaiting.is_empty()
+            && !self.session.is_ended()
+            && self.session.resumable()
+        {
+            self.session.park(state);
+        } else {
+            self.session.abandon_post(state);
         }
     }
 }
 
-/// The SSE stream of one POST: related messages, then the responses; it ends after the last.
-fn answer_stream(guard: StreamGuard) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    futures_util::stream::unfold(guard, |mut guard| async move {
-        let bytes = guard.next().await?;
-        let event = SseEvent::default().data(String::from_utf8_lossy(&bytes));
-        Some((Ok(event), guard))
-    })
+/// Where an SSE response's live events come from, after its replayed ones.
+enum Source {
+    Post(StreamGuard),
+    Get {
+        session: Arc<Session>,
+        number: u64,
+        seq: u64,
+        rx: StreamRx,
+    },
+    Done,
+}
+
+/// One SSE response: a priming event, the replayed events, then the live ones.
+struct Writer {
+    /// Events sent before and asked for again (`Last-Event-ID`), with their ids.
+    replay: VecDeque<(String, Vec<u8>)>,
+    /// The `retry` of a priming event still to send.
+    prime: Option<std::time::Duration>,
+    /// When a POST stream is ended for the client to resume it (SSE polling).
+    deadline: Option<tokio::time::Instant>,
+    source: Source,
+}
+
+/// An idle event stream sends a comment this often, so that nothing between drops it.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// One SSE event: its id, its `retry`, and its data (`data:` lines, one per line of `bytes`;
+/// empty data is one empty `data:` line, so the event is still dispatched).
+fn sse_event(id: Option<&str>, retry: Option<std::time::Duration>, bytes: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(bytes.len() + 48);
+    if let Some(id) = id {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(id.as_bytes());
+        out.push(b'\n');
+    }
+    if let Some(retry) = retry {
+        out.extend_from_slice(format!("retry: {}\n", retry.as_millis()).as_bytes());
+    }
+    // A line ends at CRLF, LF or CR (a message read from an HTTP upstream may be pretty-printed).
+    let mut rest = bytes;
+    loop {
+        out.extend_from_slice(b"data: ");
+        match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            Some(end) => {
+                out.extend_from_slice(&rest[..end]);
+                out.push(b'\n');
+                let skip = if rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
+                rest = &rest[end + skip..];
+            }
+            None => {
+                out.extend_from_slice(rest);
+                out.push(b'\n');
+                break;
+            }
+        }
+    }
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+impl Writer {
+    /// The next event; `None` once the stream ends.
+    async fn next(&mut self) -> Option<Bytes> {
+        if let Some(retry) = self.prime.take() {
+            let number = match &self.source {
+                Source::Post(guard) => guard.number(),
+                Source::Get { number, .. } => *number,
+                Source::Done => 0,
+            };
+            return Some(sse_event(Some(&event_id(number, 0)), Some(retry), b""));
+        }
+        if let Some((id, bytes)) = self.replay.pop_front() {
+            return Some(sse_event(Some(&id), None, &bytes));
+        }
+        // What `live` waits on is cancel-safe: a keep-alive loses nothing.
+        match tokio::time::timeout(KEEP_ALIVE, self.live()).await {
+            Ok(event) => event,
+            Err(_) => Some(Bytes::from_static(b":\n\n")),
+        }
+    }
+
+    async fn live(&mut self) -> Option<Bytes> {
+        match &mut self.source {
+            Source::Post(guard) => {
+                let bytes = match self.deadline {
+                    None => guard.next().await?,
+                    Some(deadline) => tokio::select! {
+                        bytes = guard.next() => bytes?,
+                        () = tokio::time::sleep_until(deadline) => {
+                            tracing::debug!(session = %guard.session.id, stream = guard.number(), "ending a long POST stream for the client to resume");
+                            return None;
+                        }
+                    },
+                };
+                let id = guard.sent(&bytes);
+                Some(sse_event(id.as_deref(), None, &bytes))
+            }
+            Source::Get {
+                session,
+                number,
+                seq,
+                rx,
+            } => {
+                let message = rx.recv().await?;
+                *seq += 1;
+                session.log(*number, *seq, &message.bytes);
+                Some(sse_event(
+                    Some(&event_id(*number, *seq)),
+                    None,
+                    &message.bytes,
+                ))
+            }
+            Source::Done => None,
+        }
+    }
+
+    /// The response: an event stream that ends with the writer.
+    fn into_body(self) -> Response {
+        let events = futures_util::stream::unfold(self, |mut writer| async move {
+            let event = writer.next().await?;
+            Some((Ok::<_, Infallible>(event), writer))
+        });
+        (
+            [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            Body::from_stream(events),
+        )
+            .into_response()
+    }
 }
 
 /// `GET /metrics` on the listener (`--metrics listen`): behind the same Host, Origin and token
@@ -695,17 +829,70 @@ fn handle_get(
         ));
     }
     session.touch();
-    let rx = session.open_get();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let message = rx.recv().await?;
-        Some((
-            Ok::<_, Infallible>(SseEvent::default().data(String::from_utf8_lossy(&message.bytes))),
-            rx,
-        ))
-    });
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    let (replay, resume) = match header_str(headers, "last-event-id") {
+        None => (Vec::new(), Resume::Get),
+        Some(last) => session
+            .resume(last)
+            .map_err(|err| resume_refusal(err, last))?,
+    };
+    if !replay.is_empty() || !matches!(resume, Resume::Get) {
+        tracing::debug!(session = %session.id, replayed = replay.len(), "stream resumed");
+    }
+    let (source, deadline) = match resume {
+        Resume::Get => {
+            let (number, rx) = session.open_get();
+            let source = Source::Get {
+                session,
+                number,
+                seq: 0,
+                rx,
+            };
+            (source, None)
+        }
+        Resume::Post(state) => {
+            let options = listener.sessions.options();
+            let guard = StreamGuard {
+                session,
+                sse: true,
+                state: Some(state),
+            };
+            let deadline = options
+                .stream_limit
+                .map(|limit| tokio::time::Instant::now() + limit);
+            (Source::Post(guard), deadline)
+        }
+        Resume::Done => (Source::Done, None),
+    };
+    let writer = Writer {
+        replay: replay.into(),
+        prime: None,
+        deadline,
+        source,
+    };
+    Ok(writer.into_body().into_response())
+}
+
+fn resume_refusal(err: ResumeError, last: &str) -> Refusal {
+    match err {
+        ResumeError::Unknown => refuse(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "Last-Event-ID {last:?} is not an event this session sent; open the stream without it"
+            ),
+        ),
+        ResumeError::Lost => refuse(
+            StatusCode::GONE,
+            &format!(
+                "the events after {last:?} are no longer held (each session keeps its latest events up to --replay-bytes); they cannot be sent again"
+            ),
+        ),
+        ResumeError::Busy => refuse(
+            StatusCode::CONFLICT,
+            &format!(
+                "the stream of event {last:?} is still open on another connection; close it first"
+            ),
+        ),
+    }
 }
 
 pub(super) async fn delete(

@@ -68,6 +68,18 @@ pub struct ListenOptions {
     /// A request body must arrive within this long.
     pub body_timeout: Duration,
     pub idle: Duration,
+    /// Each session keeps the SSE events it sent, up to this many bytes, for clients that
+    /// resume a stream with `Last-Event-ID`.
+    pub replay_bytes: usize,
+    /// How long a POST stream cut before its answers waits for the client to resume it
+    /// (clients on 2025-11-25 and later); then its requests are cancelled upstream.
+    pub resume_window: Duration,
+    /// End a POST's event stream after this long, for the client to resume it (SSE polling;
+    /// only for clients that can resume). `None`: never.
+    pub stream_limit: Option<Duration>,
+    /// The `retry` (milliseconds) a POST stream's priming event tells clients to wait before
+    /// they resume.
+    pub retry: Duration,
     pub session: Options,
     /// Records every session's messages (each line names its session).
     pub recorder: Option<crate::recording::Recorder>,
@@ -89,6 +101,10 @@ impl ListenOptions {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle: Duration::from_secs(1800),
+            replay_bytes: 2 * 1024 * 1024,
+            resume_window: Duration::from_secs(60),
+            stream_limit: None,
+            retry: Duration::from_secs(1),
             session: Options::default(),
             recorder: None,
         }

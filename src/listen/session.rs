@@ -5,8 +5,16 @@
 //! request whose progress it reports, else to the GET stream, else to the newest POST stream.
 //! With no stream open it waits in a backlog bounded in bytes; when that is full, the session
 //! stops reading its server until the client opens a stream (backpressure, never a drop).
+//!
+//! Streams can be resumed (Streamable HTTP resumability): every SSE event carries an id
+//! `"{stream}-{seq}"`, and the session keeps the events it sent in a log bounded in bytes. A GET
+//! with `Last-Event-ID` gets the events of that stream after it again, then the rest of the
+//! stream. A POST stream cut before its answers (the connection dropped, or the proxy ended it
+//! for polling) is parked, not cancelled, when the session's protocol can resume
+//! (2025-11-25 and later): what is meant for it waits in its queue until the client resumes,
+//! or, after the resume window, is cancelled upstream as for a client that went away.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -14,7 +22,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use crate::framing::Frame;
 use crate::intercept::Interceptor;
+use crate::jsonrpc;
 use crate::message::{self, Id, Kind};
 use crate::queue;
 use crate::relay::Relay;
@@ -66,12 +76,150 @@ impl Outbound {
     }
 }
 
+/// The id of one SSE event: its stream and its number there (0: the priming event).
+pub(super) fn event_id(stream: u64, seq: u64) -> String {
+    format!("{stream}-{seq}")
+}
+
+fn parse_event_id(text: &str) -> Option<(u64, u64)> {
+    let (stream, seq) = text.trim().split_once('-')?;
+    Some((stream.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The protocol version from which clients resume cut POST streams (they get a priming event).
+const RESUMABLE_SINCE: &str = "2025-11-25";
+
+/// The events a session sent, for `Last-Event-ID`: the newest, up to a bound in bytes.
+struct Replay {
+    events: VecDeque<Logged>,
+    bytes: usize,
+    max: usize,
+    /// Per stream, the highest event number that can no longer be replayed (dropped from the
+    /// log to make room, or larger than the whole log).
+    lost: HashMap<u64, u64>,
+    /// Streams up to this number are treated as lost (the `lost` map is bounded too).
+    lost_through: u64,
+}
+
+struct Logged {
+    stream: u64,
+    seq: u64,
+    bytes: Vec<u8>,
+}
+
+/// At most this many streams are remembered as having lost events.
+const MAX_LOST_STREAMS: usize = 1024;
+
+impl Replay {
+    fn new(max: usize) -> Replay {
+        Replay {
+            events: VecDeque::new(),
+            bytes: 0,
+            max,
+            lost: HashMap::new(),
+            lost_through: 0,
+        }
+    }
+
+    fn push(&mut self, stream: u64, seq: u64, bytes: &[u8]) {
+        let weight = bytes.len() + queue::OVERHEAD;
+        if weight > self.max {
+            self.lose(stream, seq);
+            return;
+        }
+        while self.bytes + weight > self.max {
+            let Some(old) = self.events.pop_front() else {
+                break;
+            };
+            self.bytes -= old.bytes.len() + queue::OVERHEAD;
+            self.lose(old.stream, old.seq);
+        }
+        self.bytes += weight;
+        self.events.push_back(Logged {
+            stream,
+            seq,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    fn lose(&mut self, stream: u64, seq: u64) {
+        let lost = self.lost.entry(stream).or_insert(0);
+        *lost = (*lost).max(seq);
+        if self.lost.len() > MAX_LOST_STREAMS
+            && let Some(&oldest) = self.lost.keys().min()
+        {
+            self.lost.remove(&oldest);
+            self.lost_through = self.lost_through.max(oldest);
+        }
+    }
+
+    /// Whether an event of `stream` after `seq` was sent but can no longer be replayed.
+    fn lost_after(&self, stream: u64, seq: u64) -> bool {
+        stream <= self.lost_through || self.lost.get(&stream).is_some_and(|&lost| lost > seq)
+    }
+
+    /// The events of `stream` after `seq`, with their ids.
+    fn after(&self, stream: u64, seq: u64) -> Replayed {
+        self.events
+            .iter()
+            .filter(|e| e.stream == stream && e.seq > seq)
+            .map(|e| (event_id(e.stream, e.seq), e.bytes.clone()))
+            .collect()
+    }
+}
+
+/// A POST's stream as it stands: what it still awaits and what is queued for it. It moves
+/// from the handler that writes it to the session (parked) and back (resumed).
+pub(super) struct PostState {
+    pub number: u64,
+    /// The number of the last event sent on it.
+    pub seq: u64,
+    /// The id keys of its requests not yet answered on it.
+    pub awaiting: HashSet<String>,
+    /// Its requests the relay put in flight.
+    pub accepted: Vec<Id>,
+    /// The proxy's own answers, sent before anything from the queue.
+    pub own: VecDeque<Outbound>,
+    pub rx: StreamRx,
+}
+
+/// A cut POST stream waiting for the client to resume it.
+struct Parked {
+    state: PostState,
+    tx: StreamTx,
+    /// Cancels it when the resume window has passed.
+    expiry: tokio::task::JoinHandle<()>,
+}
+
+/// Events sent again, with their ids.
+pub(super) type Replayed = Vec<(String, Vec<u8>)>;
+
+/// What follows the replayed events of a resumed stream.
+pub(super) enum Resume {
+    /// A POST stream that was cut before its answers: it goes on here.
+    Post(PostState),
+    /// A GET stream: this request becomes the session's GET stream.
+    Get,
+    /// A POST stream that had finished: nothing.
+    Done,
+}
+
+/// Why a `Last-Event-ID` cannot be resumed.
+#[derive(Debug)]
+pub(super) enum ResumeError {
+    /// Not an id this session sent.
+    Unknown,
+    /// Events after it are no longer held.
+    Lost,
+    /// That stream is still being written to another connection.
+    Busy,
+}
+
 /// A new stream's queue.
 pub(super) fn stream_channel() -> (StreamTx, StreamRx) {
     queue::channel(queue::DEFAULT_QUEUE_BYTES)
 }
 
-#[derive(Default)]
 struct Routes {
     /// Requests waiting for their response: id key → (the POST's stream number, its queue).
     waiting: HashMap<String, (u64, StreamTx)>,
@@ -83,7 +231,15 @@ struct Routes {
     backlog: VecDeque<Outbound>,
     backlog_bytes: usize,
     next_stream: u64,
+    /// The numbers of the latest GET streams (a resumed one becomes the GET stream again).
+    gets: VecDeque<u64>,
+    /// Cut POST streams waiting to be resumed, by number.
+    parked: HashMap<u64, Parked>,
+    replay: Replay,
 }
+
+/// At most this many GET stream numbers are remembered.
+const MAX_GETS: usize = 64;
 
 impl Routes {
     /// Moves what waited for a stream onto `tx`, as far as it takes it now. (The backlog counts
@@ -119,6 +275,8 @@ pub(super) struct Session {
     protocol: Mutex<Option<String>>,
     initialize_key: Mutex<Option<String>>,
     ended: AtomicBool,
+    /// How long a cut POST stream waits to be resumed.
+    resume_window: Duration,
 }
 
 /// A POST registered with its session: its stream number and queue.
@@ -215,20 +373,133 @@ impl Session {
         left
     }
 
-    /// Opens the GET stream (replacing an older one).
-    pub fn open_get(&self) -> StreamRx {
+    /// Opens the GET stream (replacing an older one); its number and queue.
+    pub fn open_get(&self) -> (u64, StreamRx) {
         let (tx, rx) = stream_channel();
         let mut routes = lock(&self.routes);
+        routes.next_stream += 1;
+        let number = routes.next_stream;
+        routes.gets.push_back(number);
+        if routes.gets.len() > MAX_GETS {
+            routes.gets.pop_front();
+        }
         routes.drain_backlog_into(&tx);
         routes.get = Some(tx);
         drop(routes);
         self.room.notify_waiters();
-        rx
+        (number, rx)
+    }
+
+    /// Whether the client can resume a cut POST stream (it negotiated 2025-11-25 or later),
+    /// so that it gets a priming event and a cut stream is parked rather than cancelled.
+    pub fn resumable(&self) -> bool {
+        lock(&self.protocol)
+            .as_deref()
+            .is_some_and(|p| p >= RESUMABLE_SINCE)
+    }
+
+    /// Keeps an event sent on `stream`, for a client that resumes.
+    pub fn log(&self, stream: u64, seq: u64, bytes: &[u8]) {
+        lock(&self.routes).replay.push(stream, seq, bytes);
+    }
+
+    /// Parks a cut POST stream until the client resumes it or the resume window passes.
+    pub fn park(self: &Arc<Self>, state: PostState) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.abandon_post(state);
+            return;
+        };
+        let number = state.number;
+        let weak = Arc::downgrade(self);
+        let window = self.resume_window;
+        let mut routes = lock(&self.routes);
+        let Some(tx) = routes.streams.remove(&number) else {
+            // Not a live stream (the session ended meanwhile).
+            drop(routes);
+            self.abandon_post(state);
+            return;
+        };
+        tracing::debug!(session = %self.id, stream = number, "stream cut before its answers; parked for the client to resume");
+        let expiry = runtime.spawn(async move {
+            tokio::time::sleep(window).await;
+            if let Some(session) = weak.upgrade() {
+                session.expire_parked(number);
+            }
+        });
+        routes.parked.insert(number, Parked { state, tx, expiry });
+    }
+
+    fn expire_parked(&self, number: u64) {
+        let parked = lock(&self.routes).parked.remove(&number);
+        if let Some(parked) = parked {
+            tracing::info!(session = %self.id, stream = number, "a cut stream was not resumed in time");
+            self.abandon_post(parked.state);
+        }
+    }
+
+    /// Resumes the stream of `last_event_id`: the events after it, and what follows them.
+    pub fn resume(&self, last_event_id: &str) -> Result<(Replayed, Resume), ResumeError> {
+        let mut routes = lock(&self.routes);
+        let (stream, seq) = parse_event_id(last_event_id)
+            .filter(|&(stream, _)| stream >= 1 && stream <= routes.next_stream)
+            .ok_or(ResumeError::Unknown)?;
+        if routes.streams.contains_key(&stream) {
+            return Err(ResumeError::Busy);
+        }
+        if routes.replay.lost_after(stream, seq) {
+            return Err(ResumeError::Lost);
+        }
+        let events = routes.replay.after(stream, seq);
+        let then = if let Some(parked) = routes.parked.remove(&stream) {
+            parked.expiry.abort();
+            routes.drain_backlog_into(&parked.tx);
+            routes.streams.insert(stream, parked.tx);
+            Resume::Post(parked.state)
+        } else if routes.gets.contains(&stream) {
+            Resume::Get
+        } else {
+            Resume::Done
+        };
+        drop(routes);
+        self.room.notify_waiters();
+        Ok((events, then))
+    }
+
+    /// Gives up a POST stream: forgets it, passes on what was queued for it but not sent (to
+    /// another stream of the session), and cancels upstream what it left unanswered.
+    pub fn abandon_post(&self, mut state: PostState) {
+        let accepted: Vec<Id> = state
+            .accepted
+            .iter()
+            .filter(|id| state.awaiting.contains(id.key()))
+            .cloned()
+            .collect();
+        let unanswered = self.close_post(state.number, &accepted);
+        state.rx.close();
+        while let Some(message) = state.own.pop_front() {
+            self.route_now(message.bytes, message.kind);
+        }
+        while let Some(message) = state.rx.try_recv() {
+            self.route_now(message.bytes, message.kind);
+        }
+        for id in unanswered {
+            if self.is_ended() {
+                break;
+            }
+            tracing::info!(session = %self.id, id = id.raw(), "client went away before the answer; cancelling upstream");
+            let cancel = jsonrpc::cancelled(&id, "the client disconnected");
+            let routed = self.relay.from_client(Frame::Line(cancel));
+            if let Some(bytes) = routed.to_server
+                && self.to_server.try_send(bytes).is_err()
+            {
+                tracing::warn!(session = %self.id, id = id.raw(), "the upstream queue is full: the cancellation could not be sent");
+            }
+        }
     }
 
     /// Sends a server message to the client stream it belongs to, waiting while that stream
     /// (or, with none open, the backlog) is full: a slow client slows its own session only.
-    pub async fn route(&self, bytes: Vec<u8>, kind: Option<Kind>) {
+    pub async fn route(&self, bytes: Vec<u8>, kind: Option<Kind>, related: Option<Id>) {
         self.note_initialize_response(&bytes, kind.as_ref());
         let mut message = Outbound { bytes, kind };
         loop {
@@ -237,7 +508,12 @@ impl Session {
             notified.as_mut().enable();
             let target = {
                 let mut routes = lock(&self.routes);
-                let target = target(&mut routes, &message.bytes, message.kind.as_ref());
+                let target = target(
+                    &mut routes,
+                    &message.bytes,
+                    message.kind.as_ref(),
+                    related.as_ref(),
+                );
                 // What waited for a stream goes first, in order.
                 if let Some(tx) = &target
                     && !routes.backlog.is_empty()
@@ -281,7 +557,7 @@ impl Session {
     pub fn route_now(&self, bytes: Vec<u8>, kind: Option<Kind>) {
         let mut routes = lock(&self.routes);
         let message = Outbound { bytes, kind };
-        let message = match target(&mut routes, &message.bytes, message.kind.as_ref()) {
+        let message = match target(&mut routes, &message.bytes, message.kind.as_ref(), None) {
             Some(tx) => match tx.try_send(message) {
                 Ok(()) => return,
                 Err(queue::TrySendError::Full(back) | queue::TrySendError::Closed(back)) => back,
@@ -317,6 +593,9 @@ impl Session {
         routes.waiting.clear();
         routes.streams.clear();
         routes.get = None;
+        for (_, parked) in routes.parked.drain() {
+            parked.expiry.abort();
+        }
         drop(routes);
         self.room.notify_waiters();
         self.closed.notify_waiters();
@@ -324,8 +603,27 @@ impl Session {
 }
 
 /// Where a server message goes (see the module doc).
-fn target(routes: &mut Routes, bytes: &[u8], kind: Option<&Kind>) -> Option<StreamTx> {
+fn target(
+    routes: &mut Routes,
+    bytes: &[u8],
+    kind: Option<&Kind>,
+    related: Option<&Id>,
+) -> Option<StreamTx> {
+    // The SSE stream (live or parked) of the POST that sent `request`.
+    let stream_of = |routes: &Routes, request: &Id| {
+        let (number, _) = routes.waiting.get(request.key())?;
+        routes
+            .streams
+            .get(number)
+            .or_else(|| routes.parked.get(number).map(|p| &p.tx))
+            .cloned()
+    };
     let target = match kind {
+        Some(Kind::Request { .. } | Kind::Notification { .. })
+            if let Some(tx) = related.and_then(|request| stream_of(routes, request)) =>
+        {
+            Some(tx)
+        }
         Some(Kind::Response { id: Some(id), .. }) => {
             let target = routes.waiting.remove(id.key()).map(|(_, tx)| tx);
             // A batch answers several requests: none of them waits any more.
@@ -339,7 +637,13 @@ fn target(routes: &mut Routes, bytes: &[u8], kind: Option<&Kind>) -> Option<Stre
         Some(Kind::Notification { method }) if method == "notifications/progress" => {
             message::progress_token(bytes)
                 .and_then(|token| routes.progress.get(&token).copied())
-                .and_then(|n| routes.streams.get(&n).cloned())
+                .and_then(|n| {
+                    routes
+                        .streams
+                        .get(&n)
+                        .or_else(|| routes.parked.get(&n).map(|p| &p.tx))
+                        .cloned()
+                })
         }
         _ => None,
     };
@@ -492,7 +796,18 @@ impl Sessions {
             client,
             relay,
             to_server: upstream.to_server.clone(),
-            routes: Mutex::new(Routes::default()),
+            routes: Mutex::new(Routes {
+                waiting: HashMap::new(),
+                progress: HashMap::new(),
+                streams: BTreeMap::new(),
+                get: None,
+                backlog: VecDeque::new(),
+                backlog_bytes: 0,
+                next_stream: 0,
+                gets: VecDeque::new(),
+                parked: HashMap::new(),
+                replay: Replay::new(self.options.replay_bytes),
+            }),
             room: Notify::new(),
             closed: Notify::new(),
             stopper: Mutex::new(stopper),
@@ -500,6 +815,7 @@ impl Sessions {
             protocol: Mutex::new(None),
             initialize_key: Mutex::new(None),
             ended: AtomicBool::new(false),
+            resume_window: self.options.resume_window,
         });
         if let Some(task) = upstream.take_task() {
             self.spawn(async move {
@@ -592,7 +908,12 @@ async fn sweep_timeouts(session: Arc<Session>) {
 /// The HTTP client side of a session: each message goes to the stream it belongs to.
 impl crate::session::ClientSide for Arc<Session> {
     async fn deliver(&self, bytes: Vec<u8>, kind: Option<Kind>) -> bool {
-        self.route(bytes, kind).await;
+        self.route(bytes, kind, None).await;
+        !self.is_ended()
+    }
+
+    async fn deliver_related(&self, bytes: Vec<u8>, kind: Option<Kind>, request: Id) -> bool {
+        self.route(bytes, kind, Some(request)).await;
         !self.is_ended()
     }
 }

@@ -21,7 +21,7 @@ use super::conn::{self, ClientResponse, ConnError};
 use super::{Event, Link, Upstream};
 use crate::framing::{EnvelopeScanner, Frame};
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id};
+use crate::message::{self, Id, Kind};
 use crate::queue;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -89,6 +89,16 @@ impl Shared {
 
     /// Passes a message on, with its envelope when it was read already.
     async fn emit_read(&self, bytes: Vec<u8>, parsed: Option<message::Parsed>) {
+        self.emit_related(bytes, parsed, None).await;
+    }
+
+    /// Passes a message on; `related`: the client request whose stream it came on.
+    async fn emit_related(
+        &self,
+        bytes: Vec<u8>,
+        parsed: Option<message::Parsed>,
+        related: Option<Id>,
+    ) {
         let frame = if bytes.len() > self.max_message_bytes {
             let mut scanner = EnvelopeScanner::default();
             scanner.feed(&bytes);
@@ -107,7 +117,11 @@ impl Shared {
                 None => Frame::Line(bytes),
             }
         };
-        let _ = self.events.send(Event::Frame(frame)).await;
+        let event = match related {
+            Some(request) => Event::Related { frame, request },
+            None => Event::Frame(frame),
+        };
+        let _ = self.events.send(event).await;
     }
 
     /// Answers `ids` with an error naming `why`.
@@ -389,45 +403,73 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let mut unanswered: Vec<Id> = ids.to_vec();
-    let mut on_message = async |data: Vec<u8>| {
-        if initialize {
-            remember_protocol(shared, &data);
-        }
-        // The envelope is read once here, and travels with the bytes to the relay.
-        let parsed = message::parse(&data).ok();
-        if let Some(parsed) = &parsed {
-            for key in parsed.response_keys() {
-                unanswered.retain(|id| id.key() != key);
-            }
-        }
-        shared.emit_read(data, parsed).await;
+    let request = match ids {
+        [one] => Some(one),
+        _ => None,
     };
     if is_sse {
         let mut events = body::events(response.body, shared.max_message_bytes, shared.read_timeout);
-        let mut broken = None;
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(event) => {
-                    if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
-                        on_message(data.into_bytes()).await;
+        // Where to resume the stream from if the server ends it before its answers (SSE
+        // polling, or a dropped connection), and how long it asked to wait first.
+        let mut last_event: Option<String> = None;
+        let mut retry = DEFAULT_RETRY;
+        let mut resumes = 0;
+        let why = loop {
+            let mut broken = None;
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => {
+                        if let Some(id) = event.id {
+                            last_event = Some(id);
+                        }
+                        if let Some(ms) = event.retry {
+                            retry = Duration::from_millis(ms).min(MAX_RETRY);
+                        }
+                        if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
+                            pass_on(
+                                shared,
+                                initialize,
+                                &mut unanswered,
+                                request,
+                                data.into_bytes(),
+                            )
+                            .await;
+                        }
+                    }
+                    Err(err) => {
+                        broken = Some(match BodyError::in_sse(&err) {
+                            Some(cause) => cause.to_string(),
+                            None => format!(
+                                "the upstream server's event stream broke before it answered: {err}"
+                            ),
+                        });
+                        break;
                     }
                 }
-                Err(err) => {
-                    broken = Some(match BodyError::in_sse(&err) {
-                        Some(cause) => cause.to_string(),
-                        None => format!(
-                            "the upstream server's event stream broke before it answered: {err}"
-                        ),
-                    });
-                    break;
-                }
             }
-        }
-        // The stream is dropped here: a cut stream's connection is closed, not drained.
-        drop(events);
-        let why = broken.unwrap_or_else(|| {
-            "the upstream server's event stream ended before it answered".to_string()
-        });
+            // A cut stream's connection is closed, not drained.
+            drop(events);
+            let why = broken.unwrap_or_else(|| {
+                "the upstream server's event stream ended before it answered".to_string()
+            });
+            if unanswered.is_empty() {
+                break why;
+            }
+            let Some(last) = last_event.clone() else {
+                break why;
+            };
+            if resumes == MAX_RESUMES {
+                break format!("{why} (resumed {MAX_RESUMES} times without the answer)");
+            }
+            resumes += 1;
+            tokio::time::sleep(retry).await;
+            match resume_stream(shared, &last).await {
+                Ok(resumed) => {
+                    events = body::events(resumed, shared.max_message_bytes, shared.read_timeout);
+                }
+                Err(err) => break format!("{why}, and resuming it failed: {err}"),
+            }
+        };
         if !unanswered.is_empty() {
             tracing::warn!(%why, unanswered = unanswered.len());
             shared.fail(&unanswered, &why).await;
@@ -435,7 +477,9 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
     } else {
         match body::read_limited(response.body, shared.max_message_bytes, shared.read_timeout).await
         {
-            Ok(body) if !body.is_empty() => on_message(body).await,
+            Ok(body) if !body.is_empty() => {
+                pass_on(shared, initialize, &mut unanswered, request, body).await
+            }
             Ok(_) => {}
             Err(why) => {
                 tracing::warn!(%why);
@@ -452,6 +496,69 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
                 .await;
         }
     }
+}
+
+/// Passes one message of a POST's response on; what it answers is no longer `unanswered`.
+/// A request or notification on the stream of a POST that carried one request relates to it.
+async fn pass_on(
+    shared: &Shared,
+    initialize: bool,
+    unanswered: &mut Vec<Id>,
+    request: Option<&Id>,
+    data: Vec<u8>,
+) {
+    if initialize {
+        remember_protocol(shared, &data);
+    }
+    // The envelope is read once here, and travels with the bytes to the relay.
+    let parsed = message::parse(&data).ok();
+    let mut related = None;
+    if let Some(parsed) = &parsed {
+        for key in parsed.response_keys() {
+            unanswered.retain(|id| id.key() != key);
+        }
+        if matches!(
+            parsed.kinds().first(),
+            Some(Kind::Request { .. } | Kind::Notification { .. })
+        ) {
+            related = request.cloned();
+        }
+    }
+    shared.emit_related(data, parsed, related).await;
+}
+
+/// How long to wait before resuming a stream the server ended, unless it says (`retry`).
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+/// A server's `retry` longer than this is cut to it.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// A stream is resumed at most this many times for one POST.
+const MAX_RESUMES: u32 = 16;
+
+/// Asks for the events of a stream after `last_event` (GET with `Last-Event-ID`).
+async fn resume_stream(shared: &Shared, last_event: &str) -> Result<conn::Body, String> {
+    let session = shared.session();
+    let mut headers = shared.headers(session.as_deref());
+    headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        "last-event-id",
+        HeaderValue::try_from(last_event)
+            .map_err(|_| "the event id is not a valid header".to_string())?,
+    );
+    let response = shared
+        .client
+        .send(Method::GET, headers, bytes::Bytes::new())
+        .await
+        .map_err(|err| err.to_string())?;
+    if !response.status.is_success() {
+        let body = body::read_prefix(response.body, body::ERROR_EXCERPT_BYTES).await;
+        return Err(format!(
+            "HTTP {}: {}",
+            response.status,
+            jsonrpc::excerpt(&body, 300)
+        ));
+    }
+    tracing::debug!(last_event, "resumed the upstream event stream");
+    Ok(response.body)
 }
 
 fn remember_protocol(shared: &Shared, data: &[u8]) {

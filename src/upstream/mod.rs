@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::framing::{Frame, FrameReader};
+use crate::message::Id;
 use crate::queue::{self, Weigh};
 use child::{ChildServer, SpawnError};
 
@@ -39,6 +40,12 @@ pub enum UpstreamSpec {
 #[derive(Debug)]
 pub enum Event {
     Frame(Frame),
+    /// A server request or notification that came related to one client request (on the HTTP
+    /// stream of that request's POST): it goes to the client stream of that request.
+    Related {
+        frame: Frame,
+        request: Id,
+    },
     /// The upstream is gone. `stopped` is true when we asked it to stop.
     Ended {
         reason: String,
@@ -53,7 +60,11 @@ pub enum Event {
 impl Weigh for Event {
     fn weight(&self) -> usize {
         match self {
-            Event::Frame(Frame::Line(line) | Frame::Read { line, .. }) => line.len(),
+            Event::Frame(Frame::Line(line) | Frame::Read { line, .. })
+            | Event::Related {
+                frame: Frame::Line(line) | Frame::Read { line, .. },
+                ..
+            } => line.len(),
             _ => 0,
         }
     }

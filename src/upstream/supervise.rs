@@ -76,8 +76,8 @@ async fn supervise(
                 return;
             }
             event = current.events.recv() => match event {
-                Some(Event::Frame(frame)) => {
-                    if events.send(Event::Frame(frame)).await.is_err() {
+                Some(event @ (Event::Frame(_) | Event::Related { .. })) => {
+                    if events.send(event).await.is_err() {
                         return;
                     }
                 }

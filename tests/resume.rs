@@ -1,0 +1,383 @@
+//! Resumable event streams over `--listen` (Streamable HTTP, 2025-11-25): event ids, the
+//! priming event, `Last-Event-ID` replay after a dropped stream, SSE polling, and the clear
+//! refusals when a resume cannot be honoured. The quirky server sits behind the proxy.
+
+mod common;
+
+use std::collections::HashSet;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+const INITIALIZE_2025_11_25: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"resume-test","version":"0"}}}"#;
+
+fn quirky() -> String {
+    common::example("quirky_server")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn listen(options: &[&str]) -> (tokio::process::Child, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let quirky = quirky();
+    let mut args: Vec<&str> = options.to_vec();
+    args.extend(["--", &quirky]);
+    common::listen(&args, &[]).await
+}
+
+/// A session on protocol 2025-11-25 (its id).
+async fn initialize(client: &reqwest::Client, url: &str) -> String {
+    let response = common::mcp_post(client, url, None, INITIALIZE_2025_11_25)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = response.text().await;
+    let ack = common::mcp_post(client, url, Some(&session), common::INITIALIZED)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ack.status(), 202);
+    session
+}
+
+/// One event as the client sees it.
+#[derive(Debug)]
+struct Event {
+    id: Option<String>,
+    retry: Option<u64>,
+    data: String,
+}
+
+impl Event {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("{e}: {:?}", self.data))
+    }
+}
+
+type Events = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send>,
+>;
+
+fn events(response: reqwest::Response) -> Events {
+    Box::pin(sse_stream::SseStream::from_bytes_stream(
+        response.bytes_stream(),
+    ))
+}
+
+/// The next event; `None` when the stream ended.
+async fn next(events: &mut Events) -> Option<Event> {
+    let event = tokio::time::timeout(common::PATIENCE, events.next())
+        .await
+        .expect("an event in time")?
+        .expect("a well-formed event");
+    Some(Event {
+        id: event.id,
+        retry: event.retry,
+        data: event.data.unwrap_or_default(),
+    })
+}
+
+/// GET with `Last-Event-ID`; retried while the proxy has not yet seen the old connection go
+/// (409): a client that reconnects at once may be faster than the proxy's TCP read.
+async fn resume(
+    client: &reqwest::Client,
+    url: &str,
+    session: &str,
+    last: &str,
+) -> reqwest::Response {
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    loop {
+        let response = client
+            .get(url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", session)
+            .header("last-event-id", last)
+            .send()
+            .await
+            .unwrap();
+        if response.status() != 409 || tokio::time::Instant::now() > deadline {
+            return response;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// "stream-seq" → (stream, seq).
+fn parse_id(id: &str) -> (u64, u64) {
+    let (stream, seq) = id.split_once('-').expect("an id stream-seq");
+    (stream.parse().unwrap(), seq.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_dropped_stream_is_resumed_from_last_event_id_with_nothing_lost_and_nothing_twice() {
+    let (_proxy, url) = listen(&[]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    let call = r#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"name":"report","arguments":{"quarter":"Q3"},"_meta":{"progressToken":"p"}}}"#;
+    let response = common::mcp_post(&client, &url, Some(&session), call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut first = events(response);
+    // The priming event: an id, a retry, empty data.
+    let priming = next(&mut first).await.unwrap();
+    let (stream, seq) = parse_id(priming.id.as_deref().unwrap());
+    assert_eq!(seq, 0);
+    assert_eq!(priming.retry, Some(1000));
+    assert_eq!(priming.data, "");
+    let one = next(&mut first).await.unwrap();
+    assert_eq!(one.json()["params"]["progress"], 1);
+    assert_eq!(parse_id(one.id.as_deref().unwrap()), (stream, 1));
+    // The connection drops: what followed progress 1 (sent or not) must come again, once.
+    drop(first);
+    let resumed = resume(&client, &url, &session, one.id.as_deref().unwrap()).await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = events(resumed);
+    let mut seen = Vec::new();
+    let mut ids = Vec::new();
+    while let Some(event) = next(&mut resumed).await {
+        if event.data.trim().is_empty() {
+            continue;
+        }
+        ids.push(event.id.clone().expect("every event has an id"));
+        let message = event.json();
+        if message["method"] == "sampling/createMessage" {
+            let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {"role": "assistant", "content": {"type": "text", "text": "fine"}, "model": "m"}});
+            let ack = common::mcp_post(&client, &url, Some(&session), &answer.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(ack.status(), 202);
+        }
+        seen.push(message);
+    }
+    let kinds: Vec<String> = seen
+        .iter()
+        .map(|m| match (&m["method"], &m["id"]) {
+            (Value::String(method), _) if method == "notifications/progress" => {
+                format!("progress {}", m["params"]["progress"])
+            }
+            (Value::String(method), _) => method.clone(),
+            (_, id) => format!("response {id}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "progress 2",
+            "notifications/message",
+            "sampling/createMessage",
+            "progress 3",
+            "response \"r1\""
+        ]
+    );
+    assert_eq!(seen[4]["result"]["content"][0]["text"], "Q3: fine café");
+    // The ids go on from where the client was, on the same stream, without a repeat.
+    let numbers: Vec<(u64, u64)> = ids.iter().map(|id| parse_id(id)).collect();
+    assert!(numbers.iter().all(|&(s, _)| s == stream), "{ids:?}");
+    assert_eq!(
+        numbers.iter().map(|&(_, n)| n).collect::<Vec<_>>(),
+        [2, 3, 4, 5, 6]
+    );
+}
+
+#[tokio::test]
+async fn a_stream_not_resumed_within_the_window_is_cancelled_upstream() {
+    let (_proxy, url) = listen(&["--resume-secs", "0.3"]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    // The GET stream gets what belongs to no open request: the server's log of the cancel.
+    let get = client
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    let mut server = events(get);
+    let call = r#"{"jsonrpc":"2.0","id":"w1","method":"tools/call","params":{"name":"slow"}}"#;
+    let response = common::mcp_post(&client, &url, Some(&session), call)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = events(response);
+    let priming = next(&mut stream).await.unwrap();
+    assert_eq!(priming.data, "");
+    drop(stream);
+    let logged = loop {
+        let event = next(&mut server).await.expect("the GET stream stays open");
+        if !event.data.trim().is_empty() {
+            break event.json();
+        }
+    };
+    assert_eq!(logged["params"]["data"], "cancelled 'w1'");
+    // Its stream is gone: resuming it now gives nothing more and ends.
+    let late = resume(&client, &url, &session, priming.id.as_deref().unwrap()).await;
+    assert_eq!(late.status(), 200);
+    let mut late = events(late);
+    assert!(next(&mut late).await.is_none());
+}
+
+#[tokio::test]
+async fn with_stream_secs_the_proxy_ends_long_streams_and_a_polling_client_gets_everything_once() {
+    let (_proxy, url) = listen(&["--stream-secs", "0.25"]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    // Progress every 100 ms, eight times, then the answer: longer than three streams.
+    let call = r#"{"jsonrpc":"2.0","id":"t1","method":"tools/call","params":{"name":"ticking","arguments":{"ticks":8},"_meta":{"progressToken":"tk"}}}"#;
+    let response = common::mcp_post(&client, &url, Some(&session), call)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = events(response);
+    let mut last = None;
+    let mut progress = Vec::new();
+    let mut answers = 0;
+    let mut streams = 0;
+    let mut ids = HashSet::new();
+    loop {
+        streams += 1;
+        while let Some(event) = next(&mut stream).await {
+            let id = event.id.clone().expect("every event has an id");
+            assert!(ids.insert(id.clone()), "event {id} came twice");
+            last = Some(id);
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let message = event.json();
+            if message["id"] == "t1" {
+                answers += 1;
+            } else {
+                progress.push(message["params"]["progress"].as_u64().unwrap());
+            }
+        }
+        if answers > 0 {
+            break;
+        }
+        assert!(streams < 50, "no answer after {streams} streams");
+        // The stream ended before the answer: resume it where it stopped.
+        let response = resume(&client, &url, &session, last.as_deref().unwrap()).await;
+        assert_eq!(response.status(), 200);
+        stream = events(response);
+    }
+    assert_eq!(answers, 1);
+    assert_eq!(progress, (1..=8).collect::<Vec<u64>>());
+    assert!(streams >= 2, "the proxy never ended the stream");
+}
+
+#[tokio::test]
+async fn the_get_stream_is_numbered_and_resumed_too() {
+    let (_proxy, url) = listen(&[]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    let open_get = |last: Option<String>| {
+        let mut request = client
+            .get(&url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session);
+        if let Some(last) = last {
+            request = request.header("last-event-id", last);
+        }
+        request.send()
+    };
+    let call = |id: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":"{id}","method":"tools/call","params":{{"name":"list_changed"}}}}"#
+        );
+        common::mcp_post(&client, &url, Some(&session), &body).send()
+    };
+    let mut get = events(open_get(None).await.unwrap());
+    let _ = call("l1").await.unwrap().text().await;
+    // tools/list_changed belongs to no request: it goes to the GET stream, with an id.
+    let changed = next(&mut get).await.unwrap();
+    assert_eq!(changed.json()["method"], "notifications/tools/list_changed");
+    let (stream, seq) = parse_id(changed.id.as_deref().unwrap());
+    assert_eq!(seq, 1);
+    drop(get);
+    // Reconnecting from before it: it comes again, then the new GET stream goes on.
+    let mut again = events(
+        resume(&client, &url, &session, &format!("{stream}-0"))
+            .await
+            .error_for_status()
+            .unwrap(),
+    );
+    let replayed = next(&mut again).await.unwrap();
+    assert_eq!(replayed.id, changed.id);
+    assert_eq!(replayed.data, changed.data);
+    let _ = call("l2").await.unwrap().text().await;
+    let fresh = next(&mut again).await.unwrap();
+    assert_eq!(fresh.json()["method"], "notifications/tools/list_changed");
+    assert_ne!(parse_id(fresh.id.as_deref().unwrap()).0, stream);
+}
+
+#[tokio::test]
+async fn a_resume_the_proxy_cannot_honour_is_refused_with_the_reason() {
+    let (_proxy, url) = listen(&["--replay-bytes", "500"]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    // An id this session never sent.
+    let unknown = resume(&client, &url, &session, "999-1").await;
+    assert_eq!(unknown.status(), 400);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "Last-Event-ID \"999-1\" is not an event this session sent; open the stream without it"
+    );
+    // An answer larger than the replay log is sent but cannot be sent again.
+    let call = r#"{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"big","arguments":{"bytes":2000}}}"#;
+    let response = common::mcp_post(&client, &url, Some(&session), call)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = events(response);
+    let priming = next(&mut stream).await.unwrap();
+    let answer = next(&mut stream).await.unwrap();
+    assert_eq!(answer.json()["id"], "b1");
+    assert!(next(&mut stream).await.is_none());
+    let lost = resume(&client, &url, &session, priming.id.as_deref().unwrap()).await;
+    assert_eq!(lost.status(), 410);
+    let body: Value = lost.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        format!(
+            "the events after {:?} are no longer held (each session keeps its latest events up to --replay-bytes); they cannot be sent again",
+            priming.id.unwrap()
+        )
+    );
+}
+
+#[tokio::test]
+async fn older_clients_get_no_priming_event_and_a_version_header_of_another_known_version_is_accepted()
+ {
+    let (_proxy, url) = listen(&[]).await;
+    let client = reqwest::Client::new();
+    // 2025-06-18: no priming event (such clients cannot resume a cut POST stream).
+    let old = common::mcp_initialize(&client, &url).await;
+    let call = r#"{"jsonrpc":"2.0","id":"o1","method":"tools/call","params":{"name":"late","arguments":{"ms":1,"bytes":3}}}"#;
+    let response = common::mcp_post(&client, &url, Some(&old), call)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = events(response);
+    let first = next(&mut stream).await.unwrap();
+    assert_eq!(first.json()["id"], "o1");
+    assert!(first.id.is_some());
+    // A 2025-11-25 session that sends an older known version in the header is served.
+    let new = initialize(&client, &url).await;
+    let response = common::mcp_post(&client, &url, Some(&new), call)
+        .header("mcp-protocol-version", "2025-03-26")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = events(response);
+    assert_eq!(next(&mut stream).await.unwrap().data, "");
+    assert_eq!(next(&mut stream).await.unwrap().json()["id"], "o1");
+}
