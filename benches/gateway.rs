@@ -8,7 +8,8 @@
 //!    by the proxy).
 //!
 //! Run with `cargo bench --bench gateway` (builds the fleet example first if needed).
-//! `GATEWAY_CALLS` sets the calls per point (default 6,000, shared among the sessions).
+//! `GATEWAY_CALLS` sets the calls per point (default 6,000, shared among the sessions);
+//! `GATEWAY_ONLY=calls` or `=ping` runs one part.
 
 #[path = "support/load.rs"]
 mod load;
@@ -203,6 +204,7 @@ async fn ping_under_load(proxy: &Path, policy: &Path, threads: &[&str]) -> PingF
 }
 
 fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let proxy = PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget"));
     let policy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
     let fleet = fleet_server();
@@ -222,7 +224,10 @@ fn main() {
     );
     println!("  sessions   every core   one thread   ratio");
     let mut at_eight = None;
-    for sessions in [1usize, 2, 8, 32] {
+    // GATEWAY_ONLY=ping skips the calls/s part (GATEWAY_ONLY=calls, the ping part).
+    let only = std::env::var("GATEWAY_ONLY").unwrap_or_default();
+    let counts: &[usize] = if only == "ping" { &[] } else { &[1, 2, 8, 32] };
+    for &sessions in counts {
         let calls = (total / sessions).max(1);
         let mut rates = Vec::new();
         for threads in [&[][..], &["--threads", "1"][..]] {

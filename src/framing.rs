@@ -28,6 +28,9 @@ pub enum Frame {
     },
 }
 
+/// A reader lets other tasks run after this many bytes of one line (~0.2 ms of work).
+const YIELD_BYTES: usize = 512 * 1024;
+
 /// Reads frames from an async byte stream.
 pub struct FrameReader<R> {
     inner: BufReader<R>,
@@ -58,7 +61,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let mut line = Vec::new();
         let mut oversized: Option<(usize, EnvelopeScanner)> = None;
         let mut saw_bytes = false;
+        // Bytes read since this task last let others run: a long line arrives in many reads
+        // that are all ready at once, and must not hold its thread for all of them.
+        let mut since_yield = 0usize;
         loop {
+            if since_yield >= YIELD_BYTES {
+                since_yield = 0;
+                tokio::task::yield_now().await;
+            }
             let chunk = self.inner.fill_buf().await?;
             if chunk.is_empty() {
                 if !saw_bytes {
@@ -86,6 +96,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 None => line.extend_from_slice(part),
             }
             self.inner.consume(consumed);
+            since_yield += consumed;
             if done {
                 break;
             }

@@ -65,6 +65,7 @@ pub mod cli;
 pub mod client;
 pub mod explain;
 pub mod framing;
+pub mod heavy;
 pub mod intercept;
 pub mod jsonrpc;
 pub mod keyfile;

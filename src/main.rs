@@ -49,6 +49,12 @@ fn main() -> ExitCode {
     } else {
         tokio::runtime::Builder::new_current_thread()
     };
+    if threads > 1
+        && let Err(err) = mcp_budget::heavy::start(threads, lower_priority)
+    {
+        eprintln!("mcp-budget: cannot start the budget's threads: {err}");
+        return ExitCode::from(2);
+    }
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -73,6 +79,17 @@ fn main() -> ExitCode {
             eprintln!("mcp-budget: {err:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10): the budget's heavy work yields a
+/// core to the I/O of every session. (Best effort: a failure leaves the priority as it was.)
+fn lower_priority() {
+    // SAFETY: setpriority reads only its integer arguments; on Linux, PRIO_PROCESS with who 0
+    // names the calling thread alone.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, 0, 10) };
+    if rc != 0 {
+        tracing::debug!(err = %std::io::Error::last_os_error(), "cannot lower the budget threads' priority");
     }
 }
 

@@ -8,6 +8,7 @@
 //! driver a [`ClientSide`] and gets back why the upstream ended.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::intercept::Interceptor;
@@ -98,7 +99,7 @@ pub fn restarting(reason: &str) -> String {
 /// and whether it was asked to (`None` when the client went away first).
 pub async fn server_to_client(
     mut events: queue::Receiver<Event>,
-    relay: &Relay,
+    relay: &Arc<Relay>,
     client: &impl ClientSide,
 ) -> Option<(String, bool)> {
     // A policy reload that changes descriptors: the client is told to list the tools again.
@@ -125,14 +126,14 @@ pub async fn server_to_client(
         };
         match event? {
             Event::Frame(frame) => {
-                if let Some((bytes, kind)) = budgeted(relay, frame)
+                if let Some((bytes, kind)) = budgeted(relay, frame).await
                     && !client.deliver(bytes, kind).await
                 {
                     return None;
                 }
             }
             Event::Related { frame, request } => {
-                if let Some((bytes, kind)) = budgeted(relay, frame)
+                if let Some((bytes, kind)) = budgeted(relay, frame).await
                     && !client.deliver_related(bytes, kind, request).await
                 {
                     return None;
@@ -154,21 +155,20 @@ pub async fn server_to_client(
 /// result: ~90 ms): on a multi-thread runtime it runs off the I/O threads.
 const HEAVY_BYTES: usize = 256 * 1024;
 
-/// Passes one server message through the relay (and so the budget). A large one, on a
-/// multi-thread runtime (the listener), runs where it cannot block the I/O of other sessions:
-/// its worker hands its other tasks to another thread first (`block_in_place`). The session's
-/// own order is kept: this task waits for it.
-fn budgeted(relay: &Relay, frame: crate::framing::Frame) -> Option<(Vec<u8>, Option<Kind>)> {
+/// Passes one server message through the relay (and so the budget). A large one, when the
+/// heavy-work pool runs (the listener), goes there, where it cannot block the I/O of other
+/// sessions. The session's own order is kept: this task waits for it.
+async fn budgeted(
+    relay: &Arc<Relay>,
+    frame: crate::framing::Frame,
+) -> Option<(Vec<u8>, Option<Kind>)> {
     let size = match &frame {
         crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } => line.len(),
         crate::framing::Frame::TooLarge { .. } => 0,
     };
-    let heavy = size >= HEAVY_BYTES
-        && tokio::runtime::Handle::try_current().is_ok_and(|handle| {
-            handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        });
-    if heavy {
-        tokio::task::block_in_place(|| relay.from_server_classified(frame))
+    if size >= HEAVY_BYTES && crate::heavy::started() {
+        let relay = relay.clone();
+        crate::heavy::run(move || relay.from_server_classified(frame)).await
     } else {
         relay.from_server_classified(frame)
     }

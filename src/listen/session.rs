@@ -262,7 +262,7 @@ impl Routes {
 pub(super) struct Session {
     pub id: String,
     pub client: Client,
-    pub relay: Relay,
+    pub relay: Arc<Relay>,
     pub to_server: queue::Sender<Vec<u8>>,
     routes: Mutex<Routes>,
     /// Signalled when the backlog has room or a stream opened.
@@ -794,7 +794,7 @@ impl Sessions {
         let session = Arc::new(Session {
             id: id.clone(),
             client,
-            relay,
+            relay: Arc::new(relay),
             to_server: upstream.to_server.clone(),
             routes: Mutex::new(Routes {
                 waiting: HashMap::new(),

@@ -413,13 +413,18 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
         // polling, or a dropped connection), and how long it asked to wait first.
         let mut last_event: Option<String> = None;
         let mut retry = DEFAULT_RETRY;
-        let mut resumes = 0;
+        // Resumes in a row that brought no event: a server that ends every stream at once
+        // would otherwise be asked forever.
+        let mut idle_resumes = 0;
         let why = loop {
             let mut broken = None;
             while let Some(event) = events.next().await {
                 match event {
                     Ok(event) => {
                         if let Some(id) = event.id {
+                            if last_event.as_ref() != Some(&id) {
+                                idle_resumes = 0;
+                            }
                             last_event = Some(id);
                         }
                         if let Some(ms) = event.retry {
@@ -458,10 +463,12 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
             let Some(last) = last_event.clone() else {
                 break why;
             };
-            if resumes == MAX_RESUMES {
-                break format!("{why} (resumed {MAX_RESUMES} times without the answer)");
+            if idle_resumes == MAX_IDLE_RESUMES {
+                break format!(
+                    "{why} (resumed {MAX_IDLE_RESUMES} times in a row without a new event)"
+                );
             }
-            resumes += 1;
+            idle_resumes += 1;
             tokio::time::sleep(retry).await;
             match resume_stream(shared, &last).await {
                 Ok(resumed) => {
@@ -531,8 +538,8 @@ async fn pass_on(
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 /// A server's `retry` longer than this is cut to it.
 const MAX_RETRY: Duration = Duration::from_secs(30);
-/// A stream is resumed at most this many times for one POST.
-const MAX_RESUMES: u32 = 16;
+/// A stream is resumed at most this many times in a row without a new event.
+const MAX_IDLE_RESUMES: u32 = 16;
 
 /// Asks for the events of a stream after `last_event` (GET with `Last-Event-ID`).
 async fn resume_stream(shared: &Shared, last_event: &str) -> Result<conn::Body, String> {
