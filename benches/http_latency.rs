@@ -65,7 +65,17 @@ async fn run() {
     let me = std::env::current_exe().expect("own path");
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-budget"));
     command
-        .args(["--listen", "http://127.0.0.1:0/mcp", "--"])
+        // One client sends thousands of calls a second: no rate limit. HTTP_LATENCY_THREADS
+        // sets --threads (default: the proxy's own, one per core).
+        .args(["--listen", "http://127.0.0.1:0/mcp", "--rate-limit", "0"])
+        .args(
+            std::env::var("HTTP_LATENCY_THREADS")
+                .ok()
+                .filter(|n| !n.is_empty())
+                .map(|n| vec!["--threads".to_string(), n])
+                .unwrap_or_default(),
+        )
+        .arg("--")
         .arg(&me)
         .env(SERVE_ENV, "1");
     let (mut proxy, url, client, session) = support::listen_and_initialize(command).await;
