@@ -254,10 +254,12 @@ fn main() {
         "ping in one session, alone and while 4 sessions page a 1,000-stream fleet (~11 MB a call):"
     );
     let mut loaded_ratio = None;
-    for (name, threads) in [
-        ("every core", &[][..]),
-        ("one thread", &["--threads", "1"][..]),
-    ] {
+    let modes: &[(&str, &[&str])] = if only == "calls" {
+        &[]
+    } else {
+        &[("every core", &[]), ("one thread", &["--threads", "1"])]
+    };
+    for &(name, threads) in modes {
         let figures = runtime.block_on(ping_under_load(&proxy, &policy, threads));
         let (a50, a99) = (
             percentile(&figures.alone, 0.5),

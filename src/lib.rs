@@ -24,7 +24,9 @@
 //!   [`upstream::replay`], a recording.
 //! - [`stdio`]: a client on stdin/stdout: reads its frames, writes its lines, runs the driver.
 //! - [`listen`]: clients over Streamable HTTP: a session manager (one relay and one upstream
-//!   per session, limits, idle expiry) and the handlers with the security checks.
+//!   per session, limits, idle expiry, resumable streams: event ids, a bounded replay log,
+//!   parked streams) and the handlers with the security checks.
+//! - [`heavy`]: a pool for the budget's heavy work (large results) off the I/O threads.
 //! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
 //! - [`replay`]: a recording answering requests like the server did.
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
