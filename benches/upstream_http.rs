@@ -152,6 +152,20 @@ impl HttpClient {
 async fn http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process::Child) {
     let mut command = tokio::process::Command::new(bin);
     command.args(["--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream]);
+    // Builds that have a rate limit: none for this one client's thousands of calls a second.
+    // UPSTREAM_HTTP_THREADS sets --threads (default: the build's own).
+    let help = Command::new(bin).arg("--help").output();
+    let help = help.map(|out| String::from_utf8_lossy(&out.stdout).into_owned());
+    if help.as_deref().is_ok_and(|h| h.contains("--rate-limit")) {
+        command.args(["--rate-limit", "0"]);
+    }
+    if let Some(threads) = std::env::var("UPSTREAM_HTTP_THREADS")
+        .ok()
+        .filter(|n| !n.is_empty())
+        && help.as_deref().is_ok_and(|h| h.contains("--threads"))
+    {
+        command.args(["--threads", &threads]);
+    }
     through(command).await
 }
 

@@ -31,23 +31,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // One session (stdio) runs on a single thread: no cross-thread wake-ups on the message path
-    // (measured on 2 cores: a multi-thread runtime added ~25 µs to each HTTP call of
-    // benches/http_latency.rs). The listener serves many sessions: it takes every core
-    // (`--threads`), and its sessions' heavy budget work leaves the I/O threads
-    // (`session::server_to_client`).
+    // A single-thread runtime: no cross-thread wake-ups on the message path (measured on 2
+    // cores: a multi-thread runtime added ~25 µs to each HTTP call of benches/http_latency.rs).
+    // The listener serves many sessions: it runs one such runtime per core (`--threads`, see
+    // `listen::serve`), and their heavy budget work runs on a pool of its own (`heavy`).
     let threads = match (&cli.command, &cli.run.listen) {
-        (None, Some(_)) => cli.run.threads.map(usize::from).unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        }),
+        (None, Some(_)) => listen_threads(&cli.run),
         _ => 1,
-    };
-    let mut builder = if threads > 1 {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(threads);
-        builder
-    } else {
-        tokio::runtime::Builder::new_current_thread()
     };
     if threads > 1
         && let Err(err) = mcp_budget::heavy::start(threads, lower_priority)
@@ -55,7 +45,10 @@ fn main() -> ExitCode {
         eprintln!("mcp-budget: cannot start the budget's threads: {err}");
         return ExitCode::from(2);
     }
-    let runtime = match builder.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("mcp-budget: cannot start the async runtime: {err}");
@@ -80,6 +73,13 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// How many threads `--listen` serves on: `--threads`, else one per core.
+fn listen_threads(run: &mcp_budget::cli::RunArgs) -> usize {
+    run.threads.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    })
 }
 
 /// Lowers the calling thread's scheduling priority (nice 10): the budget's heavy work yields a
@@ -486,6 +486,7 @@ async fn proxy(
             header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
             body_timeout: seconds("--body-timeout-secs", run.body_timeout_secs)?,
             idle: Duration::from_secs(run.session_idle_secs),
+            threads: listen_threads(&run),
             replay_bytes: run.replay_bytes,
             resume_window: seconds("--resume-secs", run.resume_secs)?,
             stream_limit: if run.stream_secs == 0.0 {
