@@ -544,10 +544,12 @@ async fn proxy(
 
 /// A duration given in seconds on the command line: positive and finite.
 fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
-    if secs.is_finite() && secs > 0.0 {
+    // A year at most: a longer one is a mistake, and a deadline that far overflows the clock.
+    const MAX: f64 = 365.0 * 24.0 * 3600.0;
+    if secs.is_finite() && secs > 0.0 && secs <= MAX {
         Ok(Duration::from_secs_f64(secs))
     } else {
-        anyhow::bail!("{flag} {secs}: give a positive number of seconds")
+        anyhow::bail!("{flag} {secs}: give a positive number of seconds, at most {MAX}")
     }
 }
 

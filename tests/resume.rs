@@ -83,8 +83,8 @@ async fn next(events: &mut Events) -> Option<Event> {
     })
 }
 
-/// GET with `Last-Event-ID`; retried while the proxy has not yet seen the old connection go
-/// (409): a client that reconnects at once may be faster than the proxy's TCP read.
+/// GET with `Last-Event-ID` (retried on 409, which the proxy should no longer answer: it
+/// takes a stream over from a connection it has not yet seen go).
 async fn resume(
     client: &reqwest::Client,
     url: &str,
@@ -218,11 +218,17 @@ async fn a_stream_not_resumed_within_the_window_is_cancelled_upstream() {
         }
     };
     assert_eq!(logged["params"]["data"], "cancelled 'w1'");
-    // Its stream is gone: resuming it now gives nothing more and ends.
+    // Resuming it now is refused, and says why.
     let late = resume(&client, &url, &session, priming.id.as_deref().unwrap()).await;
-    assert_eq!(late.status(), 200);
-    let mut late = events(late);
-    assert!(next(&mut late).await.is_none());
+    assert_eq!(late.status(), 410);
+    let body: Value = late.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        format!(
+            "the stream of event {:?} was not resumed within --resume-secs: its requests were cancelled; send them again",
+            priming.id.unwrap()
+        )
+    );
 }
 
 #[tokio::test]
@@ -380,4 +386,137 @@ async fn older_clients_get_no_priming_event_and_a_version_header_of_another_know
     let mut stream = events(response);
     assert_eq!(next(&mut stream).await.unwrap().data, "");
     assert_eq!(next(&mut stream).await.unwrap().json()["id"], "o1");
+}
+
+#[tokio::test]
+async fn a_resume_takes_over_a_stream_whose_old_connection_still_looks_open() {
+    let (_proxy, url) = listen(&[]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    // Progress every 100 ms, six times: the old connection stays open, unread, meanwhile.
+    let call = r#"{"jsonrpc":"2.0","id":"k1","method":"tools/call","params":{"name":"ticking","arguments":{"ticks":6},"_meta":{"progressToken":"kt"}}}"#;
+    let response = common::mcp_post(&client, &url, Some(&session), call)
+        .send()
+        .await
+        .unwrap();
+    let mut old = events(response);
+    let priming = next(&mut old).await.unwrap();
+    let first = next(&mut old).await.unwrap();
+    assert_eq!(first.json()["params"]["progress"], 1);
+    // Not dropped: a frozen client, or one whose network changed.
+    let taken = client
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("last-event-id", first.id.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        taken.status(),
+        200,
+        "a resume is not refused while the old connection lingers"
+    );
+    let mut taken = events(taken);
+    let mut progress = Vec::new();
+    let mut answered = 0;
+    while let Some(event) = next(&mut taken).await {
+        if event.data.is_empty() {
+            continue;
+        }
+        let message = event.json();
+        if message["id"] == "k1" {
+            answered += 1;
+        } else {
+            progress.push(message["params"]["progress"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(progress, [2, 3, 4, 5, 6]);
+    assert_eq!(answered, 1);
+    // The old connection's stream ended when the new one took over.
+    let mut rest = 0;
+    while next(&mut old).await.is_some() {
+        rest += 1;
+    }
+    assert!(rest <= 5, "the old stream went on after the takeover");
+    let _ = priming;
+}
+
+#[tokio::test]
+async fn a_get_stream_resumed_under_a_flood_loses_nothing_and_repeats_nothing() {
+    let (_proxy, url) = listen(&["--replay-bytes", "100000000"]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    let get = client
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    let mut get = events(get);
+    // The flood's log notifications belong to no stream in particular: the GET stream.
+    let call = r#"{"jsonrpc":"2.0","id":"f1","method":"tools/call","params":{"name":"flood","arguments":{"count":3000,"bytes":200}}}"#;
+    let post = common::mcp_post(&client, &url, Some(&session), call)
+        .send()
+        .await
+        .unwrap();
+    let mut post = events(post);
+    let mut seen = Vec::new();
+    let mut last = None;
+    while seen.len() < 500 {
+        let event = next(&mut get).await.unwrap();
+        last = event.id.clone();
+        seen.push(event.data);
+    }
+    // Gone mid-flood, and back at once from the last event it read.
+    drop(get);
+    let resumed = resume(&client, &url, &session, last.as_deref().unwrap()).await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = events(resumed);
+    // The answer comes on the call's stream once the flood is written.
+    let mut answered = false;
+    while let Some(event) = next(&mut post).await {
+        answered |= !event.data.is_empty() && event.json()["id"] == "f1";
+    }
+    assert!(answered);
+    let mut rest = Vec::new();
+    while rest.len() + seen.len() < 3000 {
+        let event = next(&mut resumed).await.expect("the rest of the flood");
+        rest.push(event.data);
+    }
+    seen.extend(rest);
+    let unique: HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), 3000, "a log message came twice");
+}
+
+#[tokio::test]
+async fn an_answer_for_a_given_up_stream_goes_to_no_other_stream() {
+    let (_proxy, url) = listen(&["--resume-secs", "1"]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    // c1 is cut before its answer (300 ms), which then waits in its parked stream; the window
+    // passes while h1 (queued behind it at the server) is still open.
+    let cut = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"late","arguments":{"ms":300,"bytes":3}}}"#;
+    let response = common::mcp_post(&client, &url, Some(&session), cut)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = events(response);
+    assert_eq!(next(&mut stream).await.unwrap().data, "");
+    drop(stream);
+    let hold = r#"{"jsonrpc":"2.0","id":"h1","method":"tools/call","params":{"name":"late","arguments":{"ms":1500,"bytes":3}}}"#;
+    let held = common::mcp_post(&client, &url, Some(&session), hold)
+        .send()
+        .await
+        .unwrap();
+    let mut held = events(held);
+    // The held call's stream gets its own answer, and only that.
+    let mut ids = Vec::new();
+    while let Some(event) = next(&mut held).await {
+        if !event.data.is_empty() {
+            ids.push(event.json()["id"].clone());
+        }
+    }
+    assert_eq!(ids, [json!("h1")]);
 }

@@ -542,6 +542,7 @@ async fn handle_post(
     if sse {
         let options = listener.sessions.options();
         let resumable = session.resumable();
+        let stop = session.stop_signal(number);
         let writer = Writer {
             replay: VecDeque::new(),
             // A client that can resume gets a first event with an id, to resume from.
@@ -549,8 +550,8 @@ async fn handle_post(
             deadline: options
                 .stream_limit
                 .filter(|_| resumable)
-                .map(|limit| tokio::time::Instant::now() + limit),
-            source: Source::Post(guard),
+                .and_then(|limit| tokio::time::Instant::now().checked_add(limit)),
+            source: Source::Post(guard, stop),
         };
         return Ok((response_headers, writer.into_body()).into_response());
     }
@@ -643,14 +644,48 @@ impl Drop for StreamGuard {
 
 /// Where an SSE response's live events come from, after its replayed ones.
 enum Source {
-    Post(StreamGuard),
-    Get {
-        session: Arc<Session>,
-        number: u64,
-        seq: u64,
-        rx: StreamRx,
-    },
+    /// A POST's stream, and what tells its writer to stop (a resume elsewhere takes it over).
+    Post(StreamGuard, Arc<tokio::sync::Notify>),
+    Get(GetStream),
     Done,
+}
+
+/// A GET stream's writer. Dropped — the client went away, or a newer GET stream replaced it —
+/// it passes on what was queued for it but not sent (to the newer stream, or to wait).
+struct GetStream {
+    session: Arc<Session>,
+    number: u64,
+    seq: u64,
+    rx: Option<StreamRx>,
+}
+
+impl GetStream {
+    async fn next(&mut self) -> Option<Bytes> {
+        let message = self.rx.as_mut()?.recv().await?;
+        let seq = self.seq + 1;
+        if !self.session.log_get(self.number, seq, &message.bytes) {
+            // Replaced: this message, and the rest, go to the stream that replaced it.
+            self.session.route_now(message.bytes, message.kind);
+            return None;
+        }
+        self.seq = seq;
+        Some(sse_event(
+            Some(&event_id(self.number, seq)),
+            None,
+            &message.bytes,
+        ))
+    }
+}
+
+impl Drop for GetStream {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            rx.close();
+            while let Some(message) = rx.try_recv() {
+                self.session.route_now(message.bytes, message.kind);
+            }
+        }
+    }
 }
 
 /// One SSE response: a priming event, the replayed events, then the live ones.
@@ -710,8 +745,8 @@ impl Writer {
     async fn next(&mut self) -> Option<Bytes> {
         if let Some(retry) = self.prime.take() {
             let number = match &self.source {
-                Source::Post(guard) => guard.number(),
-                Source::Get { number, .. } => *number,
+                Source::Post(guard, _) => guard.number(),
+                Source::Get(get) => get.number,
                 Source::Done => 0,
             };
             return Some(sse_event(Some(&event_id(number, 0)), Some(retry), b""));
@@ -728,35 +763,29 @@ impl Writer {
 
     async fn live(&mut self) -> Option<Bytes> {
         match &mut self.source {
-            Source::Post(guard) => {
-                let bytes = match self.deadline {
-                    None => guard.next().await?,
-                    Some(deadline) => tokio::select! {
-                        bytes = guard.next() => bytes?,
-                        () = tokio::time::sleep_until(deadline) => {
-                            tracing::debug!(session = %guard.session.id, stream = guard.number(), "ending a long POST stream for the client to resume");
-                            return None;
-                        }
-                    },
+            Source::Post(guard, stop) => {
+                let deadline = self.deadline;
+                let until_deadline = async {
+                    match deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let bytes = tokio::select! {
+                    bytes = guard.next() => bytes?,
+                    () = until_deadline => {
+                        tracing::debug!(session = %guard.session.id, stream = guard.number(), "ending a long POST stream for the client to resume");
+                        return None;
+                    }
+                    () = stop.notified() => {
+                        tracing::debug!(session = %guard.session.id, stream = guard.number(), "the stream is resumed on another connection");
+                        return None;
+                    }
                 };
                 let id = guard.sent(&bytes);
                 Some(sse_event(id.as_deref(), None, &bytes))
             }
-            Source::Get {
-                session,
-                number,
-                seq,
-                rx,
-            } => {
-                let message = rx.recv().await?;
-                *seq += 1;
-                session.log(*number, *seq, &message.bytes);
-                Some(sse_event(
-                    Some(&event_id(*number, *seq)),
-                    None,
-                    &message.bytes,
-                ))
-            }
+            Source::Get(get) => get.next().await,
             Source::Done => None,
         }
     }
@@ -813,10 +842,10 @@ pub(super) async fn get(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    unwrap_refusal(handle_get(&listener, peer, &headers))
+    unwrap_refusal(handle_get(&listener, peer, &headers).await)
 }
 
-fn handle_get(
+async fn handle_get(
     listener: &Listener,
     peer: SocketAddr,
     headers: &HeaderMap,
@@ -829,37 +858,46 @@ fn handle_get(
         ));
     }
     session.touch();
-    let (replay, resume) = match header_str(headers, "last-event-id") {
-        None => (Vec::new(), Resume::Get),
-        Some(last) => session
-            .resume(last)
-            .map_err(|err| resume_refusal(err, last))?,
+    let last_event = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(value.to_str().map_err(|_| {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                "Last-Event-ID is not an event id this proxy sent (those are ASCII: stream-number); open the stream without it",
+            )
+        })?),
     };
-    if !replay.is_empty() || !matches!(resume, Resume::Get) {
-        tracing::debug!(session = %session.id, replayed = replay.len(), "stream resumed");
-    }
-    let (source, deadline) = match resume {
-        Resume::Get => {
+    let (replay, resume) = match last_event {
+        None => {
             let (number, rx) = session.open_get();
-            let source = Source::Get {
+            (Vec::new(), Resume::Get(number, rx))
+        }
+        Some(last) => resume(&session, last).await?,
+    };
+    let (source, deadline) = match resume {
+        Resume::Get(number, rx) => {
+            let source = Source::Get(GetStream {
                 session,
                 number,
                 seq: 0,
-                rx,
-            };
+                rx: Some(rx),
+            });
             (source, None)
         }
         Resume::Post(state) => {
-            let options = listener.sessions.options();
+            let number = state.number;
+            let stop = session.stop_signal(number);
             let guard = StreamGuard {
                 session,
                 sse: true,
                 state: Some(state),
             };
-            let deadline = options
+            let deadline = listener
+                .sessions
+                .options()
                 .stream_limit
-                .map(|limit| tokio::time::Instant::now() + limit);
-            (Source::Post(guard), deadline)
+                .and_then(|limit| tokio::time::Instant::now().checked_add(limit));
+            (Source::Post(guard, stop), deadline)
         }
         Resume::Done => (Source::Done, None),
     };
@@ -872,8 +910,38 @@ fn handle_get(
     Ok(writer.into_body().into_response())
 }
 
+/// Resumes the stream of `last`. A stream still being written on another connection (one
+/// the proxy has not yet seen go) is taken over: its writer is told to stop and park it.
+async fn resume(
+    session: &Arc<Session>,
+    last: &str,
+) -> Result<(super::session::Replayed, Resume), Refusal> {
+    let deadline = tokio::time::Instant::now() + TAKEOVER;
+    loop {
+        match session.resume(last) {
+            Ok(resumed) => {
+                tracing::debug!(session = %session.id, replayed = resumed.0.len(), "stream resumed");
+                return Ok(resumed);
+            }
+            Err(ResumeError::Busy) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(err) => return Err(resume_refusal(err, last)),
+        }
+    }
+}
+
+/// How long a resume waits for the old writer of its stream to let go.
+const TAKEOVER: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn resume_refusal(err: ResumeError, last: &str) -> Refusal {
     match err {
+        ResumeError::Expired => refuse(
+            StatusCode::GONE,
+            &format!(
+                "the stream of event {last:?} was not resumed within --resume-secs: its requests were cancelled; send them again"
+            ),
+        ),
         ResumeError::Unknown => refuse(
             StatusCode::BAD_REQUEST,
             &format!(

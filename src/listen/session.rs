@@ -121,10 +121,12 @@ impl Replay {
         }
     }
 
-    fn push(&mut self, stream: u64, seq: u64, bytes: &[u8]) {
+    /// Logs an event; `keep` names streams whose loss records must not be forgotten (the
+    /// parked ones: a resume must be told exactly).
+    fn push(&mut self, stream: u64, seq: u64, bytes: &[u8], keep: impl Fn(u64) -> bool) {
         let weight = bytes.len() + queue::OVERHEAD;
         if weight > self.max {
-            self.lose(stream, seq);
+            self.lose(stream, seq, &keep);
             return;
         }
         while self.bytes + weight > self.max {
@@ -132,7 +134,7 @@ impl Replay {
                 break;
             };
             self.bytes -= old.bytes.len() + queue::OVERHEAD;
-            self.lose(old.stream, old.seq);
+            self.lose(old.stream, old.seq, &keep);
         }
         self.bytes += weight;
         self.events.push_back(Logged {
@@ -142,20 +144,22 @@ impl Replay {
         });
     }
 
-    fn lose(&mut self, stream: u64, seq: u64) {
+    fn lose(&mut self, stream: u64, seq: u64, keep: &impl Fn(u64) -> bool) {
         let lost = self.lost.entry(stream).or_insert(0);
         *lost = (*lost).max(seq);
         if self.lost.len() > MAX_LOST_STREAMS
-            && let Some(&oldest) = self.lost.keys().min()
+            && let Some(&oldest) = self.lost.keys().filter(|&&s| !keep(s)).min()
         {
             self.lost.remove(&oldest);
             self.lost_through = self.lost_through.max(oldest);
         }
     }
 
-    /// Whether an event of `stream` after `seq` was sent but can no longer be replayed.
-    fn lost_after(&self, stream: u64, seq: u64) -> bool {
-        stream <= self.lost_through || self.lost.get(&stream).is_some_and(|&lost| lost > seq)
+    /// Whether an event of `stream` after `seq` was sent but can no longer be replayed. (A
+    /// parked stream's record is exact: it is never forgotten.)
+    fn lost_after(&self, stream: u64, seq: u64, parked: bool) -> bool {
+        (!parked && stream <= self.lost_through)
+            || self.lost.get(&stream).is_some_and(|&lost| lost > seq)
     }
 
     /// The events of `stream` after `seq`, with their ids.
@@ -198,8 +202,8 @@ pub(super) type Replayed = Vec<(String, Vec<u8>)>;
 pub(super) enum Resume {
     /// A POST stream that was cut before its answers: it goes on here.
     Post(PostState),
-    /// A GET stream: this request becomes the session's GET stream.
-    Get,
+    /// A GET stream: this request becomes the session's GET stream (its number and queue).
+    Get(u64, StreamRx),
     /// A POST stream that had finished: nothing.
     Done,
 }
@@ -213,6 +217,8 @@ pub(super) enum ResumeError {
     Lost,
     /// That stream is still being written to another connection.
     Busy,
+    /// It was cut and not resumed within the window: its requests were cancelled.
+    Expired,
 }
 
 /// A new stream's queue.
@@ -235,13 +241,47 @@ struct Routes {
     gets: VecDeque<u64>,
     /// Cut POST streams waiting to be resumed, by number.
     parked: HashMap<u64, Parked>,
+    /// Parked streams whose window passed (their requests cancelled), newest last.
+    expired: VecDeque<u64>,
+    /// The number of the current GET stream.
+    get_number: Option<u64>,
+    /// For each live POST SSE stream: tells its writer to stop (a resume takes the stream over).
+    stops: HashMap<u64, Arc<Notify>>,
     replay: Replay,
 }
+
+/// At most this many cut streams wait to be resumed in one session; past it, the oldest is
+/// given up at once (its requests cancelled upstream).
+const MAX_PARKED: usize = 32;
+/// At most this many expired stream numbers are remembered (for a clear refusal).
+const MAX_EXPIRED: usize = 1024;
 
 /// At most this many GET stream numbers are remembered.
 const MAX_GETS: usize = 64;
 
 impl Routes {
+    /// Opens a new GET stream, which replaces the current one.
+    fn open_get(&mut self) -> (u64, StreamRx) {
+        let (tx, rx) = stream_channel();
+        self.next_stream += 1;
+        let number = self.next_stream;
+        self.gets.push_back(number);
+        if self.gets.len() > MAX_GETS {
+            self.gets.pop_front();
+        }
+        self.drain_backlog_into(&tx);
+        self.get = Some(tx);
+        self.get_number = Some(number);
+        (number, rx)
+    }
+
+    /// Keeps an event for a resume.
+    fn log(&mut self, stream: u64, seq: u64, bytes: &[u8]) {
+        let parked = &self.parked;
+        self.replay
+            .push(stream, seq, bytes, |s| parked.contains_key(&s));
+    }
+
     /// Moves what waited for a stream onto `tx`, as far as it takes it now. (The backlog counts
     /// bytes as the queues do, so a new stream takes all of it.)
     fn drain_backlog_into(&mut self, tx: &StreamTx) {
@@ -348,16 +388,27 @@ impl Session {
                 routes.progress.insert(token, post.number);
             }
             routes.streams.insert(post.number, post.tx.clone());
+            routes.stops.insert(post.number, Arc::new(Notify::new()));
             routes.drain_backlog_into(&post.tx);
             drop(routes);
             self.room.notify_waiters();
         }
     }
 
+    /// What tells the writer of live POST stream `number` to stop (a resume takes it over).
+    pub fn stop_signal(&self, number: u64) -> Arc<Notify> {
+        lock(&self.routes)
+            .stops
+            .entry(number)
+            .or_insert_with(|| Arc::new(Notify::new()))
+            .clone()
+    }
+
     /// Forgets a POST stream; returns the ids of `accepted` that were still waiting on it.
     pub fn close_post(&self, number: u64, accepted: &[Id]) -> Vec<Id> {
         let mut routes = lock(&self.routes);
         routes.streams.remove(&number);
+        routes.stops.remove(&number);
         routes.progress.retain(|_, n| *n != number);
         let mut left = Vec::new();
         for id in accepted {
@@ -375,19 +426,20 @@ impl Session {
 
     /// Opens the GET stream (replacing an older one); its number and queue.
     pub fn open_get(&self) -> (u64, StreamRx) {
-        let (tx, rx) = stream_channel();
-        let mut routes = lock(&self.routes);
-        routes.next_stream += 1;
-        let number = routes.next_stream;
-        routes.gets.push_back(number);
-        if routes.gets.len() > MAX_GETS {
-            routes.gets.pop_front();
-        }
-        routes.drain_backlog_into(&tx);
-        routes.get = Some(tx);
-        drop(routes);
+        let opened = lock(&self.routes).open_get();
         self.room.notify_waiters();
-        (number, rx)
+        opened
+    }
+
+    /// Logs an event of GET stream `number` if it is still the session's GET stream; `false`
+    /// when a newer one replaced it (the event then goes to the newer one).
+    pub fn log_get(&self, number: u64, seq: u64, bytes: &[u8]) -> bool {
+        let mut routes = lock(&self.routes);
+        if routes.get_number != Some(number) {
+            return false;
+        }
+        routes.log(number, seq, bytes);
+        true
     }
 
     /// Whether the client can resume a cut POST stream (it negotiated 2025-11-25 or later),
@@ -400,7 +452,7 @@ impl Session {
 
     /// Keeps an event sent on `stream`, for a client that resumes.
     pub fn log(&self, stream: u64, seq: u64, bytes: &[u8]) {
-        lock(&self.routes).replay.push(stream, seq, bytes);
+        lock(&self.routes).log(stream, seq, bytes);
     }
 
     /// Parks a cut POST stream until the client resumes it or the resume window passes.
@@ -419,6 +471,7 @@ impl Session {
             self.abandon_post(state);
             return;
         };
+        routes.stops.remove(&number);
         tracing::debug!(session = %self.id, stream = number, "stream cut before its answers; parked for the client to resume");
         let expiry = runtime.spawn(async move {
             tokio::time::sleep(window).await;
@@ -427,12 +480,32 @@ impl Session {
             }
         });
         routes.parked.insert(number, Parked { state, tx, expiry });
+        // Too many waiting: the oldest is given up now.
+        let oldest = (routes.parked.len() > MAX_PARKED)
+            .then(|| routes.parked.keys().min().copied())
+            .flatten();
+        drop(routes);
+        if let Some(oldest) = oldest {
+            tracing::warn!(session = %self.id, stream = oldest, max = MAX_PARKED, "too many cut streams wait to be resumed; giving up the oldest");
+            self.expire_parked(oldest);
+        }
     }
 
     fn expire_parked(&self, number: u64) {
-        let parked = lock(&self.routes).parked.remove(&number);
+        let parked = {
+            let mut routes = lock(&self.routes);
+            let parked = routes.parked.remove(&number);
+            if parked.is_some() {
+                routes.expired.push_back(number);
+                if routes.expired.len() > MAX_EXPIRED {
+                    routes.expired.pop_front();
+                }
+            }
+            parked
+        };
         if let Some(parked) = parked {
-            tracing::info!(session = %self.id, stream = number, "a cut stream was not resumed in time");
+            parked.expiry.abort();
+            tracing::info!(session = %self.id, stream = number, "a cut stream was not resumed in time; its requests are cancelled");
             self.abandon_post(parked.state);
         }
     }
@@ -444,9 +517,17 @@ impl Session {
             .filter(|&(stream, _)| stream >= 1 && stream <= routes.next_stream)
             .ok_or(ResumeError::Unknown)?;
         if routes.streams.contains_key(&stream) {
+            // Its writer is told to stop (it parks the stream); the caller may try again.
+            if let Some(stop) = routes.stops.get(&stream) {
+                stop.notify_one();
+            }
             return Err(ResumeError::Busy);
         }
-        if routes.replay.lost_after(stream, seq) {
+        if routes.expired.contains(&stream) {
+            return Err(ResumeError::Expired);
+        }
+        let parked = routes.parked.contains_key(&stream);
+        if routes.replay.lost_after(stream, seq, parked) {
             return Err(ResumeError::Lost);
         }
         let events = routes.replay.after(stream, seq);
@@ -454,9 +535,13 @@ impl Session {
             parked.expiry.abort();
             routes.drain_backlog_into(&parked.tx);
             routes.streams.insert(stream, parked.tx);
+            routes.stops.insert(stream, Arc::new(Notify::new()));
             Resume::Post(parked.state)
         } else if routes.gets.contains(&stream) {
-            Resume::Get
+            // The replay and the switch to the new GET stream are one step: the old stream's
+            // writer logs nothing after the events read here.
+            let (number, rx) = routes.open_get();
+            Resume::Get(number, rx)
         } else {
             Resume::Done
         };
@@ -476,11 +561,19 @@ impl Session {
             .collect();
         let unanswered = self.close_post(state.number, &accepted);
         state.rx.close();
-        while let Some(message) = state.own.pop_front() {
-            self.route_now(message.bytes, message.kind);
+        // What was queued for this stream belongs to its requests: their answers and progress
+        // have nowhere else to go (an answer goes only on its request's stream). A request of
+        // the server's (sampling, say) still needs an answer from the client: it goes on.
+        let mut dropped = 0;
+        while let Some(message) = state.own.pop_front().or_else(|| state.rx.try_recv()) {
+            if matches!(message.kind, Some(Kind::Request { .. })) {
+                self.route_now(message.bytes, message.kind);
+            } else {
+                dropped += 1;
+            }
         }
-        while let Some(message) = state.rx.try_recv() {
-            self.route_now(message.bytes, message.kind);
+        if dropped > 0 {
+            tracing::info!(session = %self.id, stream = state.number, dropped, "messages for a stream the client gave up were not delivered");
         }
         for id in unanswered {
             if self.is_ended() {
@@ -502,18 +595,33 @@ impl Session {
     pub async fn route(&self, bytes: Vec<u8>, kind: Option<Kind>, related: Option<Id>) {
         self.note_initialize_response(&bytes, kind.as_ref());
         let mut message = Outbound { bytes, kind };
+        // A message for one stream (an answer, its request's progress, a related request)
+        // goes there, never behind the backlog of others.
+        let directed = directed(
+            &mut lock(&self.routes),
+            &message.bytes,
+            message.kind.as_ref(),
+            related.as_ref(),
+        );
+        if let Some(tx) = directed {
+            match tx.send(message).await {
+                Ok(()) => return,
+                Err(queue::Closed(back)) => message = back,
+            }
+        }
+        if let Some(Kind::Response { id, .. }) = &message.kind {
+            // Its request's stream is gone (given up, and the request cancelled): an answer
+            // goes on no other stream.
+            tracing::info!(session = %self.id, id = id.as_ref().map(Id::raw), "an answer for a stream the client gave up was not delivered");
+            return;
+        }
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let target = {
                 let mut routes = lock(&self.routes);
-                let target = target(
-                    &mut routes,
-                    &message.bytes,
-                    message.kind.as_ref(),
-                    related.as_ref(),
-                );
+                let target = fallback(&routes);
                 // What waited for a stream goes first, in order.
                 if let Some(tx) = &target
                     && !routes.backlog.is_empty()
@@ -557,7 +665,15 @@ impl Session {
     pub fn route_now(&self, bytes: Vec<u8>, kind: Option<Kind>) {
         let mut routes = lock(&self.routes);
         let message = Outbound { bytes, kind };
-        let message = match target(&mut routes, &message.bytes, message.kind.as_ref(), None) {
+        let target = match directed(&mut routes, &message.bytes, message.kind.as_ref(), None) {
+            Some(tx) => Some(tx),
+            None if matches!(message.kind, Some(Kind::Response { .. })) => {
+                tracing::info!(session = %self.id, "an answer for a stream the client gave up was not delivered");
+                return;
+            }
+            None => fallback(&routes),
+        };
+        let message = match target {
             Some(tx) => match tx.try_send(message) {
                 Ok(()) => return,
                 Err(queue::TrySendError::Full(back) | queue::TrySendError::Closed(back)) => back,
@@ -596,34 +712,30 @@ impl Session {
         for (_, parked) in routes.parked.drain() {
             parked.expiry.abort();
         }
+        routes.stops.clear();
         drop(routes);
         self.room.notify_waiters();
         self.closed.notify_waiters();
     }
 }
 
-/// Where a server message goes (see the module doc).
-fn target(
+/// The one stream a server message is meant for, if any: an answer's request stream, the
+/// stream of the request whose progress it reports, or of the request it relates to.
+fn directed(
     routes: &mut Routes,
     bytes: &[u8],
     kind: Option<&Kind>,
     related: Option<&Id>,
 ) -> Option<StreamTx> {
-    // The SSE stream (live or parked) of the POST that sent `request`.
-    let stream_of = |routes: &Routes, request: &Id| {
-        let (number, _) = routes.waiting.get(request.key())?;
+    // The SSE stream (live or parked) of POST number `n`.
+    let stream = |routes: &Routes, n: u64| {
         routes
             .streams
-            .get(number)
-            .or_else(|| routes.parked.get(number).map(|p| &p.tx))
+            .get(&n)
+            .or_else(|| routes.parked.get(&n).map(|p| &p.tx))
             .cloned()
     };
     let target = match kind {
-        Some(Kind::Request { .. } | Kind::Notification { .. })
-            if let Some(tx) = related.and_then(|request| stream_of(routes, request)) =>
-        {
-            Some(tx)
-        }
         Some(Kind::Response { id: Some(id), .. }) => {
             let target = routes.waiting.remove(id.key()).map(|(_, tx)| tx);
             // A batch answers several requests: none of them waits any more.
@@ -634,30 +746,33 @@ fn target(
             }
             target
         }
+        Some(Kind::Request { .. } | Kind::Notification { .. })
+            if let Some(n) = related.and_then(|r| routes.waiting.get(r.key()).map(|w| w.0))
+                && let Some(tx) = stream(routes, n) =>
+        {
+            Some(tx)
+        }
         Some(Kind::Notification { method }) if method == "notifications/progress" => {
             message::progress_token(bytes)
                 .and_then(|token| routes.progress.get(&token).copied())
-                .and_then(|n| {
-                    routes
-                        .streams
-                        .get(&n)
-                        .or_else(|| routes.parked.get(&n).map(|p| &p.tx))
-                        .cloned()
-                })
+                .and_then(|n| stream(routes, n))
         }
         _ => None,
     };
-    target
-        .filter(|tx| !tx.is_closed())
-        .or_else(|| routes.get.clone().filter(|tx| !tx.is_closed()))
-        .or_else(|| {
-            routes
-                .streams
-                .values()
-                .rev()
-                .find(|tx| !tx.is_closed())
-                .cloned()
-        })
+    target.filter(|tx| !tx.is_closed())
+}
+
+/// Where a message for no stream in particular goes: the GET stream, else the newest POST
+/// stream.
+fn fallback(routes: &Routes) -> Option<StreamTx> {
+    routes.get.clone().filter(|tx| !tx.is_closed()).or_else(|| {
+        routes
+            .streams
+            .values()
+            .rev()
+            .find(|tx| !tx.is_closed())
+            .cloned()
+    })
 }
 
 /// Why a session could not be opened.
@@ -806,6 +921,9 @@ impl Sessions {
                 next_stream: 0,
                 gets: VecDeque::new(),
                 parked: HashMap::new(),
+                expired: VecDeque::new(),
+                get_number: None,
+                stops: HashMap::new(),
                 replay: Replay::new(self.options.replay_bytes),
             }),
             room: Notify::new(),
