@@ -238,6 +238,9 @@ pub async fn serve(
     tracing::info!(%local, %path, threads, "listening");
 
     let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
+    if threads > 1 {
+        sessions.add_runtime(tokio::runtime::Handle::current());
+    }
     // The other runtimes, each on a thread of its own, accepting on a clone of the socket.
     let mut others = Vec::new();
     let std_listener = tcp.into_std().map_err(ListenError::Serve)?;
@@ -247,11 +250,13 @@ pub async fn serve(
             .enable_all()
             .build()
             .map_err(ListenError::Serve)?;
+        sessions.add_runtime(runtime.handle().clone());
         let (shared, phase) = (shared.clone(), phase_rx.clone());
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name(format!("mcp-budget-listen-{k}"))
             .spawn(move || {
+                session::RUNTIME.with(|index| index.set(k));
                 runtime.block_on(async move {
                     match TcpListener::from_std(clone) {
                         Ok(tcp) => accept_loop(tcp, shared, phase, None).await,
