@@ -67,3 +67,23 @@ pub async fn run<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'static) ->
         Err(_) => panic!("the budget's worker thread ended before its job"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn jobs_run_on_the_pool_and_a_panic_is_the_callers() {
+        start(2, || {}).expect("threads");
+        let name = run(|| std::thread::current().name().map(String::from)).await;
+        assert!(
+            name.as_deref()
+                .is_some_and(|n| n.starts_with("mcp-budget-heavy-")),
+            "ran on {name:?}"
+        );
+        let caught = tokio::spawn(run(|| -> u8 { panic!("a bug in the budget") })).await;
+        assert!(caught.is_err_and(|e| e.is_panic()));
+        // The pool goes on after a job panicked.
+        assert_eq!(run(|| 6 * 7).await, 42);
+    }
+}

@@ -31,13 +31,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // A single-thread runtime: no cross-thread wake-ups on the message path (measured on 2
-    // cores: a multi-thread runtime added ~25 µs to each HTTP call of benches/http_latency.rs).
-    // The listener serves many sessions: it runs one such runtime per core (`--threads`, see
-    // `listen::serve`), and their heavy budget work runs on a pool of its own (`heavy`).
+    // One session (stdio) runs on a single thread: no cross-thread wake-ups on the message path
+    // (measured on 2 cores: a multi-thread runtime added ~25 µs to each HTTP call of
+    // benches/http_latency.rs). The listener serves many sessions: a work-stealing runtime on
+    // every core (`--threads`), and their heavy budget work on a pool of its own (`heavy`).
+    // (Measured against one single-thread runtime per core, sessions pinned: better latency for
+    // one client, but sessions clustered on one runtime and 32 sessions gained 1.04× where
+    // work stealing gains 1.33×.)
     let threads = match (&cli.command, &cli.run.listen) {
         (None, Some(_)) => listen_threads(&cli.run),
         _ => 1,
+    };
+    let mut builder = if threads > 1 {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    } else {
+        tokio::runtime::Builder::new_current_thread()
     };
     if threads > 1
         && let Err(err) = mcp_budget::heavy::start(threads, lower_priority)
@@ -45,10 +55,7 @@ fn main() -> ExitCode {
         eprintln!("mcp-budget: cannot start the budget's threads: {err}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("mcp-budget: cannot start the async runtime: {err}");
@@ -486,7 +493,6 @@ async fn proxy(
             header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
             body_timeout: seconds("--body-timeout-secs", run.body_timeout_secs)?,
             idle: Duration::from_secs(run.session_idle_secs),
-            threads: listen_threads(&run),
             replay_bytes: run.replay_bytes,
             resume_window: seconds("--resume-secs", run.resume_secs)?,
             stream_limit: if run.stream_secs == 0.0 {

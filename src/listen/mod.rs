@@ -68,8 +68,6 @@ pub struct ListenOptions {
     /// A request body must arrive within this long.
     pub body_timeout: Duration,
     pub idle: Duration,
-    /// Serve on this many threads, one single-thread runtime each (1: on the caller's alone).
-    pub threads: usize,
     /// Each session keeps the SSE events it sent, up to this many bytes, for clients that
     /// resume a stream with `Last-Event-ID`.
     pub replay_bytes: usize,
@@ -103,7 +101,6 @@ impl ListenOptions {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle: Duration::from_secs(1800),
-            threads: 1,
             replay_bytes: 2 * 1024 * 1024,
             resume_window: Duration::from_secs(60),
             stream_limit: None,
@@ -165,33 +162,8 @@ pub async fn bind(url: &Url, addr: SocketAddr) -> Result<(TcpListener, Url), Lis
     Ok((tcp, url))
 }
 
-/// Where the accept loops are in their shutdown.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
-    Serving,
-    /// No new connection is taken; open ones go on (their sessions are ending).
-    Closing,
-    /// Open connections finish what they are doing and close.
-    Stopping,
-}
-
-/// What every accept loop shares.
-struct Shared {
-    app: Router,
-    slots: Arc<Semaphore>,
-    max_connections: usize,
-    header_timeout: Duration,
-    bound: Duration,
-}
-
 /// Serves clients on `tcp` until `shutdown` completes; then ends every session and waits for
 /// every connection and session task (bounded by the shutdown grace).
-///
-/// With `threads` > 1 the listener runs that many single-thread runtimes, this one and one on
-/// each extra thread, each accepting on the same socket: a connection, and the session it
-/// opens, live on the runtime that accepted it, so a client's messages cross no thread on the
-/// way through (a work-stealing runtime added ~22 µs to each HTTP→HTTP call). Sessions are
-/// shared: a session's request on another connection reaches it through its queues.
 pub async fn serve(
     tcp: TcpListener,
     options: ListenOptions,
@@ -207,16 +179,10 @@ pub async fn serve(
         tracing::debug!("without tokens, sessions are counted per client address");
     }
     let path = options.url.path().to_string();
-    let threads = options.threads.max(1);
+    let header_timeout = options.header_timeout;
+    let max_connections = options.max_connections.max(1);
     let idle = options.idle;
     let grace = options.session.shutdown_grace;
-    let shared = Arc::new(Shared {
-        app: Router::new(),
-        slots: Arc::new(Semaphore::new(options.max_connections.max(1))),
-        max_connections: options.max_connections.max(1),
-        header_timeout: options.header_timeout,
-        bound: grace + Duration::from_secs(3),
-    });
     let sessions = Arc::new(Sessions::new(options, spec, budget));
     let state = Arc::new(handlers::Listener::new(sessions.clone(), local));
     let mut app = Router::new().route(
@@ -231,121 +197,22 @@ pub async fn serve(
     if crate::metrics::get().is_some() && path != METRICS_PATH {
         app = app.route(METRICS_PATH, axum::routing::get(handlers::metrics));
     }
-    let shared = Arc::new(Shared {
-        app: app.with_state(state),
-        ..Arc::into_inner(shared).unwrap_or_else(|| unreachable!("not shared yet"))
-    });
-    tracing::info!(%local, %path, threads, "listening");
+    let app = app.with_state(state);
+    tracing::info!(%local, %path, "listening");
 
-    let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
-    if threads > 1 {
-        sessions.add_runtime(tokio::runtime::Handle::current());
-    }
-    // The other runtimes, each on a thread of its own, accepting on a clone of the socket.
-    let mut others = Vec::new();
-    let std_listener = tcp.into_std().map_err(ListenError::Serve)?;
-    for k in 1..threads {
-        let clone = std_listener.try_clone().map_err(ListenError::Serve)?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ListenError::Serve)?;
-        sessions.add_runtime(runtime.handle().clone());
-        let (shared, phase) = (shared.clone(), phase_rx.clone());
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("mcp-budget-listen-{k}"))
-            .spawn(move || {
-                session::RUNTIME.with(|index| index.set(k));
-                runtime.block_on(async move {
-                    match TcpListener::from_std(clone) {
-                        Ok(tcp) => accept_loop(tcp, shared, phase, None).await,
-                        Err(err) => {
-                            tracing::error!(%err, "a listener thread cannot take the socket")
-                        }
-                    }
-                });
-                // The thread's own session tasks are done (the sessions ended first); what is
-                // left (an idle upstream connection, say) goes with the runtime.
-                runtime.shutdown_timeout(Duration::from_millis(100));
-                let _ = done_tx.send(());
-            })
-            .map_err(ListenError::Serve)?;
-        others.push((thread, done_rx));
-    }
-    let tcp = TcpListener::from_std(std_listener).map_err(ListenError::Serve)?;
-    let reap = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
-    let main_loop = accept_loop(
-        tcp,
-        shared.clone(),
-        phase_rx,
-        Some((sessions.clone(), reap)),
-    );
-    tokio::pin!(main_loop);
-    tokio::pin!(shutdown);
-    tokio::select! {
-        () = &mut shutdown => {}
-        // The main loop ends only on a phase change, which only this function makes.
-        () = &mut main_loop => {}
-    }
-    // No new connection; end every session first: that ends their open streams, so
-    // connections can finish.
-    let _ = phase_tx.send(Phase::Closing);
-    let ((), ()) = tokio::join!(&mut main_loop, async {
-        sessions.shut_down().await;
-        let _ = phase_tx.send(Phase::Stopping);
-    });
-    for (thread, done) in others {
-        if tokio::time::timeout(shared.bound, done).await.is_err() {
-            tracing::warn!("a listener thread did not stop within the grace period");
-            continue;
-        }
-        if thread.join().is_err() {
-            tracing::error!("a listener thread panicked");
-        }
-    }
-    Ok(())
-}
-
-/// Accepts connections on `tcp` and serves them until the phase says stop; then waits
-/// (bounded) for its connections. The main loop also ends idle sessions now and then.
-async fn accept_loop(
-    tcp: TcpListener,
-    shared: Arc<Shared>,
-    mut phase: watch::Receiver<Phase>,
-    reaper: Option<(Arc<Sessions>, Duration)>,
-) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(max_connections));
     let mut connections = JoinSet::new();
-    let mut reap =
-        tokio::time::interval(reaper.as_ref().map_or(Duration::from_secs(3600), |r| r.1));
-    let mut tcp = Some(tcp);
+    let mut reap = tokio::time::interval(
+        (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30)),
+    );
+    tokio::pin!(shutdown);
     loop {
-        let current = *phase.borrow_and_update();
-        if current >= Phase::Closing {
-            // Stop taking connections (the socket closes with the last clone).
-            tcp = None;
-        }
-        if current == Phase::Stopping {
-            break;
-        }
         tokio::select! {
-            changed = phase.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-            }
-            _ = reap.tick(), if reaper.is_some() => {
-                if let Some((sessions, _)) = &reaper {
-                    sessions.end_idle();
-                }
-            }
+            () = &mut shutdown => break,
+            _ = reap.tick() => sessions.end_idle(),
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = async {
-                match &tcp {
-                    Some(tcp) => tcp.accept().await,
-                    None => std::future::pending().await,
-                }
-            }, if tcp.is_some() => {
+            accepted = tcp.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(accepted) => accepted,
                     Err(err) => {
@@ -355,12 +222,46 @@ async fn accept_loop(
                         continue;
                     }
                 };
-                serve_connection(&shared, &mut connections, &phase, stream, peer);
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, max_connections, "connection refused: at --max-connections");
+                    refuse_connection(stream);
+                    continue;
+                };
+                // Small SSE events must not wait for Nagle's algorithm (a 40 ms stall per event).
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let mut stop = stop_rx.clone();
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                        request.extensions_mut().insert(ConnectInfo(peer));
+                        app.clone().oneshot(request)
+                    });
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::pin!(connection);
+                    tokio::select! {
+                        result = connection.as_mut() => {
+                            if let Err(err) = result {
+                                tracing::debug!(%peer, %err, "connection ended with an error");
+                            }
+                        }
+                        _ = stop.changed() => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
+                    drop(slot);
+                });
             }
         }
     }
     drop(tcp);
-    if tokio::time::timeout(shared.bound, async {
+    // End every session first: that ends their open streams, so connections can finish.
+    sessions.shut_down().await;
+    let _ = stop_tx.send(true);
+    let bound = grace + Duration::from_secs(3);
+    if tokio::time::timeout(bound, async {
         while connections.join_next().await.is_some() {}
     })
     .await
@@ -368,56 +269,7 @@ async fn accept_loop(
     {
         connections.shutdown().await;
     }
-}
-
-/// Serves one accepted connection on this runtime, until it ends or the phase says stop.
-fn serve_connection(
-    shared: &Arc<Shared>,
-    connections: &mut JoinSet<()>,
-    phase: &watch::Receiver<Phase>,
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-) {
-    let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
-        tracing::warn!(%peer, max_connections = shared.max_connections, "connection refused: at --max-connections");
-        refuse_connection(stream);
-        return;
-    };
-    // Small SSE events must not wait for Nagle's algorithm (a 40 ms stall per event).
-    let _ = stream.set_nodelay(true);
-    let app = shared.app.clone();
-    let header_timeout = shared.header_timeout;
-    let mut stop = phase.clone();
-    connections.spawn(async move {
-        let service = hyper::service::service_fn(
-            move |mut request: hyper::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().oneshot(request)
-            },
-        );
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout);
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        tokio::pin!(connection);
-        let stopping = async move {
-            // (The guard `wait_for` returns is dropped here, not held across an await.)
-            let _ = stop.wait_for(|p| *p == Phase::Stopping).await.is_ok();
-        };
-        tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(err) = result {
-                    tracing::debug!(%peer, %err, "connection ended with an error");
-                }
-            }
-            _ = stopping => {
-                connection.as_mut().graceful_shutdown();
-                let _ = connection.await;
-            }
-        }
-        drop(slot);
-    });
+    Ok(())
 }
 
 /// Tells a connection over the cap why it is closed (best effort: it is not waited on).

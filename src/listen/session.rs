@@ -15,7 +15,7 @@
 //! or, after the resume window, is cancelled upstream as for a client that went away.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -317,27 +317,6 @@ pub(super) struct Session {
     ended: AtomicBool,
     /// How long a cut POST stream waits to be resumed.
     resume_window: Duration,
-    /// The session count of the runtime it lives on (given back when it goes).
-    placed: Option<Arc<AtomicUsize>>,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Some(count) = &self.placed {
-            count.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// One of the listener's runtimes, and how many sessions live on it.
-pub(super) struct Runtime {
-    pub handle: tokio::runtime::Handle,
-    pub sessions: Arc<AtomicUsize>,
-}
-
-thread_local! {
-    /// The index of the listener runtime this thread runs (0: the caller's).
-    pub(super) static RUNTIME: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A POST registered with its session: its stream number and queue.
@@ -842,8 +821,6 @@ pub(super) struct Sessions {
     /// limits as if open, so that concurrent opens cannot pass them. Locked after `map`.
     opening: Mutex<HashMap<Client, usize>>,
     tasks: Mutex<JoinSet<()>>,
-    /// The runtimes sessions are placed on (none: the caller's).
-    runtimes: Mutex<Vec<Runtime>>,
     /// Set when the listener shuts down: no session opens after it.
     closing: AtomicBool,
 }
@@ -861,21 +838,12 @@ impl Sessions {
             map: Mutex::new(HashMap::new()),
             opening: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
-            runtimes: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
         }
     }
 
     pub fn options(&self) -> &ListenOptions {
         &self.options
-    }
-
-    /// Adds a runtime sessions can be placed on (the caller's first, as index 0).
-    pub fn add_runtime(&self, handle: tokio::runtime::Handle) {
-        lock(&self.runtimes).push(Runtime {
-            handle,
-            sessions: Arc::new(AtomicUsize::new(0)),
-        });
     }
 
     /// Whether a new session would be opened now (not shutting down, under `--max-sessions`).
@@ -896,40 +864,6 @@ impl Sessions {
 
     /// Opens a session for `client`: its upstream, relay, and tasks.
     pub async fn open(self: &Arc<Self>, client: Client) -> Result<Arc<Session>, OpenError> {
-        // The session lives on the listener's least busy runtime (this one on a tie): its
-        // tasks, its server's pipes and its timers all stay there.
-        let (index, placed) = {
-            let runtimes = lock(&self.runtimes);
-            let here = RUNTIME.with(std::cell::Cell::get);
-            let best = runtimes
-                .iter()
-                .enumerate()
-                .min_by_key(|(i, r)| (r.sessions.load(Ordering::Relaxed), *i != here))
-                .map(|(i, r)| (i, r.handle.clone(), r.sessions.clone()));
-            match best {
-                Some((i, handle, count)) if i != here => (Some(handle), Some(count)),
-                Some((_, _, count)) => (None, Some(count)),
-                None => (None, None),
-            }
-        };
-        match index {
-            Some(handle) => {
-                let sessions = self.clone();
-                handle
-                    .spawn(async move { sessions.open_here(client, placed).await })
-                    .await
-                    .map_err(|err| OpenError::Upstream(err.to_string()))?
-            }
-            None => self.open_here(client, placed).await,
-        }
-    }
-
-    /// Opens a session on this runtime.
-    async fn open_here(
-        self: &Arc<Self>,
-        client: Client,
-        placed: Option<Arc<AtomicUsize>>,
-    ) -> Result<Arc<Session>, OpenError> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(OpenError::Closing);
         }
@@ -1000,9 +934,6 @@ impl Sessions {
             initialize_key: Mutex::new(None),
             ended: AtomicBool::new(false),
             resume_window: self.options.resume_window,
-            placed: placed.inspect(|count| {
-                count.fetch_add(1, Ordering::Relaxed);
-            }),
         });
         if let Some(task) = upstream.take_task() {
             self.spawn(async move {
