@@ -23,25 +23,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-fn fleet_server() -> PathBuf {
-    let exe = std::env::current_exe().expect("own path");
-    let release = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf();
-    let fleet = release.join("examples").join("fleet_server");
-    if !fleet.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "--example", "fleet_server"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success());
-    }
-    fleet
-}
-
 /// A proxy listening in front of the fleet server; its URL.
 async fn start(
     proxy: &Path,
@@ -56,7 +37,7 @@ async fn start(
         .arg("--policy")
         .arg(policy)
         .arg("--")
-        .arg(fleet_server())
+        .arg(load::fleet_server())
         .args(["--streams", &streams.to_string()])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -207,7 +188,7 @@ fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let proxy = PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget"));
     let policy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
-    let fleet = fleet_server();
+    let fleet = load::fleet_server();
     let total: usize = std::env::var("GATEWAY_CALLS")
         .ok()
         .and_then(|s| s.parse().ok())

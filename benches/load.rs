@@ -7,25 +7,6 @@ mod load;
 
 use std::path::PathBuf;
 
-fn fleet_server() -> PathBuf {
-    let exe = std::env::current_exe().expect("own path");
-    let release = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf();
-    let fleet = release.join("examples").join("fleet_server");
-    if !fleet.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "--example", "fleet_server"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success());
-    }
-    fleet
-}
-
 fn main() {
     let sessions: usize = std::env::var("LOAD_SESSIONS")
         .ok()
@@ -45,7 +26,13 @@ fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")));
     println!("proxy: {}", proxy.display());
-    let report = runtime.block_on(load::run(&proxy, &fleet_server(), &policy, sessions, calls));
+    let report = runtime.block_on(load::run(
+        &proxy,
+        &load::fleet_server(),
+        &policy,
+        sessions,
+        calls,
+    ));
     let total = report.latencies.len();
     println!(
         "load: {sessions} concurrent HTTP sessions × {calls} tools/call (fleet_show limit 5 / stream_detail), fleet policy"

@@ -329,13 +329,7 @@ async fn over_http_upstream_a_calls_sampling_request_rides_that_calls_stream_not
     let session = initialize(&url).await;
     // With a GET stream open, a server message that names no request would go there; the
     // sampling request came on the upstream stream of the call: it belongs to the call's stream.
-    let get = http()
-        .get(&url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .send()
-        .await
-        .unwrap();
+    let get = common::mcp_get(&http(), &url, &session, None).await;
     assert_eq!(get.status(), 200);
     let get_events = sse_stream::SseStream::from_bytes_stream(get.bytes_stream());
     let call = r#"{"jsonrpc":"2.0","id":"w1","method":"tools/call","params":{"name":"work","arguments":{},"_meta":{"progressToken":"wp"}}}"#;

@@ -28,22 +28,7 @@ async fn listen(options: &[&str]) -> (tokio::process::Child, String) {
 
 /// A session on protocol 2025-11-25 (its id).
 async fn initialize(client: &reqwest::Client, url: &str) -> String {
-    let response = common::mcp_post(client, url, None, INITIALIZE_2025_11_25)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let _ = response.text().await;
-    let ack = common::mcp_post(client, url, Some(&session), common::INITIALIZED)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ack.status(), 202);
-    session
+    common::mcp_initialize_with(client, url, INITIALIZE_2025_11_25).await
 }
 
 /// One event as the client sees it.
@@ -93,19 +78,20 @@ async fn resume(
 ) -> reqwest::Response {
     let deadline = tokio::time::Instant::now() + common::PATIENCE;
     loop {
-        let response = client
-            .get(url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", session)
-            .header("last-event-id", last)
-            .send()
-            .await
-            .unwrap();
+        let response = common::mcp_get(client, url, session, Some(last)).await;
         if response.status() != 409 || tokio::time::Instant::now() > deadline {
             return response;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// POST of one message on the session.
+async fn post(client: &reqwest::Client, url: &str, session: &str, body: &str) -> reqwest::Response {
+    common::mcp_post(client, url, Some(session), body)
+        .send()
+        .await
+        .unwrap()
 }
 
 /// "stream-seq" → (stream, seq).
@@ -120,10 +106,7 @@ async fn a_dropped_stream_is_resumed_from_last_event_id_with_nothing_lost_and_no
     let client = reqwest::Client::new();
     let session = initialize(&client, &url).await;
     let call = r#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"name":"report","arguments":{"quarter":"Q3"},"_meta":{"progressToken":"p"}}}"#;
-    let response = common::mcp_post(&client, &url, Some(&session), call)
-        .send()
-        .await
-        .unwrap();
+    let response = post(&client, &url, &session, call).await;
     assert_eq!(response.status(), 200);
     let mut first = events(response);
     // The priming event: an id, a retry, empty data.
@@ -150,10 +133,7 @@ async fn a_dropped_stream_is_resumed_from_last_event_id_with_nothing_lost_and_no
         let message = event.json();
         if message["method"] == "sampling/createMessage" {
             let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {"role": "assistant", "content": {"type": "text", "text": "fine"}, "model": "m"}});
-            let ack = common::mcp_post(&client, &url, Some(&session), &answer.to_string())
-                .send()
-                .await
-                .unwrap();
+            let ack = post(&client, &url, &session, &answer.to_string()).await;
             assert_eq!(ack.status(), 202);
         }
         seen.push(message);
@@ -194,19 +174,10 @@ async fn a_stream_not_resumed_within_the_window_is_cancelled_upstream() {
     let client = reqwest::Client::new();
     let session = initialize(&client, &url).await;
     // The GET stream gets what belongs to no open request: the server's log of the cancel.
-    let get = client
-        .get(&url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .send()
-        .await
-        .unwrap();
+    let get = common::mcp_get(&client, &url, &session, None).await;
     let mut server = events(get);
     let call = r#"{"jsonrpc":"2.0","id":"w1","method":"tools/call","params":{"name":"slow"}}"#;
-    let response = common::mcp_post(&client, &url, Some(&session), call)
-        .send()
-        .await
-        .unwrap();
+    let response = post(&client, &url, &session, call).await;
     let mut stream = events(response);
     let priming = next(&mut stream).await.unwrap();
     assert_eq!(priming.data, "");
@@ -238,10 +209,7 @@ async fn with_stream_secs_the_proxy_ends_long_streams_and_a_polling_client_gets_
     let session = initialize(&client, &url).await;
     // Progress every 100 ms, eight times, then the answer: longer than three streams.
     let call = r#"{"jsonrpc":"2.0","id":"t1","method":"tools/call","params":{"name":"ticking","arguments":{"ticks":8},"_meta":{"progressToken":"tk"}}}"#;
-    let response = common::mcp_post(&client, &url, Some(&session), call)
-        .send()
-        .await
-        .unwrap();
+    let response = post(&client, &url, &session, call).await;
     let mut stream = events(response);
     let mut last = None;
     let mut progress = Vec::new();
@@ -283,24 +251,16 @@ async fn the_get_stream_is_numbered_and_resumed_too() {
     let (_proxy, url) = listen(&[]).await;
     let client = reqwest::Client::new();
     let session = initialize(&client, &url).await;
-    let open_get = |last: Option<String>| {
-        let mut request = client
-            .get(&url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &session);
-        if let Some(last) = last {
-            request = request.header("last-event-id", last);
-        }
-        request.send()
-    };
     let call = |id: &str| {
-        let body = format!(
+        format!(
             r#"{{"jsonrpc":"2.0","id":"{id}","method":"tools/call","params":{{"name":"list_changed"}}}}"#
-        );
-        common::mcp_post(&client, &url, Some(&session), &body).send()
+        )
     };
-    let mut get = events(open_get(None).await.unwrap());
-    let _ = call("l1").await.unwrap().text().await;
+    let mut get = events(common::mcp_get(&client, &url, &session, None).await);
+    let _ = post(&client, &url, &session, &call("l1"))
+        .await
+        .text()
+        .await;
     // tools/list_changed belongs to no request: it goes to the GET stream, with an id.
     let changed = next(&mut get).await.unwrap();
     assert_eq!(changed.json()["method"], "notifications/tools/list_changed");
@@ -317,7 +277,10 @@ async fn the_get_stream_is_numbered_and_resumed_too() {
     let replayed = next(&mut again).await.unwrap();
     assert_eq!(replayed.id, changed.id);
     assert_eq!(replayed.data, changed.data);
-    let _ = call("l2").await.unwrap().text().await;
+    let _ = post(&client, &url, &session, &call("l2"))
+        .await
+        .text()
+        .await;
     let fresh = next(&mut again).await.unwrap();
     assert_eq!(fresh.json()["method"], "notifications/tools/list_changed");
     assert_ne!(parse_id(fresh.id.as_deref().unwrap()).0, stream);
@@ -338,10 +301,7 @@ async fn a_resume_the_proxy_cannot_honour_is_refused_with_the_reason() {
     );
     // An answer larger than the replay log is sent but cannot be sent again.
     let call = r#"{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"big","arguments":{"bytes":2000}}}"#;
-    let response = common::mcp_post(&client, &url, Some(&session), call)
-        .send()
-        .await
-        .unwrap();
+    let response = post(&client, &url, &session, call).await;
     let mut stream = events(response);
     let priming = next(&mut stream).await.unwrap();
     let answer = next(&mut stream).await.unwrap();
@@ -395,23 +355,13 @@ async fn a_resume_takes_over_a_stream_whose_old_connection_still_looks_open() {
     let session = initialize(&client, &url).await;
     // Progress every 100 ms, six times: the old connection stays open, unread, meanwhile.
     let call = r#"{"jsonrpc":"2.0","id":"k1","method":"tools/call","params":{"name":"ticking","arguments":{"ticks":6},"_meta":{"progressToken":"kt"}}}"#;
-    let response = common::mcp_post(&client, &url, Some(&session), call)
-        .send()
-        .await
-        .unwrap();
+    let response = post(&client, &url, &session, call).await;
     let mut old = events(response);
     let priming = next(&mut old).await.unwrap();
     let first = next(&mut old).await.unwrap();
     assert_eq!(first.json()["params"]["progress"], 1);
     // Not dropped: a frozen client, or one whose network changed.
-    let taken = client
-        .get(&url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("last-event-id", first.id.as_deref().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let taken = common::mcp_get(&client, &url, &session, first.id.as_deref()).await;
     assert_eq!(
         taken.status(),
         200,
@@ -447,20 +397,11 @@ async fn a_get_stream_resumed_under_a_flood_loses_nothing_and_repeats_nothing() 
     let (_proxy, url) = listen(&["--replay-bytes", "100000000"]).await;
     let client = reqwest::Client::new();
     let session = initialize(&client, &url).await;
-    let get = client
-        .get(&url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &session)
-        .send()
-        .await
-        .unwrap();
+    let get = common::mcp_get(&client, &url, &session, None).await;
     let mut get = events(get);
     // The flood's log notifications belong to no stream in particular: the GET stream.
     let call = r#"{"jsonrpc":"2.0","id":"f1","method":"tools/call","params":{"name":"flood","arguments":{"count":3000,"bytes":200}}}"#;
-    let post = common::mcp_post(&client, &url, Some(&session), call)
-        .send()
-        .await
-        .unwrap();
+    let post = post(&client, &url, &session, call).await;
     let mut post = events(post);
     let mut seen = Vec::new();
     let mut last = None;
@@ -505,18 +446,12 @@ async fn an_answer_for_a_given_up_stream_goes_to_no_other_stream() {
     // c1 is cut before its answer (300 ms), which then waits in its parked stream; the window
     // passes while h1 (queued behind it at the server) is still open.
     let cut = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"late","arguments":{"ms":300,"bytes":3}}}"#;
-    let response = common::mcp_post(&client, &url, Some(&session), cut)
-        .send()
-        .await
-        .unwrap();
+    let response = post(&client, &url, &session, cut).await;
     let mut stream = events(response);
     assert_eq!(next(&mut stream).await.unwrap().data, "");
     drop(stream);
     let hold = r#"{"jsonrpc":"2.0","id":"h1","method":"tools/call","params":{"name":"late","arguments":{"ms":1500,"bytes":3}}}"#;
-    let held = common::mcp_post(&client, &url, Some(&session), hold)
-        .send()
-        .await
-        .unwrap();
+    let held = post(&client, &url, &session, hold).await;
     let mut held = events(held);
     // The held call's stream gets its own answer, and only that.
     let mut ids = Vec::new();

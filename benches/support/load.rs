@@ -152,6 +152,26 @@ async fn session(
     Ok(latencies)
 }
 
+/// The release build of the example fleet server next to this bench (built when missing).
+pub fn fleet_server() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("own path");
+    let release = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf();
+    let fleet = release.join("examples").join("fleet_server");
+    if !fleet.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--example", "fleet_server"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success());
+    }
+    fleet
+}
+
 /// Runs the load and stops everything it started.
 pub async fn run(
     proxy: &Path,

@@ -253,9 +253,31 @@ pub fn mcp_post(
     request
 }
 
+/// GET of a session's event stream, resumed from `last` when given.
+pub async fn mcp_get(
+    client: &reqwest::Client,
+    url: &str,
+    session: &str,
+    last: Option<&str>,
+) -> reqwest::Response {
+    let mut request = client
+        .get(url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session);
+    if let Some(last) = last {
+        request = request.header("last-event-id", last);
+    }
+    request.send().await.expect("GET")
+}
+
 /// `initialize` then `notifications/initialized` over HTTP; the session id.
 pub async fn mcp_initialize(client: &reqwest::Client, url: &str) -> String {
-    let response = mcp_post(client, url, None, INITIALIZE)
+    mcp_initialize_with(client, url, INITIALIZE).await
+}
+
+/// [`mcp_initialize`] with this `initialize` request.
+pub async fn mcp_initialize_with(client: &reqwest::Client, url: &str, initialize: &str) -> String {
+    let response = mcp_post(client, url, None, initialize)
         .send()
         .await
         .expect("initialize");
