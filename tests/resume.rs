@@ -299,6 +299,19 @@ async fn a_resume_the_proxy_cannot_honour_is_refused_with_the_reason() {
         body["error"]["message"],
         "Last-Event-ID \"999-1\" is not an event this session sent; open the stream without it"
     );
+    // Not ASCII: not an id this proxy could have sent.
+    let odd = client
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header(
+            "last-event-id",
+            reqwest::header::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(odd.status(), 400);
     // An answer larger than the replay log is sent but cannot be sent again.
     let call = r#"{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"big","arguments":{"bytes":2000}}}"#;
     let response = post(&client, &url, &session, call).await;
@@ -461,4 +474,22 @@ async fn an_answer_for_a_given_up_stream_goes_to_no_other_stream() {
         }
     }
     assert_eq!(ids, [json!("h1")]);
+}
+
+#[test]
+fn a_duration_past_a_year_is_a_clear_usage_error() {
+    let quirky = quirky();
+    let out = common::run([
+        "--listen",
+        "http://127.0.0.1:0/mcp",
+        "--stream-secs",
+        "1e19",
+        "--",
+        quirky.as_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "mcp-budget: --stream-secs 10000000000000000000: give a positive number of seconds, at most 31536000"
+    );
 }
