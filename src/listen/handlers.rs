@@ -552,6 +552,8 @@ async fn handle_post(
                 .filter(|_| resumable)
                 .and_then(|limit| tokio::time::Instant::now().checked_add(limit)),
             source: Source::Post(guard, stop),
+            keep_alive: None,
+            last_sent: tokio::time::Instant::now(),
         };
         return Ok((response_headers, writer.into_body()).into_response());
     }
@@ -612,12 +614,15 @@ impl StreamGuard {
         Some(message.bytes)
     }
 
-    /// Numbers an event sent on this stream and keeps it for a resume; its id.
-    fn sent(&mut self, bytes: &[u8]) -> Option<String> {
-        let state = self.state.as_mut()?;
+    /// The event that sends `bytes` on this stream, numbered and kept for a resume.
+    fn event(&mut self, bytes: &[u8]) -> Bytes {
+        let Some(state) = self.state.as_mut() else {
+            return sse_event(None, None, bytes);
+        };
         state.seq += 1;
-        self.session.log(state.number, state.seq, bytes);
-        Some(event_id(state.number, state.seq))
+        let event = sse_event(Some(&event_id(state.number, state.seq)), None, bytes);
+        self.session.log(state.number, state.seq, event.clone());
+        event
     }
 
     fn number(&self) -> u64 {
@@ -663,17 +668,14 @@ impl GetStream {
     async fn next(&mut self) -> Option<Bytes> {
         let message = self.rx.as_mut()?.recv().await?;
         let seq = self.seq + 1;
-        if !self.session.log_get(self.number, seq, &message.bytes) {
+        let event = sse_event(Some(&event_id(self.number, seq)), None, &message.bytes);
+        if !self.session.log_get(self.number, seq, &event) {
             // Replaced: this message, and the rest, go to the stream that replaced it.
             self.session.route_now(message.bytes, message.kind);
             return None;
         }
         self.seq = seq;
-        Some(sse_event(
-            Some(&event_id(self.number, seq)),
-            None,
-            &message.bytes,
-        ))
+        Some(event)
     }
 }
 
@@ -690,13 +692,17 @@ impl Drop for GetStream {
 
 /// One SSE response: a priming event, the replayed events, then the live ones.
 struct Writer {
-    /// Events sent before and asked for again (`Last-Event-ID`), with their ids.
-    replay: VecDeque<(String, Vec<u8>)>,
+    /// Events sent before and asked for again (`Last-Event-ID`), as they were written.
+    replay: VecDeque<Bytes>,
     /// The `retry` of a priming event still to send.
     prime: Option<std::time::Duration>,
     /// When a POST stream is ended for the client to resume it (SSE polling).
     deadline: Option<tokio::time::Instant>,
     source: Source,
+    /// Sends a comment when the stream has been idle for [`KEEP_ALIVE`].
+    keep_alive: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// When the last event went out.
+    last_sent: tokio::time::Instant,
 }
 
 /// An idle event stream sends a comment this often, so that nothing between drops it.
@@ -751,45 +757,38 @@ impl Writer {
             };
             return Some(sse_event(Some(&event_id(number, 0)), Some(retry), b""));
         }
-        if let Some((id, bytes)) = self.replay.pop_front() {
-            return Some(sse_event(Some(&id), None, &bytes));
+        if let Some(event) = self.replay.pop_front() {
+            return Some(event);
         }
-        // What `live` waits on is cancel-safe: a keep-alive loses nothing.
-        match tokio::time::timeout(KEEP_ALIVE, self.live()).await {
-            Ok(event) => event,
-            Err(_) => Some(Bytes::from_static(b":\n\n")),
-        }
-    }
-
-    async fn live(&mut self) -> Option<Bytes> {
-        match &mut self.source {
-            Source::Post(guard, stop) => {
-                let deadline = self.deadline;
-                let until_deadline = async {
-                    match deadline {
-                        Some(deadline) => tokio::time::sleep_until(deadline).await,
-                        None => std::future::pending().await,
+        // One timer for the stream's keep-alive. An event only notes when it was sent; the
+        // timer, when it fires, sends a comment if the stream has been idle that long, else
+        // waits for the rest (no timer work per event).
+        let keep_alive = self
+            .keep_alive
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(KEEP_ALIVE)));
+        loop {
+            // What `live` waits on is cancel-safe: a keep-alive loses nothing.
+            tokio::select! {
+                event = live(&mut self.source, self.deadline) => {
+                    self.last_sent = tokio::time::Instant::now();
+                    return event;
+                }
+                () = keep_alive.as_mut() => {
+                    let now = tokio::time::Instant::now();
+                    let due = self.last_sent + KEEP_ALIVE;
+                    if now >= due {
+                        self.last_sent = now;
+                        keep_alive.as_mut().reset(now + KEEP_ALIVE);
+                        return Some(Bytes::from_static(b":\n\n"));
                     }
-                };
-                let bytes = tokio::select! {
-                    bytes = guard.next() => bytes?,
-                    () = until_deadline => {
-                        tracing::debug!(session = %guard.session.id, stream = guard.number(), "ending a long POST stream for the client to resume");
-                        return None;
-                    }
-                    () = stop.notified() => {
-                        tracing::debug!(session = %guard.session.id, stream = guard.number(), "the stream is resumed on another connection");
-                        return None;
-                    }
-                };
-                let id = guard.sent(&bytes);
-                Some(sse_event(id.as_deref(), None, &bytes))
+                    keep_alive.as_mut().reset(due);
+                }
             }
-            Source::Get(get) => get.next().await,
-            Source::Done => None,
         }
     }
+}
 
+impl Writer {
     /// The response: an event stream that ends with the writer.
     fn into_body(self) -> Response {
         let events = futures_util::stream::unfold(self, |mut writer| async move {
@@ -804,6 +803,34 @@ impl Writer {
             Body::from_stream(events),
         )
             .into_response()
+    }
+}
+
+/// The next live event of `source`.
+async fn live(source: &mut Source, deadline: Option<tokio::time::Instant>) -> Option<Bytes> {
+    match source {
+        Source::Post(guard, stop) => {
+            let until_deadline = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let bytes = tokio::select! {
+                bytes = guard.next() => bytes?,
+                () = until_deadline => {
+                    tracing::debug!(session = %guard.session.id, stream = guard.number(), "ending a long POST stream for the client to resume");
+                    return None;
+                }
+                () = stop.notified() => {
+                    tracing::debug!(session = %guard.session.id, stream = guard.number(), "the stream is resumed on another connection");
+                    return None;
+                }
+            };
+            Some(guard.event(&bytes))
+        }
+        Source::Get(get) => get.next().await,
+        Source::Done => None,
     }
 }
 
@@ -906,6 +933,8 @@ async fn handle_get(
         prime: None,
         deadline,
         source,
+        keep_alive: None,
+        last_sent: tokio::time::Instant::now(),
     };
     Ok(writer.into_body().into_response())
 }

@@ -104,7 +104,8 @@ struct Replay {
 struct Logged {
     stream: u64,
     seq: u64,
-    bytes: Vec<u8>,
+    /// The event as it was written (id, data lines): sent again as it is.
+    event: bytes::Bytes,
 }
 
 /// At most this many streams are remembered as having lost events.
@@ -123,8 +124,8 @@ impl Replay {
 
     /// Logs an event; `keep` names streams whose loss records must not be forgotten (the
     /// parked ones: a resume must be told exactly).
-    fn push(&mut self, stream: u64, seq: u64, bytes: &[u8], keep: impl Fn(u64) -> bool) {
-        let weight = bytes.len() + queue::OVERHEAD;
+    fn push(&mut self, stream: u64, seq: u64, event: bytes::Bytes, keep: impl Fn(u64) -> bool) {
+        let weight = event.len() + queue::OVERHEAD;
         if weight > self.max {
             self.lose(stream, seq, &keep);
             return;
@@ -133,15 +134,11 @@ impl Replay {
             let Some(old) = self.events.pop_front() else {
                 break;
             };
-            self.bytes -= old.bytes.len() + queue::OVERHEAD;
+            self.bytes -= old.event.len() + queue::OVERHEAD;
             self.lose(old.stream, old.seq, &keep);
         }
         self.bytes += weight;
-        self.events.push_back(Logged {
-            stream,
-            seq,
-            bytes: bytes.to_vec(),
-        });
+        self.events.push_back(Logged { stream, seq, event });
     }
 
     fn lose(&mut self, stream: u64, seq: u64, keep: &impl Fn(u64) -> bool) {
@@ -167,7 +164,7 @@ impl Replay {
         self.events
             .iter()
             .filter(|e| e.stream == stream && e.seq > seq)
-            .map(|e| (event_id(e.stream, e.seq), e.bytes.clone()))
+            .map(|e| e.event.clone())
             .collect()
     }
 }
@@ -196,7 +193,7 @@ struct Parked {
 }
 
 /// Events sent again, with their ids.
-pub(super) type Replayed = Vec<(String, Vec<u8>)>;
+pub(super) type Replayed = Vec<bytes::Bytes>;
 
 /// What follows the replayed events of a resumed stream.
 pub(super) enum Resume {
@@ -276,10 +273,10 @@ impl Routes {
     }
 
     /// Keeps an event for a resume.
-    fn log(&mut self, stream: u64, seq: u64, bytes: &[u8]) {
+    fn log(&mut self, stream: u64, seq: u64, event: bytes::Bytes) {
         let parked = &self.parked;
         self.replay
-            .push(stream, seq, bytes, |s| parked.contains_key(&s));
+            .push(stream, seq, event, |s| parked.contains_key(&s));
     }
 
     /// Moves what waited for a stream onto `tx`, as far as it takes it now. (The backlog counts
@@ -433,12 +430,12 @@ impl Session {
 
     /// Logs an event of GET stream `number` if it is still the session's GET stream; `false`
     /// when a newer one replaced it (the event then goes to the newer one).
-    pub fn log_get(&self, number: u64, seq: u64, bytes: &[u8]) -> bool {
+    pub fn log_get(&self, number: u64, seq: u64, event: &bytes::Bytes) -> bool {
         let mut routes = lock(&self.routes);
         if routes.get_number != Some(number) {
             return false;
         }
-        routes.log(number, seq, bytes);
+        routes.log(number, seq, event.clone());
         true
     }
 
@@ -451,8 +448,8 @@ impl Session {
     }
 
     /// Keeps an event sent on `stream`, for a client that resumes.
-    pub fn log(&self, stream: u64, seq: u64, bytes: &[u8]) {
-        lock(&self.routes).log(stream, seq, bytes);
+    pub fn log(&self, stream: u64, seq: u64, event: bytes::Bytes) {
+        lock(&self.routes).log(stream, seq, event);
     }
 
     /// Parks a cut POST stream until the client resumes it or the resume window passes.
