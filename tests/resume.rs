@@ -257,6 +257,10 @@ async fn the_get_stream_is_numbered_and_resumed_too() {
         )
     };
     let mut get = events(common::mcp_get(&client, &url, &session, None).await);
+    // A GET stream opens with its priming event too.
+    let priming = next(&mut get).await.unwrap();
+    assert_eq!((priming.data.as_str(), priming.retry), ("", Some(1000)));
+    assert_eq!(parse_id(priming.id.as_deref().unwrap()).1, 0);
     let _ = post(&client, &url, &session, &call("l1"))
         .await
         .text()
@@ -277,13 +281,19 @@ async fn the_get_stream_is_numbered_and_resumed_too() {
     let replayed = next(&mut again).await.unwrap();
     assert_eq!(replayed.id, changed.id);
     assert_eq!(replayed.data, changed.data);
+    // Then the new stream's own priming event: an idle client resumes from it, not the old id.
+    let primed = next(&mut again).await.unwrap();
+    assert_eq!(primed.data, "");
+    let (new_stream, seq) = parse_id(primed.id.as_deref().unwrap());
+    assert_eq!(seq, 0);
+    assert_ne!(new_stream, stream);
     let _ = post(&client, &url, &session, &call("l2"))
         .await
         .text()
         .await;
     let fresh = next(&mut again).await.unwrap();
     assert_eq!(fresh.json()["method"], "notifications/tools/list_changed");
-    assert_ne!(parse_id(fresh.id.as_deref().unwrap()).0, stream);
+    assert_eq!(parse_id(fresh.id.as_deref().unwrap()), (new_stream, 1));
 }
 
 #[tokio::test]
@@ -421,7 +431,9 @@ async fn a_get_stream_resumed_under_a_flood_loses_nothing_and_repeats_nothing() 
     while seen.len() < 500 {
         let event = next(&mut get).await.unwrap();
         last = event.id.clone();
-        seen.push(event.data);
+        if !event.data.is_empty() {
+            seen.push(event.data);
+        }
     }
     // Gone mid-flood, and back at once from the last event it read.
     drop(get);
@@ -444,7 +456,9 @@ async fn a_get_stream_resumed_under_a_flood_loses_nothing_and_repeats_nothing() 
     assert!(answered);
     while seen.len() < 3000 {
         let event = next(&mut resumed).await.expect("the rest of the flood");
-        seen.push(event.data);
+        if !event.data.is_empty() {
+            seen.push(event.data);
+        }
     }
     let unique: HashSet<&String> = seen.iter().collect();
     assert_eq!(seen.len(), 3000);
@@ -492,4 +506,25 @@ fn a_duration_past_a_year_is_a_clear_usage_error() {
         String::from_utf8_lossy(&out.stderr).trim(),
         "mcp-budget: --stream-secs 10000000000000000000: give a positive number of seconds, at most 31536000"
     );
+}
+
+#[tokio::test]
+async fn an_older_client_cannot_take_over_a_live_stream_and_it_goes_on() {
+    let (_proxy, url) = listen(&[]).await;
+    let client = reqwest::Client::new();
+    // 2025-06-18: its streams cannot be parked, so they are not taken over.
+    let session = common::mcp_initialize(&client, &url).await;
+    let call = r#"{"jsonrpc":"2.0","id":"o1","method":"tools/call","params":{"name":"ticking","arguments":{"ticks":4},"_meta":{"progressToken":"ot"}}}"#;
+    let mut stream = events(post(&client, &url, &session, call).await);
+    let first = next(&mut stream).await.unwrap();
+    assert_eq!(first.json()["params"]["progress"], 1);
+    let refused = common::mcp_get(&client, &url, &session, first.id.as_deref()).await;
+    assert_eq!(refused.status(), 409);
+    // The live stream was not touched: the rest of its progress, then its answer.
+    let mut rest = Vec::new();
+    while let Some(event) = next(&mut stream).await {
+        rest.push(event.json());
+    }
+    assert_eq!(rest.len(), 4, "{rest:?}");
+    assert_eq!(rest[3]["id"], "o1");
 }

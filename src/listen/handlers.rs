@@ -519,7 +519,11 @@ async fn handle_post(
                     let kind = message::parse(&bytes)
                         .ok()
                         .and_then(message::Parsed::single);
-                    Outbound { bytes, kind }
+                    Outbound {
+                        bytes,
+                        kind,
+                        directed: true,
+                    }
                 })
                 .collect(),
             rx,
@@ -901,8 +905,15 @@ async fn handle_get(
         }
         Some(last) => resume(&session, last).await?,
     };
+    let mut replay: VecDeque<Bytes> = replay.into();
     let (source, deadline) = match resume {
         Resume::Get(number, rx) => {
+            // A client that can resume gets an id on the new stream at once (after what it
+            // asked for again): an idle GET stream is then resumed as itself, not from an old id.
+            if session.resumable() {
+                let retry = listener.sessions.options().retry;
+                replay.push_back(sse_event(Some(&event_id(number, 0)), Some(retry), b""));
+            }
             let source = Source::Get(GetStream {
                 session,
                 number,
@@ -929,7 +940,7 @@ async fn handle_get(
         Resume::Done => (Source::Done, None),
     };
     let writer = Writer {
-        replay: replay.into(),
+        replay,
         prime: None,
         deadline,
         source,
@@ -952,7 +963,9 @@ async fn resume(
                 tracing::debug!(session = %session.id, replayed = resumed.0.len(), "stream resumed");
                 return Ok(resumed);
             }
-            Err(ResumeError::Busy) if tokio::time::Instant::now() < deadline => {
+            Err(ResumeError::Busy)
+                if session.resumable() && tokio::time::Instant::now() < deadline =>
+            {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             Err(err) => return Err(resume_refusal(err, last)),

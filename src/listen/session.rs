@@ -56,6 +56,9 @@ pub(super) type StreamRx = queue::Receiver<Outbound>;
 pub(super) struct Outbound {
     pub bytes: Vec<u8>,
     pub kind: Option<Kind>,
+    /// Meant for its stream's own requests (their answer, progress, related messages), rather
+    /// than put there for want of another stream.
+    pub directed: bool,
 }
 
 impl queue::Weigh for Outbound {
@@ -188,6 +191,8 @@ pub(super) struct PostState {
 struct Parked {
     state: PostState,
     tx: StreamTx,
+    /// When it was parked, in the session's order (the longest parked is given up first).
+    order: u64,
     /// Cancels it when the resume window has passed.
     expiry: tokio::task::JoinHandle<()>,
 }
@@ -238,6 +243,8 @@ struct Routes {
     gets: VecDeque<u64>,
     /// Cut POST streams waiting to be resumed, by number.
     parked: HashMap<u64, Parked>,
+    /// How many streams were ever parked (orders them).
+    parked_count: u64,
     /// Parked streams whose window passed (their requests cancelled), newest last.
     expired: VecDeque<u64>,
     /// The number of the current GET stream.
@@ -476,10 +483,26 @@ impl Session {
                 session.expire_parked(number);
             }
         });
-        routes.parked.insert(number, Parked { state, tx, expiry });
-        // Too many waiting: the oldest is given up now.
+        routes.parked_count += 1;
+        let order = routes.parked_count;
+        routes.parked.insert(
+            number,
+            Parked {
+                state,
+                tx,
+                order,
+                expiry,
+            },
+        );
+        // Too many waiting: the one parked longest is given up now.
         let oldest = (routes.parked.len() > MAX_PARKED)
-            .then(|| routes.parked.keys().min().copied())
+            .then(|| {
+                routes
+                    .parked
+                    .iter()
+                    .min_by_key(|(_, p)| p.order)
+                    .map(|(n, _)| *n)
+            })
             .flatten();
         drop(routes);
         if let Some(oldest) = oldest {
@@ -509,13 +532,15 @@ impl Session {
 
     /// Resumes the stream of `last_event_id`: the events after it, and what follows them.
     pub fn resume(&self, last_event_id: &str) -> Result<(Replayed, Resume), ResumeError> {
+        let resumable = self.resumable();
         let mut routes = lock(&self.routes);
         let (stream, seq) = parse_event_id(last_event_id)
             .filter(|&(stream, _)| stream >= 1 && stream <= routes.next_stream)
             .ok_or(ResumeError::Unknown)?;
         if routes.streams.contains_key(&stream) {
-            // Its writer is told to stop (it parks the stream); the caller may try again.
-            if let Some(stop) = routes.stops.get(&stream) {
+            // Its writer is told to stop (it parks the stream); the caller may try again. A
+            // stream that cannot be parked (an older protocol) is not taken over.
+            if resumable && let Some(stop) = routes.stops.get(&stream) {
                 stop.notify_one();
             }
             return Err(ResumeError::Busy);
@@ -558,12 +583,13 @@ impl Session {
             .collect();
         let unanswered = self.close_post(state.number, &accepted);
         state.rx.close();
-        // What was queued for this stream belongs to its requests: their answers and progress
-        // have nowhere else to go (an answer goes only on its request's stream). A request of
-        // the server's (sampling, say) still needs an answer from the client: it goes on.
+        // What was queued for this stream's own requests (their answers, progress, related
+        // notifications) has nowhere else to go: an answer goes only on its request's stream. A
+        // request of the server's (sampling, say) still needs an answer from the client, and
+        // what was here only for want of another stream goes to another: those go on.
         let mut dropped = 0;
         while let Some(message) = state.own.pop_front().or_else(|| state.rx.try_recv()) {
-            if matches!(message.kind, Some(Kind::Request { .. })) {
+            if !message.directed || matches!(message.kind, Some(Kind::Request { .. })) {
                 self.route_now(message.bytes, message.kind);
             } else {
                 dropped += 1;
@@ -591,7 +617,11 @@ impl Session {
     /// (or, with none open, the backlog) is full: a slow client slows its own session only.
     pub async fn route(&self, bytes: Vec<u8>, kind: Option<Kind>, related: Option<Id>) {
         self.note_initialize_response(&bytes, kind.as_ref());
-        let mut message = Outbound { bytes, kind };
+        let mut message = Outbound {
+            bytes,
+            kind,
+            directed: true,
+        };
         // A message for one stream (an answer, its request's progress, a related request)
         // goes there, never behind the backlog of others.
         let directed = directed(
@@ -606,6 +636,7 @@ impl Session {
                 Err(queue::Closed(back)) => message = back,
             }
         }
+        message.directed = false;
         if let Some(Kind::Response { id, .. }) = &message.kind {
             // Its request's stream is gone (given up, and the request cancelled): an answer
             // goes on no other stream.
@@ -661,14 +692,21 @@ impl Session {
     /// what a closed stream did not send).
     pub fn route_now(&self, bytes: Vec<u8>, kind: Option<Kind>) {
         let mut routes = lock(&self.routes);
-        let message = Outbound { bytes, kind };
+        let mut message = Outbound {
+            bytes,
+            kind,
+            directed: true,
+        };
         let target = match directed(&mut routes, &message.bytes, message.kind.as_ref(), None) {
             Some(tx) => Some(tx),
             None if matches!(message.kind, Some(Kind::Response { .. })) => {
                 tracing::info!(session = %self.id, "an answer for a stream the client gave up was not delivered");
                 return;
             }
-            None => fallback(&routes),
+            None => {
+                message.directed = false;
+                fallback(&routes)
+            }
         };
         let message = match target {
             Some(tx) => match tx.try_send(message) {
@@ -918,6 +956,7 @@ impl Sessions {
                 next_stream: 0,
                 gets: VecDeque::new(),
                 parked: HashMap::new(),
+                parked_count: 0,
                 expired: VecDeque::new(),
                 get_number: None,
                 stops: HashMap::new(),
