@@ -109,17 +109,25 @@ impl<T: Weigh> Sender<T> {
             return Err(TrySendError::Closed(value));
         }
         let permits = self.permits(&value);
-        let Ok(permit) = self.budget.clone().try_acquire_many_owned(permits) else {
-            return Err(TrySendError::Full(value));
+        let permit = match self.budget.clone().try_acquire_many_owned(permits) {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(TrySendError::Closed(value)),
+            Err(tokio::sync::TryAcquireError::NoPermits) => return Err(TrySendError::Full(value)),
         };
         self.tx
             .send((value, permit))
             .map_err(|mpsc::error::SendError((value, _))| TrySendError::Closed(value))
     }
 
-    /// Whether the receiver is gone.
+    /// Whether the receiver is gone, or the queue was closed to senders.
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.tx.is_closed() || self.budget.is_closed()
+    }
+
+    /// Takes no more values: a sender waiting for room, and every later one, gets its value
+    /// back as [`Closed`]. What is queued stays for the receiver.
+    pub fn close(&self) {
+        self.budget.close();
     }
 }
 
@@ -148,6 +156,23 @@ impl<T> Receiver<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_closed_queue_gives_a_waiting_sender_its_value_back_and_keeps_what_it_holds() {
+        let (tx, mut rx) = channel::<Vec<u8>>(1000);
+        tx.send(vec![0; 600]).await.unwrap();
+        let waiting = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.send(vec![1; 600]).await.map_err(|Closed(v)| v) }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        tx.close();
+        assert_eq!(waiting.await.unwrap(), Err(vec![1; 600]));
+        assert!(matches!(tx.try_send(vec![2]), Err(TrySendError::Closed(_))));
+        assert!(tx.is_closed());
+        assert_eq!(rx.recv().await.unwrap(), vec![0; 600]);
+    }
 
     #[tokio::test]
     async fn a_full_queue_makes_the_sender_wait_until_bytes_are_taken() {

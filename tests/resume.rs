@@ -528,3 +528,63 @@ async fn an_older_client_cannot_take_over_a_live_stream_and_it_goes_on() {
     assert_eq!(rest.len(), 4, "{rest:?}");
     assert_eq!(rest[3]["id"], "o1");
 }
+
+#[tokio::test]
+async fn a_get_stream_whose_client_stopped_reading_does_not_stall_the_session_once_replaced() {
+    let (_proxy, url) = listen(&["--replay-bytes", "100000000"]).await;
+    let client = reqwest::Client::new();
+    let session = initialize(&client, &url).await;
+    // The client reads the GET stream's priming event, then stops reading, without closing.
+    let mut stalled = events(common::mcp_get(&client, &url, &session, None).await);
+    let priming = next(&mut stalled).await.unwrap();
+    assert_eq!(priming.data, "");
+    // 30 MB of log messages: more than the stream's queue and the socket buffers hold.
+    let call = r#"{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"flood","arguments":{"count":3000,"bytes":10000}}}"#;
+    let mut flood = events(post(&client, &url, &session, call).await);
+    // Time for the flood to fill the unread stream (its queue and socket buffers), so that the
+    // session waits on it. (On a slower machine less is queued; the checks hold either way.)
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // It resumes on a new connection; the old one is still open.
+    let resumed = resume(&client, &url, &session, priming.id.as_deref().unwrap()).await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = events(resumed);
+    // How many the resumed stream must bring (fewer if some went to the call's stream).
+    let (wanted_tx, mut wanted) = tokio::sync::watch::channel(3000usize);
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while seen.len() < *wanted.borrow_and_update() {
+            tokio::select! {
+                event = next(&mut resumed) => {
+                    let event = event.expect("the resumed stream stays open");
+                    if !event.data.is_empty() {
+                        seen.push(event.data);
+                    }
+                }
+                _ = wanted.changed() => {}
+            }
+        }
+        seen
+    });
+    // The session goes on: the flood is written and answered while the old stream is unread.
+    let mut answered = false;
+    let mut on_post = Vec::new();
+    while let Some(event) = next(&mut flood).await {
+        if event.data.is_empty() {
+            continue;
+        }
+        if event.json()["id"] == "s1" {
+            answered = true;
+        } else {
+            on_post.push(event.data);
+        }
+    }
+    assert!(answered, "the flood's answer never came");
+    // (The reader may be done already.)
+    let _ = wanted_tx.send(3000 - on_post.len());
+    // What the old stream held comes once its connection goes.
+    drop(stalled);
+    let mut seen = reader.await.unwrap();
+    seen.extend(on_post);
+    let unique: HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), 3000, "lost or repeated log messages");
+}

@@ -610,7 +610,10 @@ impl StreamGuard {
         }
         let message = match state.own.pop_front() {
             Some(message) => message,
-            None => state.rx.recv().await?,
+            None => {
+                self.session.pull_backlog();
+                state.rx.recv().await?
+            }
         };
         for key in message.response_keys() {
             state.awaiting.remove(&key);
@@ -670,6 +673,7 @@ struct GetStream {
 
 impl GetStream {
     async fn next(&mut self) -> Option<Bytes> {
+        self.session.pull_backlog();
         let message = self.rx.as_mut()?.recv().await?;
         let seq = self.seq + 1;
         let event = sse_event(Some(&event_id(self.number, seq)), None, &message.bytes);

@@ -274,7 +274,11 @@ impl Routes {
             self.gets.pop_front();
         }
         self.drain_backlog_into(&tx);
-        self.get = Some(tx);
+        // The stream it replaces takes nothing more: a message waiting for room there (its
+        // client may have stopped reading) comes back to be routed again, to this one.
+        if let Some(old) = self.get.replace(tx) {
+            old.close();
+        }
         self.get_number = Some(number);
         (number, rx)
     }
@@ -452,6 +456,18 @@ impl Session {
         lock(&self.protocol)
             .as_deref()
             .is_some_and(|p| p >= RESUMABLE_SINCE)
+    }
+
+    /// Moves what waits in the backlog to a stream that has room now (a writer calls this as
+    /// it takes messages: the backlog may have filled while every stream was full).
+    pub fn pull_backlog(&self) {
+        let mut routes = lock(&self.routes);
+        if routes.backlog.is_empty() {
+            return;
+        }
+        if let Some(tx) = fallback(&routes) {
+            routes.drain_backlog_into(&tx);
+        }
     }
 
     /// Keeps an event sent on `stream`, for a client that resumes.
