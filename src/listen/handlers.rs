@@ -548,9 +548,11 @@ async fn handle_post(
         let resumable = session.resumable();
         let stop = session.stop_signal(number);
         let writer = Writer {
-            replay: VecDeque::new(),
             // A client that can resume gets a first event with an id, to resume from.
-            prime: resumable.then_some(options.retry),
+            replay: resumable
+                .then(|| priming(number, options.retry))
+                .into_iter()
+                .collect(),
             deadline: options
                 .stream_limit
                 .filter(|_| resumable)
@@ -698,12 +700,12 @@ impl Drop for GetStream {
     }
 }
 
-/// One SSE response: a priming event, the replayed events, then the live ones.
+/// One SSE response: the events to send first (a priming event, or those asked for again),
+/// then the live ones.
 struct Writer {
-    /// Events sent before and asked for again (`Last-Event-ID`), as they were written.
+    /// Events to send before the live ones, as they are written: a priming event, or those
+    /// sent before and asked for again (`Last-Event-ID`).
     replay: VecDeque<Bytes>,
-    /// The `retry` of a priming event still to send.
-    prime: Option<std::time::Duration>,
     /// When a POST stream is ended for the client to resume it (SSE polling).
     deadline: Option<tokio::time::Instant>,
     source: Source,
@@ -711,6 +713,12 @@ struct Writer {
     keep_alive: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// When the last event went out.
     last_sent: tokio::time::Instant,
+}
+
+/// The first event of stream `number` for a client that can resume: an id to resume from, how
+/// long to wait before it does, and empty data.
+fn priming(number: u64, retry: std::time::Duration) -> Bytes {
+    sse_event(Some(&event_id(number, 0)), Some(retry), b"")
 }
 
 /// An idle event stream sends a comment this often, so that nothing between drops it.
@@ -757,14 +765,6 @@ fn sse_event(id: Option<&str>, retry: Option<std::time::Duration>, bytes: &[u8])
 impl Writer {
     /// The next event; `None` once the stream ends.
     async fn next(&mut self) -> Option<Bytes> {
-        if let Some(retry) = self.prime.take() {
-            let number = match &self.source {
-                Source::Post(guard, _) => guard.number(),
-                Source::Get(get) => get.number,
-                Source::Done => 0,
-            };
-            return Some(sse_event(Some(&event_id(number, 0)), Some(retry), b""));
-        }
         if let Some(event) = self.replay.pop_front() {
             return Some(event);
         }
@@ -915,8 +915,7 @@ async fn handle_get(
             // A client that can resume gets an id on the new stream at once (after what it
             // asked for again): an idle GET stream is then resumed as itself, not from an old id.
             if session.resumable() {
-                let retry = listener.sessions.options().retry;
-                replay.push_back(sse_event(Some(&event_id(number, 0)), Some(retry), b""));
+                replay.push_back(priming(number, listener.sessions.options().retry));
             }
             let source = Source::Get(GetStream {
                 session,
@@ -945,7 +944,6 @@ async fn handle_get(
     };
     let writer = Writer {
         replay,
-        prime: None,
         deadline,
         source,
         keep_alive: None,

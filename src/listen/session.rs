@@ -99,7 +99,7 @@ struct Replay {
     max: usize,
     /// Per stream, the highest event number that can no longer be replayed (dropped from the
     /// log to make room, or larger than the whole log).
-    lost: HashMap<u64, u64>,
+    lost: BTreeMap<u64, u64>,
     /// Streams up to this number are treated as lost (the `lost` map is bounded too).
     lost_through: u64,
 }
@@ -120,7 +120,7 @@ impl Replay {
             events: VecDeque::new(),
             bytes: 0,
             max,
-            lost: HashMap::new(),
+            lost: BTreeMap::new(),
             lost_through: 0,
         }
     }
@@ -148,7 +148,8 @@ impl Replay {
         let lost = self.lost.entry(stream).or_insert(0);
         *lost = (*lost).max(seq);
         if self.lost.len() > MAX_LOST_STREAMS
-            && let Some(&oldest) = self.lost.keys().filter(|&&s| !keep(s)).min()
+            // The lowest stream number not kept (at most the parked ones are passed over).
+            && let Some(&oldest) = self.lost.keys().find(|&&s| !keep(s))
         {
             self.lost.remove(&oldest);
             self.lost_through = self.lost_through.max(oldest);
@@ -247,8 +248,6 @@ struct Routes {
     parked_count: u64,
     /// Parked streams whose window passed (their requests cancelled), newest last.
     expired: VecDeque<u64>,
-    /// The number of the current GET stream.
-    get_number: Option<u64>,
     /// For each live POST SSE stream: tells its writer to stop (a resume takes the stream over).
     stops: HashMap<u64, Arc<Notify>>,
     replay: Replay,
@@ -279,7 +278,6 @@ impl Routes {
         if let Some(old) = self.get.replace(tx) {
             old.close();
         }
-        self.get_number = Some(number);
         (number, rx)
     }
 
@@ -443,7 +441,8 @@ impl Session {
     /// when a newer one replaced it (the event then goes to the newer one).
     pub fn log_get(&self, number: u64, seq: u64, event: &bytes::Bytes) -> bool {
         let mut routes = lock(&self.routes);
-        if routes.get_number != Some(number) {
+        // The newest GET stream is the session's GET stream.
+        if routes.gets.back() != Some(&number) {
             return false;
         }
         routes.log(number, seq, event.clone());
@@ -974,7 +973,6 @@ impl Sessions {
                 parked: HashMap::new(),
                 parked_count: 0,
                 expired: VecDeque::new(),
-                get_number: None,
                 stops: HashMap::new(),
                 replay: Replay::new(self.options.replay_bytes),
             }),
