@@ -397,17 +397,47 @@ fn main() {
 async fn run() {
     let me = std::env::current_exe().expect("own path");
     let upstream = http_server().await;
-    // For a profiler: `UPSTREAM_HTTP_PROFILE=<calls>` runs only this build's (or
-    // `UPSTREAM_HTTP_PROFILE_BIN`'s) stdio→HTTP proxy for that many calls, its pid on stderr
-    // (attach `perf record -p` to it), and nothing else.
+    // For a profiler: `UPSTREAM_HTTP_PROFILE=<calls>` runs only one process for that many
+    // calls, its pid on stderr (attach `perf record -p` to it), and nothing else:
+    // `UPSTREAM_HTTP_PROFILE_MODE` `http` (default: this build's stdio→HTTP proxy), `stdio`
+    // (its stdio→stdio proxy), `listen` (its HTTP→HTTP proxy) or `bare` (the bare stdio→HTTP
+    // relay); `UPSTREAM_HTTP_PROFILE_BIN` another build (one with frame pointers, say).
     if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
     {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-budget"));
-        command
-            .args(["--upstream", &upstream])
-            .stderr(Stdio::null());
+        let mode = std::env::var("UPSTREAM_HTTP_PROFILE_MODE").unwrap_or_default();
+        let bin = std::env::var_os("UPSTREAM_HTTP_PROFILE_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")));
+        if mode == "listen" {
+            let (mut through, proxy) = http_to_http(&bin, &upstream).await;
+            eprintln!("profile: pid {}", proxy.id().unwrap_or(0));
+            let started = Instant::now();
+            for _ in 0..calls {
+                through.call().await;
+            }
+            eprintln!("profile: {calls} calls in {:?}", started.elapsed());
+            return;
+        }
+        let mut command = match mode.as_str() {
+            "bare" => {
+                let mut command = Command::new(&me);
+                command.env(BARE_ENV, format!("http:{upstream}"));
+                command
+            }
+            "stdio" => {
+                let mut command = Command::new(&bin);
+                command.arg("--").arg(&me);
+                command
+            }
+            _ => {
+                let mut command = Command::new(&bin);
+                command.args(["--upstream", &upstream]);
+                command
+            }
+        };
+        command.stderr(Stdio::null());
         let mut session = Session::start(command);
         eprintln!("profile: pid {}", session.pid());
         let started = Instant::now();

@@ -25,12 +25,13 @@ use crate::intercept::{CallContext, CallDecision, Interceptor};
 use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind, Parsed};
 use crate::recording::{Dir, Recorder};
+use crate::upstream::Outgoing;
 
 /// Where the messages from one client frame go.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Routed {
-    /// The bytes to send to the server, if any.
-    pub to_server: Option<Vec<u8>>,
+    /// The message to send to the server, if any.
+    pub to_server: Option<Outgoing>,
     /// Messages the proxy answers the client with directly (errors, intercepted calls).
     pub to_client: Vec<Vec<u8>>,
     /// The requests now in flight, waiting for the server's answer.
@@ -410,7 +411,8 @@ impl Relay {
         match parsed {
             Parsed::Single(kind) => {
                 let mut routed = Routed::default();
-                let forward = self.client_message(kind, &line, &mut routed);
+                let mut out = Outgoing::default();
+                let forward = self.client_message(kind, &line, &mut routed, &mut out);
                 if let Some(recorder) = &self.recorder {
                     let forwarded = match &forward {
                         Forward::Rewritten(bytes) => Some(("forwarded", bytes.as_slice())),
@@ -420,8 +422,8 @@ impl Relay {
                 }
                 routed.to_server = match forward {
                     Forward::Drop => None,
-                    Forward::Unchanged => Some(line),
-                    Forward::Rewritten(bytes) => Some(bytes),
+                    Forward::Unchanged => Some(Outgoing { bytes: line, ..out }),
+                    Forward::Rewritten(bytes) => Some(Outgoing { bytes, ..out }),
                 };
                 routed
             }
@@ -444,8 +446,15 @@ impl Relay {
         }
     }
 
-    /// Handles one client message: what goes upstream; answers and accepted ids go to `routed`.
-    fn client_message(&self, kind: Kind, bytes: &[u8], routed: &mut Routed) -> Forward {
+    /// Handles one client message: what goes upstream; answers and accepted ids go to `routed`,
+    /// what the transport needs to know of a forwarded message to `out`.
+    fn client_message(
+        &self,
+        kind: Kind,
+        bytes: &[u8],
+        routed: &mut Routed,
+        out: &mut Outgoing,
+    ) -> Forward {
         match kind {
             Kind::Request {
                 id,
@@ -515,7 +524,10 @@ impl Relay {
                 let progress_token = self.request_timeout.and(progress).map(String::from);
                 if method == "initialize" {
                     state.initialized = true;
+                    out.initialize = true;
                 }
+                out.requests
+                    .push(upstream.clone().unwrap_or_else(|| id.clone()));
                 let key: Box<str> = match &upstream {
                     Some(fresh) => {
                         state.aliases.insert(id.key().into(), fresh.key().into());
@@ -546,6 +558,8 @@ impl Relay {
                 forward
             }
             Kind::Notification { method } => {
+                // A notification always goes upstream (a cancellation perhaps rewritten).
+                out.initialized |= method == "notifications/initialized";
                 if method == "notifications/cancelled"
                     && let Some(id) = message::cancelled_request_id(bytes)
                 {
@@ -663,8 +677,9 @@ impl Relay {
         };
         let mut kept = Vec::with_capacity(elements.len());
         let mut changed = false;
+        let mut out = Outgoing::default();
         for (kind, element) in kinds.into_iter().zip(&elements) {
-            match self.client_message(kind, element.get().as_bytes(), &mut routed) {
+            match self.client_message(kind, element.get().as_bytes(), &mut routed, &mut out) {
                 Forward::Drop => changed = true,
                 Forward::Unchanged => kept.push(element.get().to_owned()),
                 Forward::Rewritten(rewritten) => {
@@ -674,11 +689,14 @@ impl Relay {
             }
         }
         routed.to_server = if !changed {
-            Some(line)
+            Some(Outgoing { bytes: line, ..out })
         } else if kept.is_empty() {
             None
         } else {
-            Some(format!("[{}]", kept.join(",")).into_bytes())
+            Some(Outgoing {
+                bytes: format!("[{}]", kept.join(",")).into_bytes(),
+                ..out
+            })
         };
         routed
     }
@@ -998,6 +1016,36 @@ mod tests {
             Some(resp.as_bytes())
         );
         assert_eq!(relay.in_flight(), 0);
+    }
+
+    #[test]
+    fn what_goes_upstream_carries_its_envelope_as_the_server_sees_it() {
+        let relay = Relay::new(Interceptor::passthrough());
+        let sent = |text: &str| relay.from_client(line(text)).to_server.unwrap();
+        let init = sent(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#);
+        assert!(init.initialize && !init.initialized);
+        assert_eq!(init.requests, vec![Id::from_json_text("0")]);
+        relay.from_server(line(r#"{"jsonrpc":"2.0","id":0,"result":{}}"#));
+        let note = sent(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert!(note.initialized && !note.initialize && note.requests.is_empty());
+        // A reused id goes upstream under a fresh one: that is the id the transport knows.
+        let again = sent(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#);
+        let fresh = message::parse(&again.bytes).unwrap().single().unwrap();
+        let Kind::Request { id: fresh, .. } = fresh else {
+            panic!("not a request: {}", text(&again.bytes));
+        };
+        assert_ne!(fresh.key(), "0");
+        assert_eq!(again.requests, vec![fresh]);
+        // A batch: the requests that went, not the one the proxy refused (a second initialize).
+        let batch = sent(
+            r#"[{"jsonrpc":"2.0","id":7,"method":"ping"},{"jsonrpc":"2.0","id":8,"method":"initialize"},{"jsonrpc":"2.0","id":9,"method":"tools/list"}]"#,
+        );
+        let keys: Vec<&str> = batch.requests.iter().map(Id::key).collect();
+        assert_eq!(keys, vec!["7", "9"]);
+        assert!(!batch.initialize);
+        // The same facts as reading the bytes again would give.
+        let reread = Outgoing::read(batch.bytes.clone());
+        assert_eq!(reread, batch);
     }
 
     #[test]

@@ -179,7 +179,7 @@ async fn budgeted(
 /// (with the defaults: once `initialize` is answered), so an idle session costs no wake-ups.
 pub async fn sweep_timeouts(
     relay: &Relay,
-    to_server: &queue::Sender<Vec<u8>>,
+    to_server: &queue::Sender<crate::upstream::Outgoing>,
     client: &impl ClientSide,
 ) {
     loop {
@@ -194,6 +194,7 @@ pub async fn sweep_timeouts(
         }
         let expired = relay.expire(Instant::now());
         for cancel in expired.to_server {
+            let cancel = crate::upstream::Outgoing::notification(cancel);
             if to_server.send(cancel).await.is_err() {
                 return;
             }

@@ -183,7 +183,7 @@ where
 async fn client_to_server<R: AsyncRead + Unpin>(
     mut frames: FrameReader<R>,
     relay: Arc<Relay>,
-    to_server: queue::Sender<Vec<u8>>,
+    to_server: queue::Sender<crate::upstream::Outgoing>,
     to_client: queue::Sender<Vec<u8>>,
 ) -> ClientEnd {
     loop {
@@ -201,8 +201,8 @@ async fn client_to_server<R: AsyncRead + Unpin>(
                 return ClientEnd::Eof;
             }
         }
-        if let Some(bytes) = routed.to_server
-            && to_server.send(bytes).await.is_err()
+        if let Some(message) = routed.to_server
+            && to_server.send(message).await.is_err()
         {
             // The upstream is gone; its `Ended` answers what is pending.
             return ClientEnd::ServerGone;

@@ -64,7 +64,9 @@ fn content(
     respelled: &str,
     out: &mut String,
 ) {
-    let (Value::Array(blocks), Some(elements)) = (page, raw::elements(original)) else {
+    // One reading of the blocks gives each one's members: the text copy is skipped once.
+    let (Value::Array(blocks), Some(elements)) = (page, raw::elements_with_members(original))
+    else {
         return write(page, original, out);
     };
     let page_copy = structured.to_string();
@@ -73,8 +75,11 @@ fn content(
         if n > 0 {
             out.push(',');
         }
-        let element = elements.get(n).map(|r| original[r.clone()].trim());
-        let members = element.and_then(raw::members).unwrap_or_default();
+        let (element, members) = match elements.get(n) {
+            Some((range, members)) => (Some(&original[range.clone()]), members.as_deref()),
+            None => (None, None),
+        };
+        let members = members.unwrap_or_default();
         let copies = block.get("text").and_then(Value::as_str) == Some(page_copy.as_str())
             && element.is_some_and(|element| {
                 members

@@ -46,6 +46,81 @@ pub fn elements(text: &str) -> Option<Vec<Range<usize>>> {
     Some(items.iter().map(|item| span(text, item.get())).collect())
 }
 
+/// One element of an array: its range, and its members (ranges in the element) when it is an
+/// object.
+pub type ElementMembers = (Range<usize>, Option<Vec<(String, Range<usize>)>>);
+
+/// The elements of the JSON array `text` with, for each object among them, its members: what
+/// [`elements`] and then [`members`] of each element give, in one reading of `text` (a long
+/// text member is skipped once, not twice).
+pub fn elements_with_members(text: &str) -> Option<Vec<ElementMembers>> {
+    /// An object's members as raw values of the text it is read from.
+    struct Object<'a>(Vec<(String, &'a RawValue)>);
+    impl<'de> serde::Deserialize<'de> for Object<'de> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Raw;
+            impl<'de> Visitor<'de> for Raw {
+                type Value = Object<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object<'de>, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                        out.push(entry);
+                    }
+                    Ok(Object(out))
+                }
+            }
+            deserializer.deserialize_map(Raw)
+        }
+    }
+    let bytes = text.as_bytes();
+    let skip = |mut at: usize| {
+        while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        at
+    };
+    let mut at = skip(0);
+    if bytes.get(at) != Some(&b'[') {
+        return None;
+    }
+    at = skip(at + 1);
+    let mut out = Vec::new();
+    if bytes.get(at) == Some(&b']') {
+        return (skip(at + 1) == bytes.len()).then_some(out);
+    }
+    loop {
+        let rest = text.get(at..)?;
+        // Each element is read where it starts; the reader says where it ended.
+        let (end, members) = if rest.starts_with('{') {
+            let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Object<'_>>();
+            let object = stream.next()?.ok()?;
+            let end = at + stream.byte_offset();
+            let element = &text[at..end];
+            let members = object
+                .0
+                .into_iter()
+                .map(|(key, value)| (key, span(element, value.get())))
+                .collect();
+            (end, Some(members))
+        } else {
+            let mut stream =
+                serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
+            stream.next()?.ok()?;
+            (at + stream.byte_offset(), None)
+        };
+        out.push((at..end, members));
+        at = skip(end);
+        match bytes.get(at) {
+            Some(b',') => at = skip(at + 1),
+            Some(b']') => return (skip(at + 1) == bytes.len()).then_some(out),
+            _ => return None,
+        }
+    }
+}
+
 /// The elements of the JSON array `text`, read only as far as `wanted` asks: it sees each
 /// element's range and says whether to read on. A long list whose first elements are all that
 /// is needed is not read to its end.
@@ -226,6 +301,26 @@ mod tests {
         let e = elements(b).unwrap();
         let texts: Vec<&str> = e.iter().map(|r| &b[r.clone()]).collect();
         assert_eq!(texts, vec!["1e3", "-0", r#""\u00e9""#]);
+    }
+
+    #[test]
+    fn elements_with_members_read_once_agree_with_elements_then_members() {
+        let doc = r#" [ {"type":"text", "text":"a\"b,]}"} ,1.50,"x]",[1,{"k":2}],{},
+            {"n":-0 ,"o":{"p":[]}} ] "#;
+        let once = elements_with_members(doc).unwrap();
+        let twice = elements(doc).unwrap();
+        assert_eq!(once.len(), twice.len());
+        for ((range, read), expected) in once.iter().zip(&twice) {
+            assert_eq!(&doc[range.clone()], doc[expected.clone()].trim());
+            let element = &doc[range.clone()];
+            assert_eq!(read, &members(element).filter(|_| element.starts_with('{')));
+        }
+        assert_eq!(once[0].1.as_ref().unwrap()[1].0, "text");
+        assert_eq!(elements_with_members("[]").unwrap().len(), 0);
+        // Not an array, or not one array: nothing.
+        for bad in ["{}", "[1,]", "[1 2]", "[1] x", "[{\"a\":}]", "[1"] {
+            assert!(elements_with_members(bad).is_none(), "{bad}");
+        }
     }
 
     #[test]

@@ -529,8 +529,8 @@ async fn handle_post(
             rx,
         }),
     };
-    if let Some(bytes) = routed.to_server
-        && session.to_server.send(bytes).await.is_err()
+    if let Some(message) = routed.to_server
+        && session.to_server.send(message).await.is_err()
     {
         // The upstream is gone; its end answers the waiting requests through `route`.
         tracing::warn!(session = %session.id, "upstream no longer takes messages");
@@ -564,24 +564,39 @@ async fn handle_post(
         return Ok((response_headers, writer.into_body()).into_response());
     }
     // JSON only: wait for every response of this POST, then answer with them all.
-    let mut answers: Vec<String> = Vec::new();
+    let mut answers: Vec<Vec<u8>> = Vec::new();
     while let Some(bytes) = guard.next().await {
         answers.extend(batch_elements(bytes));
     }
     let body = if !batch && answers.len() == 1 {
-        answers.remove(0).into_bytes()
+        answers.remove(0)
     } else {
-        format!("[{}]", answers.join(",")).into_bytes()
+        let mut body = Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+        body.push(b'[');
+        for (n, answer) in answers.iter().enumerate() {
+            if n > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(answer);
+        }
+        body.push(b']');
+        body
     };
     Ok(json_response(StatusCode::OK, response_headers, body))
 }
 
 /// The messages of one line: a batch's elements, or the message itself.
-fn batch_elements(bytes: Vec<u8>) -> Vec<String> {
-    if let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(&bytes) {
-        return elements.iter().map(|e| e.get().to_string()).collect();
+fn batch_elements(bytes: Vec<u8>) -> Vec<Vec<u8>> {
+    // Only a line that begins as an array is read again (a message is passed on as it is).
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+        && let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(&bytes)
+    {
+        return elements
+            .iter()
+            .map(|e| e.get().as_bytes().to_vec())
+            .collect();
     }
-    vec![String::from_utf8_lossy(&bytes).into_owned()]
+    vec![bytes]
 }
 
 fn json_response(status: StatusCode, mut headers: HeaderMap, body: Vec<u8>) -> Response {

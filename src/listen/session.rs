@@ -309,7 +309,7 @@ pub(super) struct Session {
     pub id: String,
     pub client: Client,
     pub relay: Arc<Relay>,
-    pub to_server: queue::Sender<Vec<u8>>,
+    pub to_server: queue::Sender<crate::upstream::Outgoing>,
     routes: Mutex<Routes>,
     /// Signalled when the backlog has room or a stream opened.
     room: Notify,
@@ -620,8 +620,8 @@ impl Session {
             tracing::info!(session = %self.id, id = id.raw(), "client went away before the answer; cancelling upstream");
             let cancel = jsonrpc::cancelled(&id, "the client disconnected");
             let routed = self.relay.from_client(Frame::Line(cancel));
-            if let Some(bytes) = routed.to_server
-                && self.to_server.try_send(bytes).is_err()
+            if let Some(message) = routed.to_server
+                && self.to_server.try_send(message).is_err()
             {
                 tracing::warn!(session = %self.id, id = id.raw(), "the upstream queue is full: the cancellation could not be sent");
             }

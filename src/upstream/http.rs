@@ -18,7 +18,7 @@ use url::Url;
 
 use super::body::{self, BodyError};
 use super::conn::{self, ClientResponse, ConnError};
-use super::{Event, Link, Upstream};
+use super::{Event, Link, Outgoing, Upstream};
 use crate::framing::{EnvelopeScanner, Frame};
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind};
@@ -217,7 +217,7 @@ pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpE
 
 async fn run(
     shared: Arc<Shared>,
-    mut messages: queue::Receiver<Vec<u8>>,
+    mut messages: queue::Receiver<Outgoing>,
     stop: oneshot::Receiver<Duration>,
 ) {
     tokio::pin!(stop);
@@ -226,8 +226,8 @@ async fn run(
     loop {
         tokio::select! {
             message = messages.recv() => match message {
-                Some(bytes) => {
-                    tasks.push(send_message(shared.clone(), bytes));
+                Some(message) => {
+                    tasks.push(send_message(shared.clone(), message));
                 }
                 None => {
                     // No more messages; wait for the stop (the session ends it).
@@ -267,56 +267,15 @@ async fn run(
         .await;
 }
 
-/// What a message is, as far as the HTTP exchange cares.
-struct Outgoing {
-    request_ids: Vec<Id>,
-    initialize: bool,
-    initialized: bool,
-}
-
-fn classify(bytes: &[u8]) -> Outgoing {
-    // Only ids and methods: the rest of each message is skipped unread.
-    #[derive(serde::Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow)]
-        id: Option<&'a serde_json::value::RawValue>,
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
-    }
-    let mut out = Outgoing {
-        request_ids: Vec::new(),
-        initialize: false,
-        initialized: false,
-    };
-    let mut take = |envelope: Envelope<'_>| match (
-        envelope.id.filter(|id| id.get() != "null"),
-        envelope.method,
-    ) {
-        (Some(id), Some(method)) => {
-            out.initialize |= method == "initialize";
-            out.request_ids.push(Id::from_json_text(id.get()));
-        }
-        (None, Some(method)) => out.initialized |= method == "notifications/initialized",
-        _ => {}
-    };
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
-        if let Ok(elements) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(bytes) {
-            for element in elements {
-                if let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(element.get()) {
-                    take(envelope);
-                }
-            }
-        }
-    } else if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(bytes) {
-        take(envelope);
-    }
-    out
-}
-
-async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
-    let outgoing = classify(&bytes);
-    if outgoing.initialize {
+/// POSTs one message; its envelope was read by the relay (`Outgoing`), not again here.
+async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
+    let Outgoing {
+        bytes,
+        requests,
+        initialize,
+        initialized,
+    } = outgoing;
+    if initialize {
         let mut state = shared.state();
         state.initialize = Some(bytes.clone());
         state.id = None;
@@ -329,7 +288,7 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
     if let Ok(r) = &response
         && r.status == StatusCode::NOT_FOUND
         && session.is_some()
-        && !outgoing.initialize
+        && !initialize
     {
         tracing::warn!("the upstream session expired (404); starting a new one and retrying once");
         match reinitialize(&shared, session.as_deref()).await {
@@ -343,7 +302,7 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
                 shared.emit(note).await;
             }
             Err(why) => {
-                shared.fail(&outgoing.request_ids, &why).await;
+                shared.fail(&requests, &why).await;
                 return;
             }
         }
@@ -356,11 +315,11 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
                 shared.url
             );
             tracing::warn!(%why);
-            shared.fail(&outgoing.request_ids, &why).await;
+            shared.fail(&requests, &why).await;
             return;
         }
     };
-    if outgoing.initialize
+    if initialize
         && let Some(session) = response
             .headers
             .get(SESSION_HEADER)
@@ -369,14 +328,8 @@ async fn send_message(shared: Arc<Shared>, bytes: Vec<u8>) {
         shared.state().id = Some(session.to_string());
     }
     let ok = response.status.is_success();
-    deliver(
-        &shared,
-        response,
-        &outgoing.request_ids,
-        outgoing.initialize,
-    )
-    .await;
-    if ok && outgoing.initialized {
+    deliver(&shared, response, &requests, initialize).await;
+    if ok && initialized {
         open_get_stream(&shared);
     }
 }

@@ -70,6 +70,75 @@ impl Weigh for Event {
     }
 }
 
+/// A message for the server: its bytes, and what a transport needs to know of them, read with
+/// the envelope where the message was read (the relay), not again on the way out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outgoing {
+    pub bytes: Vec<u8>,
+    /// The ids of the requests in it, as the server sees them.
+    pub requests: Vec<Id>,
+    /// It holds the `initialize` request.
+    pub initialize: bool,
+    /// It holds `notifications/initialized`.
+    pub initialized: bool,
+}
+
+impl Outgoing {
+    /// A message the proxy wrote itself that asks nothing of the server (a notification).
+    pub fn notification(bytes: Vec<u8>) -> Outgoing {
+        Outgoing {
+            bytes,
+            ..Outgoing::default()
+        }
+    }
+
+    /// A message whose envelope was not read yet (one the proxy replays): read it now.
+    pub fn read(bytes: Vec<u8>) -> Outgoing {
+        let mut out = Outgoing::default();
+        if let Ok(parsed) = crate::message::parse(&bytes) {
+            for kind in parsed.kinds() {
+                out.note(kind);
+            }
+        }
+        out.bytes = bytes;
+        out
+    }
+
+    /// Takes what a transport needs from one message's envelope (its id as sent).
+    pub fn note(&mut self, kind: &crate::message::Kind) {
+        use crate::message::Kind;
+        match kind {
+            Kind::Request { id, method, .. } => {
+                self.initialize |= method == "initialize";
+                self.requests.push(id.clone());
+            }
+            Kind::Notification { method } => {
+                self.initialized |= method == "notifications/initialized";
+            }
+            _ => {}
+        }
+    }
+}
+
+impl std::ops::Deref for Outgoing {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl AsRef<[u8]> for Outgoing {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Weigh for Outgoing {
+    fn weight(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 /// The upstream could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -82,7 +151,7 @@ pub enum StartError {
 /// A running upstream.
 pub struct Upstream {
     /// Messages to the server, one per element, without a trailing newline.
-    pub to_server: queue::Sender<Vec<u8>>,
+    pub to_server: queue::Sender<Outgoing>,
     /// Messages from the server, then one `Ended`.
     pub events: queue::Receiver<Event>,
     /// Stop control, taken by [`Upstream::stopper`].
@@ -104,7 +173,7 @@ impl Stopper {
 /// The upstream's ends of its queues, for the task that drives it.
 pub(crate) struct Link {
     /// What the session sends to the server.
-    pub messages: queue::Receiver<Vec<u8>>,
+    pub messages: queue::Receiver<Outgoing>,
     /// What the server sends, then one `Ended`.
     pub events: queue::Sender<Event>,
     /// The session asks the upstream to stop, with a grace period.
@@ -253,15 +322,15 @@ async fn run_child(
 }
 
 /// Writes each message as one line, flushing whenever the queue is empty.
-pub(crate) async fn write_lines<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_lines<W: AsyncWrite + Unpin, M: AsRef<[u8]> + Weigh>(
     out: W,
-    mut queue: queue::Receiver<Vec<u8>>,
+    mut queue: queue::Receiver<M>,
     peer: &'static str,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, out);
     while let Some(message) = queue.recv().await {
         let written = async {
-            out.write_all(&message).await?;
+            out.write_all(message.as_ref()).await?;
             out.write_all(b"\n").await?;
             if queue.is_empty() {
                 out.flush().await?;

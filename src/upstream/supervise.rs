@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::child::SpawnError;
-use super::{Event, Link, Upstream};
+use super::{Event, Link, Outgoing, Upstream};
 use crate::framing::Frame;
 use crate::jsonrpc;
 use crate::message::{self, Kind, Parsed};
@@ -47,7 +47,7 @@ async fn supervise(
         events,
         stop,
     } = link;
-    let mut initialize: Option<Vec<u8>> = None;
+    let mut initialize: Option<Outgoing> = None;
     let mut initialized = false;
     let mut crashes: VecDeque<Instant> = VecDeque::new();
     let mut stopper = current.stopper();
@@ -55,20 +55,17 @@ async fn supervise(
     loop {
         tokio::select! {
             message = messages.recv() => {
-                let Some(bytes) = message else {
+                let Some(message) = message else {
                     // The session is gone: stop the child the ordinary way.
                     stopper.stop(Duration::from_secs(3));
                     drain_until_ended(&mut current, &events).await;
                     return;
                 };
-                match kind(&bytes) {
-                    Some(Kind::Request { method, .. }) if method == "initialize" && initialize.is_none() => {
-                        initialize = Some(bytes.clone());
-                    }
-                    Some(Kind::Notification { method }) if method == "notifications/initialized" => initialized = true,
-                    _ => {}
+                if message.initialize && initialize.is_none() {
+                    initialize = Some(message.clone());
                 }
-                let _ = current.to_server.send(bytes).await;
+                initialized |= message.initialized;
+                let _ = current.to_server.send(message).await;
             }
             grace = &mut stop => {
                 stopper.stop(grace.unwrap_or(Duration::ZERO));
@@ -99,7 +96,7 @@ async fn supervise(
                     let _ = events.send(Event::Restarting { reason: reason.clone() }).await;
                     let backoff = Duration::from_millis(250 * (1 << (crashes.len() - 1).min(5)));
                     tokio::time::sleep(backoff).await;
-                    match restart(&command, max_message_bytes, initialize.as_deref(), initialized).await {
+                    match restart(&command, max_message_bytes, initialize.as_ref(), initialized).await {
                         Ok(fresh) => {
                             current = fresh;
                             stopper = current.stopper();
@@ -140,19 +137,19 @@ async fn drain_until_ended(current: &mut Upstream, events: &queue::Sender<Event>
 async fn restart(
     command: &[String],
     max_message_bytes: usize,
-    initialize: Option<&[u8]>,
+    initialize: Option<&Outgoing>,
     initialized: bool,
 ) -> Result<Upstream, String> {
     let mut fresh = Upstream::child(command, max_message_bytes).map_err(|e| e.to_string())?;
     let Some(initialize) = initialize else {
         return Ok(fresh);
     };
-    let Some(Kind::Request { id, .. }) = kind(initialize) else {
+    let Some(id) = initialize.requests.first().cloned() else {
         return Ok(fresh);
     };
     fresh
         .to_server
-        .send(initialize.to_vec())
+        .send(initialize.clone())
         .await
         .map_err(|_| "the new server closed its input".to_string())?;
     let answered = tokio::time::timeout(INIT_TIMEOUT, async {
@@ -174,7 +171,7 @@ async fn restart(
     if initialized {
         fresh
             .to_server
-            .send(jsonrpc::initialized())
+            .send(Outgoing::notification(jsonrpc::initialized()))
             .await
             .map_err(|_| "the new server closed its input".to_string())?;
     }
