@@ -88,7 +88,7 @@ fn content(
             });
         match (copies, element, block) {
             (true, Some(element), Value::Object(map)) => {
-                object(map, element, &members, out, |key, value, text, out| {
+                object(map, element, members, out, |key, value, text, out| {
                     if key == "text" {
                         out.push_str(&Value::from(respelled).to_string());
                     } else {
