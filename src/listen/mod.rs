@@ -203,8 +203,14 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut connections = JoinSet::new();
+    // The reaper ticks at least twice per header timeout. Besides expiring sessions, that
+    // keeps a timer due sooner than any request's header timer: tokio wakes its driver (a
+    // write to an eventfd) whenever a new timer is due before every other, which each request
+    // would otherwise do when hyper arms its header timer (measured: ~6% of the CPU of a call).
     let mut reap = tokio::time::interval(
-        (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30)),
+        (idle / 4)
+            .min(header_timeout / 2)
+            .clamp(Duration::from_millis(100), Duration::from_secs(30)),
     );
     tokio::pin!(shutdown);
     loop {
