@@ -63,7 +63,12 @@ fn main() {
 
 async fn run() {
     let me = std::env::current_exe().expect("own path");
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mcp-budget"));
+    // MCP_BUDGET_BIN: another build (a baseline, run after this one in the same session).
+    let proxy = std::env::var_os("MCP_BUDGET_BIN")
+        .filter(|bin| !bin.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_mcp-budget").into());
+    let mut command = tokio::process::Command::new(proxy);
     command
         // One client sends thousands of calls a second: no rate limit. HTTP_LATENCY_THREADS
         // sets --threads (default: the proxy's own, one per core).

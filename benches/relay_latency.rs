@@ -49,7 +49,12 @@ fn pin_self(cpu: Option<usize>) {
 
 fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
     let me = std::env::current_exe().expect("own path");
-    let proxy = std::path::Path::new(env!("CARGO_BIN_EXE_mcp-budget"));
+    // MCP_BUDGET_BIN: another build (a baseline, run after this one in the same session).
+    let proxy = std::env::var_os("MCP_BUDGET_BIN")
+        .filter(|bin| !bin.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_mcp-budget").into());
+    let proxy = proxy.as_path();
     pin_self(client_cpu);
     let mut direct = Session::start(command_on(server_cpu, &me, &[]));
     let mut proxied = Session::start(command_on(
