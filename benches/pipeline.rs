@@ -3,7 +3,9 @@
 //! Run with `cargo bench --bench pipeline`. A 1,000-stream fleet record (~11 MB, as the
 //! example server would send it: JSON text plus `structuredContent`) goes through the relay
 //! exactly as in the proxy — envelope, `tools/call` hook, pipeline, splice — under
-//! `policies/fleet.toml`. Two baselines run in the same rounds: a bare
+//! `policies/fleet.toml`, and again through a relay whose budget reads every result whole (the
+//! pipeline without `budget::reduce`; both must give the same bytes). Two baselines run in the
+//! same rounds: a bare
 //! `serde_json::from_slice::<Value>` + `to_vec` of the same bytes (the floor of any rewrite),
 //! and the parse alone (the pipeline cannot avoid it, but only serializes a page). Medians,
 //! min–max spread over the rounds, and the ratios to both baselines are printed (target ≤ 2×
@@ -43,10 +45,15 @@ fn spread(sorted: &[Duration]) -> String {
 fn main() {
     let policy_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
     let policy = Policy::load(&policy_path).expect("policies/fleet.toml");
+    // The proxy as it runs (a large list narrowed where it lies), and the same budget reading
+    // every result whole (the pipeline before `budget::reduce`), side by side.
     let relay = Relay::new(Interceptor::new(Budget::with_key(
-        policy,
+        policy.clone(),
         CursorKey::from_secret(b"bench"),
     )));
+    let whole = Relay::new(Interceptor::new(
+        Budget::with_key(policy, CursorKey::from_secret(b"bench")).reading_whole(),
+    ));
 
     let record = record::fleet_show(STREAMS, 7);
     let result = json!({
@@ -71,6 +78,7 @@ fn main() {
     let mut floor = Vec::new();
     let mut parse_only = Vec::new();
     let mut ours: Vec<Vec<Duration>> = vec![Vec::new(); scenarios.len()];
+    let mut read_whole: Vec<Vec<Duration>> = vec![Vec::new(); scenarios.len()];
     let mut out_bytes = vec![0; scenarios.len()];
     // Every request has an id of its own, as a client's do (a reused id would go upstream
     // under a fresh one, and this reply would not be its answer).
@@ -88,16 +96,26 @@ fn main() {
         for (k, (_, arguments)) in scenarios.iter().enumerate() {
             next_id += 1;
             let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call", "params": {"name": "fleet_show", "arguments": arguments}});
-            let request = Frame::Line(request.to_string().into_bytes());
+            let request = request.to_string().into_bytes();
+            let request_whole = Frame::Line(request.clone());
+            let request = Frame::Line(request);
             let reply = mcp_budget::message::with_id(&response, &next_id.to_string())
                 .expect("the reply has an id");
-            let reply = Frame::Line(reply);
+            let reply_whole = reply.clone();
             let start = Instant::now();
             let routed = relay.from_client(request);
             assert!(routed.to_server.is_some());
-            let reply = relay.from_server(reply).expect("a reply");
+            let fast = relay.from_server(Frame::Line(reply)).expect("a reply");
             ours[k].push(start.elapsed());
-            out_bytes[k] = reply.len();
+            out_bytes[k] = fast.len();
+            let start = Instant::now();
+            let routed = whole.from_client(request_whole);
+            assert!(routed.to_server.is_some());
+            let slow = whole
+                .from_server(Frame::Line(reply_whole))
+                .expect("a reply");
+            read_whole[k].push(start.elapsed());
+            assert_eq!(fast, slow, "the same page either way");
         }
     }
     let floor_median = median(&mut floor);
@@ -115,6 +133,17 @@ fn main() {
         parse_median.as_secs_f64() * 1e3,
         spread(&parse_only)
     );
+    for (k, (name, _)) in scenarios.iter().enumerate() {
+        let m = median(&mut read_whole[k]);
+        println!(
+            "{:<30} {:>7.1} ms  ({} ms)  {:.2}× the floor, {:.2}× the parse",
+            format!("{name}, read whole"),
+            m.as_secs_f64() * 1e3,
+            spread(&read_whole[k]),
+            m.as_secs_f64() / floor_median.as_secs_f64(),
+            m.as_secs_f64() / parse_median.as_secs_f64(),
+        );
+    }
     for (k, (name, _)) in scenarios.iter().enumerate() {
         let m = median(&mut ours[k]);
         println!(

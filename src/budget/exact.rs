@@ -105,7 +105,7 @@ fn content(
 
 /// Whether `literal` is `text` written as a JSON string the way serde_json writes one
 /// (compared as it goes, without writing it).
-fn encodes(literal: &str, text: &str) -> bool {
+pub(super) fn encodes(literal: &str, text: &str) -> bool {
     let Some(inner) = literal.strip_prefix('"').and_then(|l| l.strip_suffix('"')) else {
         return false;
     };

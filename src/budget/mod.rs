@@ -30,6 +30,7 @@ mod pipeline;
 mod place;
 pub mod project;
 pub mod raw;
+pub mod reduce;
 pub mod render;
 pub mod text;
 
@@ -57,6 +58,8 @@ pub struct Budget {
     limits: Limits,
     /// How each session's budget is chosen.
     choice: Arc<Choice>,
+    /// Large item lists are narrowed where they lie ([`reduce`]); off: results are read whole.
+    reduce: bool,
 }
 
 /// How a session's budget is chosen from what its `initialize` says (see
@@ -129,7 +132,15 @@ impl Budget {
             key,
             cache: Arc::new(cache),
             unmatched: Default::default(),
+            reduce: true,
         }
+    }
+
+    /// This budget reading every result whole (no [`reduce`]): the same pages, more slowly;
+    /// for tests and benchmarks that compare the two.
+    pub fn reading_whole(mut self) -> Budget {
+        self.reduce = false;
+        self
     }
 
     /// How sessions choose their budget: `client` forces a profile (`--client`; an error names
@@ -170,6 +181,7 @@ impl Budget {
             cache: self.cache.clone(),
             unmatched: self.unmatched.clone(),
             choice: self.choice.clone(),
+            reduce: self.reduce,
         };
         budget.choosing(
             forced.as_deref(),
@@ -223,6 +235,7 @@ impl Budget {
             unmatched: self.unmatched.clone(),
             limits,
             choice: self.choice.clone(),
+            reduce: self.reduce,
         }
     }
 
@@ -401,14 +414,40 @@ impl Budget {
     /// (serialized); or word that automatic paging takes over (the rule's items matched
     /// nothing, or the cursor is an automatic page's).
     pub fn finish_call(&self, plan: &CallPlan, result: Value) -> Result<Finished, RenderError> {
-        self.finish(plan, result, None)
+        self.finish(plan, result, None, None)
     }
 
     /// [`Budget::finish_call`] on the server's text of the result: whatever the page keeps
     /// unchanged is written with the server's own bytes ([`exact`]).
     pub fn finish_call_raw(&self, plan: &CallPlan, raw: &str) -> Result<Finished, RenderError> {
+        if let Some(reduced) = self.reduced(plan, raw) {
+            let result: Value = serde_json::from_str(&reduced.text)?;
+            return self.finish(plan, result, Some(&reduced.text), Some(&reduced.narrowed));
+        }
         let result: Value = serde_json::from_str(raw)?;
-        self.finish(plan, result, Some(raw))
+        self.finish(plan, result, Some(raw), None)
+    }
+
+    /// The result cut down to its page ([`reduce`]), where the pipeline would page its items
+    /// and nothing needs the whole list afterwards.
+    fn reduced(&self, plan: &CallPlan, raw: &str) -> Option<reduce::Reduced> {
+        if !self.reduce {
+            return None;
+        }
+        let Some((rule, Some(Paging::Items(args)))) = self.rule_of(plan) else {
+            return None;
+        };
+        let items = rule.items.as_ref()?;
+        // An automatic page's cursor is for the automatic pager.
+        if args
+            .after
+            .as_ref()
+            .and_then(auto::At::from_position)
+            .is_some()
+        {
+            return None;
+        }
+        reduce::reduce(items, args, raw)
     }
 
     fn finish(
@@ -416,6 +455,7 @@ impl Budget {
         plan: &CallPlan,
         mut result: Value,
         raw: Option<&str>,
+        narrowed: Option<&reduce::Narrowed>,
     ) -> Result<Finished, RenderError> {
         let rule = self.rule_of(plan);
         let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
@@ -433,7 +473,17 @@ impl Budget {
                     let fits_client = self.limits.profile.is_some();
                     let original = (fits_client && args.limit_defaulted && args.limit > 1)
                         .then(|| result.clone());
-                    let located = pipeline::run(&plan.tool, items, args, &self.key, &mut result)?;
+                    let located = match narrowed {
+                        Some(narrowed) => pipeline::run_reduced(
+                            &plan.tool,
+                            items,
+                            args,
+                            narrowed,
+                            &self.key,
+                            &mut result,
+                        )?,
+                        None => pipeline::run(&plan.tool, items, args, &self.key, &mut result)?,
+                    };
                     if !located && rule.auto {
                         self.warn_unmatched(&plan.tool, &items.path_text);
                         return Ok(Finished::Auto {
@@ -446,8 +496,7 @@ impl Budget {
                     {
                         self.fit_default_limit(
                             &plan.tool,
-                            items,
-                            args,
+                            (items, args, narrowed),
                             original,
                             raw,
                             &mut result,
@@ -506,8 +555,7 @@ impl Budget {
     fn fit_default_limit(
         &self,
         tool: &str,
-        items: &crate::policy::Items,
-        args: &CallArgs,
+        (items, args, narrowed): (&crate::policy::Items, &CallArgs, Option<&reduce::Narrowed>),
         original: Value,
         raw: Option<&str>,
         result: &mut Value,
@@ -532,7 +580,15 @@ impl Budget {
                 ..args.clone()
             };
             *result = original.clone();
-            pipeline::run_fitted(tool, items, &fitted, Some(&budget), &self.key, result)?;
+            pipeline::run_fitted(
+                tool,
+                items,
+                &fitted,
+                Some(&budget),
+                narrowed,
+                &self.key,
+                result,
+            )?;
         }
         Ok(())
     }

@@ -10,8 +10,9 @@ use serde_json::{Map, Value, json};
 use super::args::{CallArgs, Detail, Format, HorizonArg};
 use super::cursor::CursorKey;
 use super::place::{self, Source};
+use super::reduce::Narrowed;
 use super::render::{self, Continuation};
-use super::{RenderError, filter, horizon, notice, page, project};
+use super::{RenderError, field, filter, horizon, notice, page, project};
 use crate::policy::Items;
 
 /// Pages the items of `result` for one call; the result is rewritten in place. A result with
@@ -23,7 +24,20 @@ pub fn run(
     key: &CursorKey,
     result: &mut Value,
 ) -> Result<bool, RenderError> {
-    run_fitted(tool, items, args, None, key, result)
+    run_fitted(tool, items, args, None, None, key, result)
+}
+
+/// [`run`] on a result [`reduce`](super::reduce) cut down to its page: the list holds only the
+/// page's items, and `narrowed` says what the whole list gave.
+pub fn run_reduced(
+    tool: &str,
+    items: &Items,
+    args: &CallArgs,
+    narrowed: &Narrowed,
+    key: &CursorKey,
+    result: &mut Value,
+) -> Result<bool, RenderError> {
+    run_fitted(tool, items, args, None, Some(narrowed), key, result)
 }
 
 /// [`run`], where `fitted` names the budget a lowered default limit was fitted to.
@@ -32,6 +46,7 @@ pub fn run_fitted(
     items: &Items,
     args: &CallArgs,
     fitted: Option<&str>,
+    narrowed: Option<&Narrowed>,
     key: &CursorKey,
     result: &mut Value,
 ) -> Result<bool, RenderError> {
@@ -54,26 +69,56 @@ pub fn run_fitted(
         place::restore(result, source, document);
         return Ok(false);
     };
-    let total_count = list.len();
+    let total_count = narrowed.map_or(list.len(), |n| n.total_count);
     let summary = match (args.detail, &items.summary, args.format) {
         (Some(Detail::Summary), Some(summary), Format::Json) => Some(summary),
         _ => None,
     };
     // 3: horizon, then filters.
     let mut notices = Vec::new();
-    if narrow(&mut list, items, args, summary) > 0
+    let dropped = match narrowed {
+        Some(n) => n.horizon_dropped,
+        None => narrow(&mut list, items, args, summary),
+    };
+    if dropped > 0
         && args.horizon_defaulted
         && let Some(h) = &items.horizon
     {
         notices.push(notice::horizon(h, &items.noun));
     }
-    let matching = list.len();
-    // 4: page.
+    let matching = narrowed.map_or(list.len(), |n| n.matching);
+    // 4: page (a reduced list is the page already).
     let page::Page {
         items: mut page,
         start: skipped,
         next,
-    } = page::apply(list, args.after.as_ref(), args.limit, items.key.as_ref());
+    } = match narrowed {
+        Some(n) => {
+            // A default page made again with fewer items for the client (the budget's
+            // `fit_default_limit`): its first items, and the position after the last of them,
+            // as the whole list would give.
+            let mut list = list;
+            let next = if list.len() > args.limit {
+                list.truncate(args.limit);
+                Some(page::Position {
+                    offset: n.skipped + list.len(),
+                    key: items
+                        .key
+                        .as_ref()
+                        .and_then(|key| list.last().and_then(|item| field::get(item, key)))
+                        .map(field::text),
+                })
+            } else {
+                n.next.clone()
+            };
+            page::Page {
+                items: list,
+                start: n.skipped,
+                next,
+            }
+        }
+        None => page::apply(list, args.after.as_ref(), args.limit, items.key.as_ref()),
+    };
     // 5: project (a table has its own fixed columns; nested items were projected in step 3).
     if let Some(summary) = summary {
         if items.nested.is_none() {
@@ -141,7 +186,7 @@ pub fn run_fitted(
 
 /// Step 3: the horizon, then the filters — on the items, or on each outer item's nested list
 /// (where the summary projection is applied too). Returns how many items the horizon dropped.
-fn narrow(
+pub(super) fn narrow(
     list: &mut Vec<Value>,
     items: &Items,
     args: &CallArgs,

@@ -1,0 +1,242 @@
+//! Stage 0, for a result whose items are in `structuredContent`: the list is narrowed and paged
+//! where it lies in the server's text, and the pipeline then runs on a result that holds only
+//! the page.
+//!
+//! Why: a large result (a fleet of 1,000 streams is 11 MB, half of it a JSON copy of the other
+//! half in a text block) would otherwise be parsed whole into `Value`s and its text read again
+//! to write the page with the server's bytes. Here each item is read only for the fields the
+//! horizon, the filters and the key need; the items of the page are cut out of the server's
+//! text as they are, the copy of `structuredContent` in the text block is written again for the
+//! smaller list, and the rest of the result is kept byte for byte. The pipeline ([`super::
+//! pipeline`]) then renders that small result exactly as it would have rendered the whole one,
+//! with the counts and the position the whole list gave ([`Narrowed`]).
+//!
+//! Whatever this stage is not sure to do exactly as the whole pipeline would — a nested rule, a
+//! path other than plain keys, an item that is not an object, a text copy that is not the first
+//! JSON text block — it leaves to the whole pipeline (`None`).
+
+use std::ops::Range;
+
+use serde_json::{Map, Value};
+
+use super::args::CallArgs;
+use super::page::{self, Position};
+use super::{exact, pipeline, raw};
+use crate::policy::{FieldPath, Items};
+
+/// What narrowing and paging the whole list gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Narrowed {
+    /// Items the server returned.
+    pub total_count: usize,
+    /// Items the horizon dropped.
+    pub horizon_dropped: usize,
+    /// Items left after the horizon and the filters.
+    pub matching: usize,
+    /// Matching items before the page.
+    pub skipped: usize,
+    /// Where the next page starts, when more items remain.
+    pub next: Option<Position>,
+}
+
+/// A result cut down to its page, and what the whole list gave.
+#[derive(Debug)]
+pub struct Reduced {
+    /// The result's text with only the page's items in its list (and in the copy of
+    /// `structuredContent` in its text block).
+    pub text: String,
+    pub narrowed: Narrowed,
+}
+
+/// Where an item's position in the list is kept while it is narrowed (no field name a policy
+/// can write starts with a control character).
+const INDEX: &str = "\u{1}mcp-budget-item";
+
+/// A text block longer than this that is not the copy of `structuredContent` leaves the result
+/// to the whole pipeline (deciding whether it looks like JSON would mean decoding it).
+const MAX_OTHER_TEXT: usize = 64 * 1024;
+
+/// The last member named `name` (as a parser that keeps the last of duplicate keys reads it).
+fn last(members: &[(String, Range<usize>)], name: &str) -> Option<Range<usize>> {
+    members
+        .iter()
+        .rev()
+        .find(|(key, _)| key == name)
+        .map(|(_, range)| range.clone())
+}
+
+fn offset(range: Range<usize>, by: usize) -> Range<usize> {
+    range.start + by..range.end + by
+}
+
+/// The keys of a JSONPath made only of `$` and `.key` steps (`$.streams`, `$.data.rows`).
+fn plain_path(path: &str) -> Option<Vec<&str>> {
+    let rest = path.strip_prefix('$')?;
+    if rest.is_empty() {
+        return Some(Vec::new());
+    }
+    let steps: Vec<&str> = rest.strip_prefix('.')?.split('.').collect();
+    let plain = |step: &&str| {
+        !step.is_empty()
+            && step
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    steps.iter().all(plain).then_some(steps)
+}
+
+/// The first field of every path the narrowing reads.
+fn wanted(items: &Items, args: &CallArgs) -> Vec<String> {
+    let mut paths: Vec<&FieldPath> = Vec::new();
+    if let (Some(super::args::HorizonArg::Live), Some(horizon)) = (args.horizon, &items.horizon) {
+        paths.push(&horizon.field);
+    }
+    paths.extend(args.filters.iter().map(|(_, filter)| &filter.field));
+    paths.extend(items.key.as_ref());
+    let mut fields: Vec<String> = paths.iter().filter_map(|p| p.first().cloned()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+}
+
+/// Narrows and pages the list of `items` in `result` (the server's text of a `tools/call`
+/// result), or `None` when the whole pipeline must do it.
+pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
+    if items.nested.is_some() {
+        return None;
+    }
+    let steps = plain_path(&items.path_text)?;
+    let members = raw::members(result)?;
+    if let Some(is_error) = last(&members, "isError")
+        && result[is_error].trim() != "false"
+    {
+        return None;
+    }
+    let structured = last(&members, "structuredContent")?;
+    // The list, at the rule's path in structuredContent.
+    let mut list = structured.clone();
+    for step in &steps {
+        let inner = raw::members(&result[list.clone()])?;
+        list = offset(last(&inner, step)?, list.start);
+    }
+    let copy = match last(&members, "content") {
+        Some(content) => the_copy(result, content, &result[structured.clone()])?,
+        None => None,
+    };
+    // Each item, read for the fields the narrowing needs, and where it is.
+    let fields = wanted(items, args);
+    let elements = raw::elements_with_members(&result[list.clone()])?;
+    let mut ranges = Vec::with_capacity(elements.len());
+    let mut partial = Vec::with_capacity(elements.len());
+    for (n, (range, members)) in elements.into_iter().enumerate() {
+        let element = &result[offset(range.clone(), list.start)];
+        let mut map = Map::new();
+        for (key, at) in members? {
+            if fields.contains(&key) {
+                map.insert(key, serde_json::from_str(&element[at]).ok()?);
+            }
+        }
+        map.insert(INDEX.into(), Value::from(n));
+        partial.push(Value::Object(map));
+        ranges.push(offset(range, list.start));
+    }
+    let total_count = partial.len();
+    let horizon_dropped = pipeline::narrow(&mut partial, items, args, None);
+    let matching = partial.len();
+    let page = page::apply(partial, args.after.as_ref(), args.limit, items.key.as_ref());
+    // The page's items as the server wrote them.
+    let mut kept = String::from("[");
+    for (n, item) in page.items.iter().enumerate() {
+        let index = item.get(INDEX).and_then(Value::as_u64)? as usize;
+        if n > 0 {
+            kept.push(',');
+        }
+        kept.push_str(&result[ranges.get(index)?.clone()]);
+    }
+    kept.push(']');
+    let structured_text = format!(
+        "{}{kept}{}",
+        &result[structured.start..list.start],
+        &result[list.end..structured.end]
+    );
+    // The result again, with the smaller structuredContent and, in the text block that
+    // copied it, the copy of the smaller one.
+    let mut cuts = vec![(structured, structured_text.clone())];
+    if let Some(literal) = copy {
+        cuts.push((literal, serde_json::to_string(&structured_text).ok()?));
+    }
+    cuts.sort_by_key(|(range, _)| range.start);
+    let mut text = String::with_capacity(result.len().min(structured_text.len() * 3 + 4096));
+    let mut at = 0;
+    for (range, with) in cuts {
+        text.push_str(result.get(at..range.start)?);
+        text.push_str(&with);
+        at = range.end;
+    }
+    text.push_str(&result[at..]);
+    Some(Reduced {
+        text,
+        narrowed: Narrowed {
+            total_count,
+            horizon_dropped,
+            matching,
+            skipped: page.start,
+            next: page.next,
+        },
+    })
+}
+
+/// The range (in `result`) of the text literal that copies `structured` exactly, when there
+/// is one; `Some(None)` when no text block does; `None` when the result must go to the whole
+/// pipeline: a text block before the copy looks like JSON (the page would go there, and the
+/// copy would stay whole), there are two copies, or a long text block is not the copy.
+fn the_copy(result: &str, content: Range<usize>, structured: &str) -> Option<Option<Range<usize>>> {
+    let blocks = raw::elements_with_members(&result[content.clone()])?;
+    let mut copy = None;
+    for (range, members) in blocks {
+        let Some(members) = members else { continue };
+        let range = offset(range, content.start);
+        let block = &result[range.clone()];
+        let field = |name: &str| last(&members, name).map(|at| (block, at));
+        let is_text = field("type")
+            .and_then(|(block, at)| serde_json::from_str::<String>(&block[at]).ok())
+            .is_some_and(|kind| kind == "text");
+        let Some((block, at)) = field("text").filter(|_| is_text) else {
+            continue;
+        };
+        let literal = &block[at.clone()];
+        if !literal.starts_with('"') {
+            continue;
+        }
+        if exact::encodes(literal, structured) {
+            if copy.is_some() {
+                return None;
+            }
+            copy = Some(offset(at, range.start));
+            continue;
+        }
+        if literal.len() > MAX_OTHER_TEXT {
+            return None;
+        }
+        let text: String = serde_json::from_str(literal).ok()?;
+        if copy.is_none() && super::place::looks_like_json(&text) {
+            return None;
+        }
+    }
+    Some(copy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_paths_are_followed() {
+        assert_eq!(plain_path("$"), Some(vec![]));
+        assert_eq!(plain_path("$.streams"), Some(vec!["streams"]));
+        assert_eq!(plain_path("$.data.rows_2"), Some(vec!["data", "rows_2"]));
+        for other in ["$..x", "$.a[*]", "$['a']", "$.a.", "x", "$.a b"] {
+            assert_eq!(plain_path(other), None, "{other}");
+        }
+    }
+}

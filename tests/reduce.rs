@@ -1,0 +1,274 @@
+//! A large item list narrowed where it lies (`budget::reduce`) gives the client exactly the
+//! bytes the whole pipeline gives: every scenario runs through two relays on the same policy
+//! and cursor key, one of them reading results whole, and their answers must be equal byte for
+//! byte. The fast path is also checked to be the one taken (or declined) where it should be.
+
+#[path = "../examples/fleet/record.rs"]
+mod record;
+
+use std::path::Path;
+
+use mcp_budget::budget::Budget;
+use mcp_budget::budget::cursor::CursorKey;
+use mcp_budget::budget::{args, reduce};
+use mcp_budget::framing::Frame;
+use mcp_budget::intercept::Interceptor;
+use mcp_budget::policy::Policy;
+use mcp_budget::relay::Relay;
+use serde_json::{Value, json};
+
+fn policy() -> Policy {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml");
+    Policy::load(&path).expect("policies/fleet.toml")
+}
+
+fn relay(whole: bool) -> Relay {
+    relay_for(None, whole)
+}
+
+/// A relay whose session was initialized by `client` (its profile fits the pages).
+fn relay_for(client: Option<&str>, whole: bool) -> Relay {
+    let budget = Budget::with_key(policy(), CursorKey::from_secret(b"reduce test"));
+    let budget = if whole {
+        budget.reading_whole()
+    } else {
+        budget
+    };
+    let relay = Relay::new(Interceptor::new(budget));
+    if let Some(name) = client {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": name, "version": "1"}}});
+        relay.from_client(Frame::Line(init.to_string().into_bytes()));
+        let answer = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"fleet","version":"1"}}}"#;
+        relay.from_server(Frame::Line(answer.as_bytes().to_vec()));
+    }
+    relay
+}
+
+/// What the client receives for `fleet_show(arguments)` answered with `result`.
+fn call(relay: &Relay, id: u64, arguments: &Value, result: &Value) -> Vec<u8> {
+    let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "fleet_show", "arguments": arguments}});
+    let routed = relay.from_client(Frame::Line(request.to_string().into_bytes()));
+    if routed.to_server.is_none() {
+        return routed.to_client.concat();
+    }
+    let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+    relay
+        .from_server(Frame::Line(reply.into_bytes()))
+        .expect("an answer")
+}
+
+/// The fleet server's result, spelled as it spells it: the record as JSON text and as
+/// `structuredContent`.
+fn fleet_result(record: &Value) -> Value {
+    json!({
+        "content": [{"type": "text", "text": record.to_string()}],
+        "structuredContent": record,
+        "isError": false,
+    })
+}
+
+/// Both relays answer `arguments`, then follow `next_after` for up to `pages` pages; every
+/// answer must be the same bytes. Returns the pages' texts.
+fn same_answers(result: &Value, arguments: Value, pages: usize) -> Vec<String> {
+    same_answers_for(None, result, arguments, pages)
+}
+
+fn same_answers_for(
+    client: Option<&str>,
+    result: &Value,
+    arguments: Value,
+    pages: usize,
+) -> Vec<String> {
+    let (fast, whole) = (relay_for(client, false), relay_for(client, true));
+    let mut arguments = arguments;
+    let mut out = Vec::new();
+    for page in 0..pages {
+        let id = page as u64 + 1;
+        let a = call(&fast, id, &arguments, result);
+        let b = call(&whole, id, &arguments, result);
+        assert_eq!(
+            String::from_utf8_lossy(&a),
+            String::from_utf8_lossy(&b),
+            "page {page} of {arguments} for {client:?}"
+        );
+        let text = String::from_utf8(a).expect("UTF-8");
+        let answer: Value = serde_json::from_str(&text).expect("JSON");
+        out.push(text);
+        let next = answer["result"]["structuredContent"]["next_after"].as_str();
+        match next {
+            Some(next) => {
+                arguments["after"] = json!(next);
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn pages_of_a_reduced_list_are_the_whole_pipelines_bytes() {
+    let record = record::fleet_show(300, 11);
+    let result = fleet_result(&record);
+    let scenarios = [
+        json!({}),
+        json!({"limit": 7}),
+        json!({"horizon": "all", "detail": "full", "limit": 40}),
+        json!({"horizon": "all", "detail": "full", "limit": 100}),
+        json!({"format": "csv", "limit": 30}),
+        json!({"format": "tsv", "horizon": "all"}),
+        json!({"state": "running", "limit": 9}),
+        json!({"state": ["gated", "blocked"], "detail": "full", "limit": 4}),
+        json!({"streams": ["st-0003", "st-0007", "st-0150"]}),
+        json!({"state": "no-such-state"}),
+        json!({"limit": 1000}),
+    ];
+    let mut paged = 0;
+    for arguments in scenarios {
+        paged += same_answers(&result, arguments, 4).len();
+    }
+    assert!(paged > 11, "the scenarios follow cursors ({paged} pages)");
+}
+
+/// A client whose budget is smaller than a default page gets the page made again with fewer
+/// items: from the reduced list, the same bytes as from the whole one.
+#[test]
+fn pages_fitted_to_a_client_are_the_same_bytes() {
+    let record = record::fleet_show(300, 17);
+    let result = fleet_result(&record);
+    for client in ["codex-mcp-client", "claude-code", "another-ide"] {
+        for arguments in [json!({}), json!({"horizon": "all"}), json!({"limit": 40})] {
+            let pages = same_answers_for(Some(client), &result, arguments.clone(), 3);
+            assert!(!pages.is_empty());
+            if client == "codex-mcp-client" && arguments == json!({}) {
+                // The default of 10 items does not fit 10,000 bytes: fewer were sent, and said.
+                assert!(pages[0].len() < 10_000, "{}", pages[0].len());
+                assert!(pages[0].contains("lowered"), "{}", &pages[0][..300]);
+            }
+        }
+    }
+}
+
+#[test]
+fn other_shapes_give_the_same_bytes_whether_reduced_or_declined() {
+    let record = record::fleet_show(60, 5);
+    let text = record.to_string();
+    let pretty = serde_json::to_string_pretty(&record).expect("JSON");
+    let shapes = [
+        // structuredContent alone.
+        json!({"structuredContent": record}),
+        // The text block is a pretty copy (not the exact one): declined, same bytes.
+        json!({"content": [{"type": "text", "text": pretty}], "structuredContent": record}),
+        // Another JSON text block before the copy: declined.
+        json!({"content": [{"type": "text", "text": "{\"note\":1}"}, {"type": "text", "text": text}],
+            "structuredContent": record}),
+        // A plain text block first, an image after, the copy in between.
+        json!({"content": [{"type": "text", "text": "Fleet:"}, {"type": "text", "text": text},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"}], "structuredContent": record}),
+        // Members in another order, a member the budget does not know, an explicit isError.
+        json!({"isError": false, "structuredContent": record, "_meta": {"x": [1.50, 2e3]},
+            "content": [{"text": text, "type": "text"}]}),
+        // A tool error is never paged.
+        json!({"isError": true, "content": [{"type": "text", "text": text}], "structuredContent": record}),
+        // The list is not where the rule says: the text is searched, as before.
+        json!({"content": [{"type": "text", "text": text}], "structuredContent": {"other": 1}}),
+    ];
+    for (n, shape) in shapes.iter().enumerate() {
+        for arguments in [
+            json!({}),
+            json!({"limit": 5, "horizon": "all"}),
+            json!({"format": "csv"}),
+        ] {
+            let pages = same_answers(shape, arguments.clone(), 3);
+            assert!(!pages.is_empty(), "shape {n}, {arguments}");
+        }
+    }
+}
+
+/// The server's own spelling of numbers, escapes and key order survives in the page.
+#[test]
+fn kept_items_keep_the_servers_spelling() {
+    let items: Vec<String> = (0..40)
+        .map(|n| {
+            format!(
+                r#"{{"stream_id":"st-{n:04}" , "state":"running","score":1.50,"title":"caf\u00e9 {n}","owner":"o","updated_at":"2026-11-30T00:00:{:02}Z"}}"#,
+                n % 60
+            )
+        })
+        .collect();
+    let structured = format!(
+        r#"{{ "streams" : [ {} ], "wave":"w1" }}"#,
+        items.join(" ,\n ")
+    );
+    let literal = serde_json::to_string(&structured).expect("string");
+    let raw = format!(
+        r#"{{"content":[{{"type":"text","text":{literal}}}],"structuredContent":{structured}}}"#
+    );
+    let (fast, whole) = (relay(false), relay(true));
+    let arguments = json!({"detail": "full", "limit": 3});
+    let request = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "fleet_show", "arguments": arguments}})
+        .to_string()
+        .into_bytes()
+    };
+    let reply = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{raw}}}"#).into_bytes();
+    fast.from_client(Frame::Line(request(1)));
+    whole.from_client(Frame::Line(request(1)));
+    let a = fast
+        .from_server(Frame::Line(reply.clone()))
+        .expect("answer");
+    let b = whole.from_server(Frame::Line(reply)).expect("answer");
+    assert_eq!(a, b);
+    let text = String::from_utf8(a).expect("UTF-8");
+    assert!(text.contains(r#""score":1.50"#), "{text}");
+    assert!(text.contains(r#"caf\u00e9 0"#), "{text}");
+    // The text block's copy of structuredContent is written from the same bytes.
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    let copy = answer["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
+    assert!(copy.contains(r#""score":1.50"#), "{copy}");
+    assert!(copy.contains(r#"caf\u00e9 0"#), "{copy}");
+}
+
+/// The fast path is the one taken for the fleet's result, and declined where it must be.
+#[test]
+fn the_fleet_result_is_reduced_and_odd_shapes_are_not() {
+    let policy = policy();
+    let rule = policy.rule_for("fleet_show").expect("rule");
+    let items = rule.items.as_ref().expect("items");
+    let key = CursorKey::from_secret(b"reduce test");
+    let take = |arguments: Value| {
+        let Value::Object(mut map) = arguments else {
+            unreachable!()
+        };
+        args::take("fleet_show", &mut map, items, &key).expect("arguments")
+    };
+    let record = record::fleet_show(200, 3);
+    let raw = fleet_result(&record).to_string();
+    let reduced = reduce::reduce(items, &take(json!({"limit": 10})), &raw).expect("reduced");
+    // Only the page's items are left, in both copies.
+    let small: Value = serde_json::from_str(&reduced.text).expect("JSON");
+    let kept = small["structuredContent"]["streams"]
+        .as_array()
+        .expect("list");
+    assert!(kept.len() <= 10, "{}", kept.len());
+    assert!(reduced.text.len() < raw.len() / 5);
+    let copy: Value =
+        serde_json::from_str(small["content"][0]["text"].as_str().expect("text")).expect("JSON");
+    assert_eq!(copy, small["structuredContent"]);
+    assert_eq!(reduced.narrowed.total_count, 200);
+    assert!(reduced.narrowed.matching <= 200 && reduced.narrowed.next.is_some());
+    // Declined: a nested rule's path, a tool error, a pretty copy of the record.
+    let error = json!({"isError": true, "structuredContent": record}).to_string();
+    assert!(reduce::reduce(items, &take(json!({})), &error).is_none());
+    let pretty = serde_json::to_string_pretty(&record).expect("JSON");
+    let declined =
+        json!({"content": [{"type": "text", "text": "{}"}, {"type": "text", "text": pretty}],
+        "structuredContent": record})
+        .to_string();
+    assert!(reduce::reduce(items, &take(json!({})), &declined).is_none());
+}
