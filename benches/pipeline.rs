@@ -122,13 +122,13 @@ fn main() {
     let parse_median = median(&mut parse_only);
     println!("({ROUNDS} rounds; median, and min–max over the rounds)");
     println!(
-        "{:<30} {:>7.1} ms  ({} ms)  serde_json parse + serialize of the same bytes",
+        "{:<42} {:>7.1} ms  ({} ms)  serde_json parse + serialize of the same bytes",
         "floor: parse + serialize",
         floor_median.as_secs_f64() * 1e3,
         spread(&floor)
     );
     println!(
-        "{:<30} {:>7.1} ms  ({} ms)  serde_json parse alone",
+        "{:<42} {:>7.1} ms  ({} ms)  serde_json parse alone",
         "parse alone",
         parse_median.as_secs_f64() * 1e3,
         spread(&parse_only)
@@ -136,7 +136,7 @@ fn main() {
     for (k, (name, _)) in scenarios.iter().enumerate() {
         let m = median(&mut read_whole[k]);
         println!(
-            "{:<30} {:>7.1} ms  ({} ms)  {:.2}× the floor, {:.2}× the parse",
+            "{:<42} {:>7.1} ms  ({} ms)  {:.2}× the floor, {:.2}× the parse",
             format!("{name}, read whole"),
             m.as_secs_f64() * 1e3,
             spread(&read_whole[k]),
@@ -147,7 +147,7 @@ fn main() {
     for (k, (name, _)) in scenarios.iter().enumerate() {
         let m = median(&mut ours[k]);
         println!(
-            "{name:<30} {:>7.1} ms  ({} ms)  {:.2}× the floor, {:.2}× the parse   → {} bytes to the client",
+            "{name:<42} {:>7.1} ms  ({} ms)  {:.2}× the floor, {:.2}× the parse   → {} bytes to the client",
             m.as_secs_f64() * 1e3,
             spread(&ours[k]),
             m.as_secs_f64() / floor_median.as_secs_f64(),

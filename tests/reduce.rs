@@ -47,7 +47,7 @@ fn relay_for(client: Option<&str>, whole: bool) -> Relay {
 }
 
 /// What the client receives for `fleet_show(arguments)` answered with `result`.
-fn call(relay: &Relay, id: u64, arguments: &Value, result: &Value) -> Vec<u8> {
+fn call(relay: &Relay, id: u64, arguments: &Value, result: &str) -> Vec<u8> {
     let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "fleet_show", "arguments": arguments}});
     let routed = relay.from_client(Frame::Line(request.to_string().into_bytes()));
@@ -73,12 +73,12 @@ fn fleet_result(record: &Value) -> Value {
 /// Both relays answer `arguments`, then follow `next_after` for up to `pages` pages; every
 /// answer must be the same bytes. Returns the pages' texts.
 fn same_answers(result: &Value, arguments: Value, pages: usize) -> Vec<String> {
-    same_answers_for(None, result, arguments, pages)
+    same_answers_for(None, &result.to_string(), arguments, pages)
 }
 
 fn same_answers_for(
     client: Option<&str>,
-    result: &Value,
+    result: &str,
     arguments: Value,
     pages: usize,
 ) -> Vec<String> {
@@ -140,7 +140,7 @@ fn pages_fitted_to_a_client_are_the_same_bytes() {
     let result = fleet_result(&record);
     for client in ["codex-mcp-client", "claude-code", "another-ide"] {
         for arguments in [json!({}), json!({"horizon": "all"}), json!({"limit": 40})] {
-            let pages = same_answers_for(Some(client), &result, arguments.clone(), 3);
+            let pages = same_answers_for(Some(client), &result.to_string(), arguments.clone(), 3);
             assert!(!pages.is_empty());
             if client == "codex-mcp-client" && arguments == json!({}) {
                 // The default of 10 items does not fit 10,000 bytes: fewer were sent, and said.
@@ -271,4 +271,195 @@ fn the_fleet_result_is_reduced_and_odd_shapes_are_not() {
         "structuredContent": record})
         .to_string();
     assert!(reduce::reduce(items, &take(json!({})), &declined).is_none());
+}
+
+/// Random results, spelled as servers spell them (spaces, escapes, number forms, duplicate
+/// keys, missing fields, items that are not objects, copies and other text blocks), with random
+/// arguments and cursors: the reduced list and the whole one always give the same bytes.
+#[test]
+fn random_results_give_the_same_bytes_either_way() {
+    let mut reduced = 0;
+    for seed in 0..300u64 {
+        let mut rng = record::Rng::new(seed);
+        let (result, arguments, client) = random_case(&mut rng);
+        if let Err(err) = serde_json::from_str::<Value>(&result) {
+            panic!("seed {seed}: the generator wrote bad JSON ({err}): {result}");
+        }
+        let pages = same_answers_for(client, &result, arguments, 3);
+        assert!(!pages.is_empty(), "seed {seed}");
+        let policy = policy();
+        let items = policy.rule_for("fleet_show").and_then(|r| r.items.clone());
+        let key = CursorKey::from_secret(b"reduce test");
+        let mut none = serde_json::Map::new();
+        if let Some(items) = items
+            && let Ok(args) = args::take("fleet_show", &mut none, &items, &key)
+            && reduce::reduce(&items, &args, &result).is_some()
+        {
+            reduced += 1;
+        }
+    }
+    // Most cases take the fast path (the rest check the declines).
+    assert!(reduced > 80, "{reduced} of 300 reduced");
+}
+
+fn ws(rng: &mut record::Rng) -> &'static str {
+    ["", "", "", " ", "\n  ", "\t"][rng.below(6)]
+}
+
+/// A random JSON string literal, sometimes with escapes.
+fn string(rng: &mut record::Rng, text: &str) -> String {
+    match rng.below(6) {
+        0 => format!("\"{text}\\u00e9\""),
+        1 => format!("\"{text}\\n\\\"q\\\"\""),
+        2 => format!("\"\\u0073{text}\""),
+        _ => format!("\"{text}\""),
+    }
+}
+
+fn number(rng: &mut record::Rng) -> String {
+    ["1.50", "2", "-0", "1e3", "0.1", "12345678901234567890"][rng.below(6)].to_string()
+}
+
+fn object(rng: &mut record::Rng, members: Vec<(String, String)>) -> String {
+    let mut out = String::from("{");
+    for (n, (key, value)) in members.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(ws(rng));
+        out.push_str(&format!("\"{key}\"{}:{}{value}", ws(rng), ws(rng)));
+    }
+    out.push_str(ws(rng));
+    out.push('}');
+    out
+}
+
+fn random_item(rng: &mut record::Rng, n: usize) -> String {
+    if rng.below(40) == 0 {
+        return ["7", "\"loose\"", "null", "[1,2]"][rng.below(4)].to_string();
+    }
+    let states = [
+        "running",
+        "merged",
+        "closed-without-merge",
+        "gated",
+        "blocked",
+    ];
+    let mut members: Vec<(String, String)> = Vec::new();
+    if rng.below(20) != 0 {
+        let id = if rng.below(25) == 0 {
+            format!("{n}")
+        } else {
+            string(rng, &format!("st-{n:04}"))
+        };
+        members.push(("stream_id".into(), id));
+    }
+    if rng.below(15) != 0 {
+        let state = states[rng.below(states.len())];
+        members.push(("state".into(), string(rng, state)));
+    }
+    members.push(("title".into(), string(rng, &format!("Stream {n}"))));
+    members.push(("owner".into(), string(rng, "agent-ada")));
+    members.push(("score".into(), number(rng)));
+    let gate = vec![
+        ("verdict".to_string(), string(rng, "pass")),
+        ("at".to_string(), number(rng)),
+    ];
+    let verdict = object(rng, gate);
+    members.push(("last_gate".into(), verdict));
+    if rng.below(10) == 0 {
+        // A duplicate key: the last one counts.
+        let state = states[rng.below(states.len())];
+        members.push(("state".into(), format!("\"{state}\"")));
+    }
+    for _ in 0..rng.below(3) {
+        let k = rng.below(members.len());
+        let j = rng.below(members.len());
+        members.swap(k, j);
+    }
+    object(rng, members)
+}
+
+/// A result's text, the call's arguments and the client.
+fn random_case(rng: &mut record::Rng) -> (String, Value, Option<&'static str>) {
+    let count = rng.below(40);
+    let items: Vec<String> = (0..count).map(|n| random_item(rng, n)).collect();
+    let mut list = String::from("[");
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            list.push_str(ws(rng));
+            list.push(',');
+        }
+        list.push_str(ws(rng));
+        list.push_str(item);
+    }
+    list.push_str(ws(rng));
+    list.push(']');
+    let mut structured_members = vec![("streams".to_string(), list)];
+    if rng.below(3) == 0 {
+        structured_members.insert(0, ("wave".into(), string(rng, "w4")));
+    }
+    if rng.below(8) == 0 {
+        structured_members.insert(0, ("streams".into(), "[{\"stream_id\":\"decoy\"}]".into()));
+    }
+    let structured = object(rng, structured_members);
+    let copy = serde_json::to_string(&structured).expect("string");
+    let pretty = serde_json::to_string(
+        &serde_json::to_string_pretty(&serde_json::from_str::<Value>(&structured).expect("JSON"))
+            .expect("JSON"),
+    )
+    .expect("string");
+    let block = |text: &str| format!("{{\"type\":\"text\",\"text\":{text}}}");
+    let content = match rng.below(7) {
+        0 => None,
+        1 => Some(vec![block(&pretty)]),
+        2 => Some(vec![block("\"Fleet follows.\""), block(&copy)]),
+        3 => Some(vec![block(&copy), block("\"{\\\"other\\\":1}\"")]),
+        4 => Some(vec![block("\"[1]\""), block(&copy)]),
+        _ => Some(vec![block(&copy)]),
+    };
+    let mut members = vec![("structuredContent".to_string(), structured)];
+    if let Some(blocks) = content {
+        members.push(("content".into(), format!("[{}]", blocks.join(","))));
+    }
+    match rng.below(6) {
+        0 => members.push(("isError".into(), "true".into())),
+        1 => members.push(("isError".into(), "false".into())),
+        2 => members.push(("isError".into(), "null".into())),
+        _ => {}
+    }
+    if rng.below(2) == 0 {
+        members.reverse();
+    }
+    let result = object(rng, members);
+    let mut arguments = serde_json::Map::new();
+    if rng.below(2) == 0 {
+        arguments.insert("limit".into(), json!(rng.range(1, 30)));
+    }
+    match rng.below(3) {
+        0 => {
+            arguments.insert("horizon".into(), json!("all"));
+        }
+        1 => {
+            arguments.insert("horizon".into(), json!("live"));
+        }
+        _ => {}
+    }
+    match rng.below(3) {
+        0 => {
+            arguments.insert("detail".into(), json!("full"));
+        }
+        1 => {
+            arguments.insert("format".into(), json!(["csv", "tsv"][rng.below(2)]));
+        }
+        _ => {}
+    }
+    if rng.below(4) == 0 {
+        arguments.insert("state".into(), json!(["running", "gated"]));
+    }
+    if rng.below(6) == 0 {
+        arguments.insert("streams".into(), json!(["st-0001", "st-0005", "3"]));
+    }
+    let client = [None, None, Some("codex-mcp-client"), Some("claude-code")][rng.below(4)];
+    (result, Value::Object(arguments), client)
 }
