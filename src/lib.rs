@@ -16,7 +16,9 @@
 //!   a [`session::ClientSide`], timeouts, restarts.
 //! - [`policy`]: the TOML policy, read strictly and resolved into rules.
 //! - [`budget`]: the budget itself — argument checks, cursors, the pure pipeline stages
-//!   (horizon, filter, page, project, render, cap) and the descriptor rewrite.
+//!   (horizon, filter, page, project, render, cap), [`budget::reduce`] (a large list narrowed
+//!   where it lies in the server's text, so the stages run on the page alone) and the
+//!   descriptor rewrite.
 //! - [`canonical`]: canonical JSON and its digest (cursor selections, replay matching).
 //! - [`upstream`]: the server side behind one interface: [`upstream::child`], a child process
 //!   in its own process group, [`upstream::supervise`] (restart on failure),
@@ -47,12 +49,14 @@
 //! [`stdio`]'s client task reads it with a [`framing::FrameReader`] and hands the frame to
 //! [`relay::Relay::from_client`], which reads its envelope with [`message::parse`], gives a
 //! `tools/call` to [`intercept::Interceptor::tools_call_request`], records id 4 as in flight and
-//! returns the bytes to send upstream — the very bytes that arrived unless the hook rewrote them.
-//! They go to the [`upstream::Upstream`]'s sender: a child's stdin, or an HTTP POST.
+//! returns the bytes to send upstream — the very bytes that arrived unless the hook rewrote them —
+//! as an [`upstream::Outgoing`], with the request ids and methods read on the way, so that no
+//! transport reads the message again. They go to the [`upstream::Upstream`]'s sender: a child's
+//! stdin, or an HTTP POST.
 //! The server's reply comes back as an [`upstream::Event`] through [`relay::Relay::from_server`],
 //! which matches id 4, passes the result to [`intercept::Interceptor::tools_call_response`] —
-//! which runs [`budget::Budget::finish_call`]: the page of items the call asked for, rendered
-//! and capped — and returns the bytes for the client's writer task (or, with [`listen`], for
+//! which runs [`budget::Budget::finish_call_raw`]: the page of items the call asked for
+//! (narrowed where it lies, [`budget::reduce`]), rendered with the server's own bytes and capped — and returns the bytes for the client's writer task (or, with [`listen`], for
 //! the SSE stream of the POST that carried id 4). Any message that is not intercepted
 //! (notifications, server requests such as sampling, unknown methods) is forwarded as the exact
 //! bytes it arrived as. With a [`recording::Recorder`], each step is also written to the recording.
