@@ -463,3 +463,25 @@ fn random_case(rng: &mut record::Rng) -> (String, Value, Option<&'static str>) {
     let client = [None, None, Some("codex-mcp-client"), Some("claude-code")][rng.below(4)];
     (result, Value::Object(arguments), client)
 }
+
+/// Found by review: a content block with two "text" members (the first the copy), and an
+/// item spelled like an equal one the horizon drops.
+#[test]
+fn a_block_naming_its_text_twice_is_declined_and_each_item_keeps_its_own_spelling() {
+    let twice = r#"{"content":[{"type":"text","text":"{\"streams\":[ {\"stream_id\": \"a\"} ]}","text":"hi"}],"structuredContent":{"streams":[ {"stream_id": "a"} ]}}"#;
+    same_answers_for(None, twice, json!({}), 2);
+    same_answers_for(None, twice, json!({"horizon": "all"}), 2);
+    // Equal values, different spellings: the page's item is written as it was sent.
+    let twins = r#"{"structuredContent":{"streams":[{"stream_id":"a","state":"merged"},{"stream_id":"\u0061"}]}}"#;
+    let answer = call(&relay(false), 1, &json!({}), twins);
+    let text = String::from_utf8(answer).expect("UTF-8");
+    assert!(text.contains(r#"{"stream_id":"\u0061"}"#), "{text}");
+    // An item the horizon drops that no parser would read into a value (a lone surrogate):
+    // the page is made all the same (the whole pipeline could not parse the result).
+    let odd = r#"{"structuredContent":{"streams":[{"stream_id":"a","state":"merged","title":"\ud800"},{"stream_id":"b"}]}}"#;
+    let answer = call(&relay(false), 1, &json!({}), odd);
+    let answer: Value = serde_json::from_slice(&answer).expect("JSON");
+    let page = &answer["result"]["structuredContent"];
+    assert_eq!(page["total_count"], json!(2), "{answer}");
+    assert_eq!(page["streams"], json!([{"stream_id": "b"}]), "{answer}");
+}

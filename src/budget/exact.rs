@@ -82,9 +82,12 @@ fn content(
         let members = members.unwrap_or_default();
         let copies = block.get("text").and_then(Value::as_str) == Some(page_copy.as_str())
             && element.is_some_and(|element| {
+                // The block's text is its last "text" member, as a parser reads it.
                 members
                     .iter()
-                    .any(|(k, r)| k == "text" && encodes(&element[r.clone()], structured_text))
+                    .rev()
+                    .find(|(k, _)| k == "text")
+                    .is_some_and(|(_, r)| encodes(&element[r.clone()], structured_text))
             });
         match (copies, element, block) {
             (true, Some(element), Value::Object(map)) => {

@@ -13,7 +13,17 @@
 //!
 //! Whatever this stage is not sure to do exactly as the whole pipeline would — a nested rule, a
 //! path other than plain keys, an item that is not an object, a text copy that is not the first
-//! JSON text block — it leaves to the whole pipeline (`None`).
+//! JSON text block, a content block naming its type or text twice — it leaves to the whole
+//! pipeline (`None`).
+//!
+//! Where the two differ, on purpose:
+//! - two items of equal value spelled differently (`"a"` and `"\u0061"`): each item of the page
+//!   keeps its own spelling, where the whole pipeline, matching the page to the list by value,
+//!   may write an item with the spelling of an equal one before it;
+//! - an item outside the page that serde_json cannot read into a value (a lone surrogate
+//!   escape, nesting deeper than 128): the page is made, where the whole pipeline cannot parse
+//!   the result and passes it on unpaged (or refuses it over the cap). Items of the page are
+//!   parsed, and such an item there sends the result the old way.
 
 use std::ops::Range;
 
@@ -195,6 +205,11 @@ fn the_copy(result: &str, content: Range<usize>, structured: &str) -> Option<Opt
     let mut copy = None;
     for (range, members) in blocks {
         let Some(members) = members else { continue };
+        // A block that names its type or text twice is left to the whole pipeline.
+        let twice = |name: &str| members.iter().filter(|(key, _)| key == name).count() > 1;
+        if twice("type") || twice("text") {
+            return None;
+        }
         let range = offset(range, content.start);
         let block = &result[range.clone()];
         let field = |name: &str| last(&members, name).map(|at| (block, at));
