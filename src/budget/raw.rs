@@ -54,6 +54,35 @@ pub type ElementMembers = (Range<usize>, Option<Vec<(String, Range<usize>)>>);
 /// [`elements`] and then [`members`] of each element give, in one reading of `text` (a long
 /// text member is skipped once, not twice).
 pub fn elements_with_members(text: &str) -> Option<Vec<ElementMembers>> {
+    let (elements, end) = elements_with_members_at(text, skip_ws(text, 0))?;
+    (skip_ws(text, end) == text.len()).then_some(elements)
+}
+
+/// Where the first byte at or after `at` that is not JSON whitespace is.
+fn skip_ws(text: &str, mut at: usize) -> usize {
+    let bytes = text.as_bytes();
+    while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// One value read from where it starts (`text[at..]`, no whitespace first): what it is read
+/// as, and where it ends.
+fn read_at<'a, T: serde::Deserialize<'a>>(text: &'a str, at: usize) -> Option<(T, usize)> {
+    let mut stream = serde_json::Deserializer::from_str(text.get(at..)?).into_iter::<T>();
+    let value = stream.next()?.ok()?;
+    Some((value, at + stream.byte_offset()))
+}
+
+/// Where the JSON value that starts at `at` ends (it is skipped, not kept).
+pub fn value_end(text: &str, at: usize) -> Option<usize> {
+    read_at::<serde::de::IgnoredAny>(text, at).map(|(_, end)| end)
+}
+
+/// The array that starts at `at` in `text`: its elements (ranges in `text`) with their members
+/// (ranges in the element) when they are objects, and where the array ends.
+pub fn elements_with_members_at(text: &str, at: usize) -> Option<(Vec<ElementMembers>, usize)> {
     /// An object's members as raw values of the text it is read from.
     struct Object<'a>(Vec<(String, &'a RawValue)>);
     impl<'de> serde::Deserialize<'de> for Object<'de> {
@@ -76,28 +105,18 @@ pub fn elements_with_members(text: &str) -> Option<Vec<ElementMembers>> {
         }
     }
     let bytes = text.as_bytes();
-    let skip = |mut at: usize| {
-        while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
-            at += 1;
-        }
-        at
-    };
-    let mut at = skip(0);
     if bytes.get(at) != Some(&b'[') {
         return None;
     }
-    at = skip(at + 1);
+    let mut at = skip_ws(text, at + 1);
     let mut out = Vec::new();
     if bytes.get(at) == Some(&b']') {
-        return (skip(at + 1) == bytes.len()).then_some(out);
+        return Some((out, at + 1));
     }
     loop {
-        let rest = text.get(at..)?;
         // Each element is read where it starts; the reader says where it ended.
-        let (end, members) = if rest.starts_with('{') {
-            let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Object<'_>>();
-            let object = stream.next()?.ok()?;
-            let end = at + stream.byte_offset();
+        let (end, members) = if bytes.get(at) == Some(&b'{') {
+            let (object, end) = read_at::<Object<'_>>(text, at)?;
             let element = &text[at..end];
             let members = object
                 .0
@@ -106,16 +125,50 @@ pub fn elements_with_members(text: &str) -> Option<Vec<ElementMembers>> {
                 .collect();
             (end, Some(members))
         } else {
-            let mut stream =
-                serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
-            stream.next()?.ok()?;
-            (at + stream.byte_offset(), None)
+            (value_end(text, at)?, None)
         };
         out.push((at..end, members));
-        at = skip(end);
+        at = skip_ws(text, end);
         match bytes.get(at) {
-            Some(b',') => at = skip(at + 1),
-            Some(b']') => return (skip(at + 1) == bytes.len()).then_some(out),
+            Some(b',') => at = skip_ws(text, at + 1),
+            Some(b']') => return Some((out, at + 1)),
+            _ => return None,
+        }
+    }
+}
+
+/// Walks the members of the object that starts at `at` in `text`, in order: `visit` gets each
+/// key and where its value starts, and returns where the value ends (reading it as it likes,
+/// or skipping it with [`value_end`]); `None` from it ends the walk. Returns where the object
+/// ends. Nothing of the object is read twice.
+pub fn walk_object(
+    text: &str,
+    at: usize,
+    mut visit: impl FnMut(String, usize) -> Option<usize>,
+) -> Option<usize> {
+    let bytes = text.as_bytes();
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut at = skip_ws(text, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return Some(at + 1);
+    }
+    loop {
+        if bytes.get(at) != Some(&b'"') {
+            return None;
+        }
+        let (key, end) = read_at::<String>(text, at)?;
+        at = skip_ws(text, end);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_ws(text, at + 1);
+        let end = visit(key, at)?;
+        at = skip_ws(text, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_ws(text, at + 1),
+            Some(b'}') => return Some(at + 1),
             _ => return None,
         }
     }
@@ -321,6 +374,41 @@ mod tests {
         for bad in ["{}", "[1,]", "[1 2]", "[1] x", "[{\"a\":}]", "[1"] {
             assert!(elements_with_members(bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_object_is_walked_once_and_agrees_with_its_members() {
+        let doc = r#" {"a" : 1.50 , "b":[{"c":"]}"}, 2],"a":{"d":"\u00e9"} ,"e":{}} "#;
+        let start = doc.find('{').unwrap();
+        let mut seen = Vec::new();
+        let end = walk_object(doc, start, |key, at| {
+            let end = value_end(doc, at)?;
+            seen.push((key, at..end));
+            Some(end)
+        })
+        .unwrap();
+        assert_eq!(doc[end..].trim(), "");
+        assert_eq!(Some(seen), members(doc));
+        // An array read where it is, inside the walk, ends where skipping it ends.
+        let b = doc.find('[').unwrap();
+        let (elements, after) = elements_with_members_at(doc, b).unwrap();
+        assert_eq!(after, value_end(doc, b).unwrap());
+        assert_eq!(elements.len(), 2);
+        assert_eq!(&doc[elements[0].0.clone()], r#"{"c":"]}"}"#);
+        for bad in [
+            "{",
+            "{\"a\"}",
+            "{\"a\":1,}",
+            "{1:2}",
+            "[1]",
+            "{\"a\":1 \"b\":2}",
+        ] {
+            assert!(
+                walk_object(bad, 0, |_, at| value_end(bad, at)).is_none(),
+                "{bad}"
+            );
+        }
+        assert!(elements_with_members_at("[1,", 0).is_none());
     }
 
     #[test]

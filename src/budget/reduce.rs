@@ -116,30 +116,57 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
         return None;
     }
     let steps = plain_path(&items.path_text)?;
-    let members = raw::members(result)?;
-    if let Some(is_error) = last(&members, "isError")
-        && result[is_error].trim() != "false"
-    {
+    // One walk over the result: down structuredContent to the list (its items read with their
+    // members on the way), the content blocks with their members, isError; the rest skipped.
+    // A member named twice counts as the last one, as a parser reads it.
+    let mut structured = None;
+    let mut list: Option<List> = None;
+    let mut blocks: Option<Option<Vec<raw::ElementMembers>>> = None;
+    let mut is_error = None;
+    let start = result.len() - result.trim_start().len();
+    let end = raw::walk_object(result, start, |key, at| match key.as_str() {
+        "structuredContent" => {
+            let (end, found) = find_list(result, at, &steps)?;
+            structured = Some(at..end);
+            list = found;
+            Some(end)
+        }
+        "content" if result.as_bytes().get(at) == Some(&b'[') => {
+            let (elements, end) = raw::elements_with_members_at(result, at)?;
+            blocks = Some(Some(elements));
+            Some(end)
+        }
+        "content" => {
+            blocks = Some(None);
+            raw::value_end(result, at)
+        }
+        "isError" => {
+            let end = raw::value_end(result, at)?;
+            is_error = Some(at..end);
+            Some(end)
+        }
+        _ => raw::value_end(result, at),
+    })?;
+    if !result[end..].trim().is_empty() {
         return None;
     }
-    let structured = last(&members, "structuredContent")?;
-    // The list, at the rule's path in structuredContent.
-    let mut list = structured.clone();
-    for step in &steps {
-        let inner = raw::members(&result[list.clone()])?;
-        list = offset(last(&inner, step)?, list.start);
+    if is_error.is_some_and(|range| result[range].trim() != "false") {
+        return None;
     }
-    let copy = match last(&members, "content") {
-        Some(content) => the_copy(result, content, &result[structured.clone()])?,
+    let structured = structured?;
+    let (list, elements) = list?;
+    let copy = match blocks {
+        Some(Some(blocks)) => the_copy(result, blocks, &result[structured.clone()])?,
+        // A content that is not a list of blocks: the whole pipeline.
+        Some(None) => return None,
         None => None,
     };
     // Each item, read for the fields the narrowing needs, and where it is.
     let fields = wanted(items, args);
-    let elements = raw::elements_with_members(&result[list.clone()])?;
     let mut ranges = Vec::with_capacity(elements.len());
     let mut partial = Vec::with_capacity(elements.len());
     for (n, (range, members)) in elements.into_iter().enumerate() {
-        let element = &result[offset(range.clone(), list.start)];
+        let element = &result[range.clone()];
         let mut map = Map::new();
         for (key, at) in members? {
             if fields.contains(&key) {
@@ -148,7 +175,7 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
         }
         map.insert(INDEX.into(), Value::from(n));
         partial.push(Value::Object(map));
-        ranges.push(offset(range, list.start));
+        ranges.push(range);
     }
     let total_count = partial.len();
     let horizon_dropped = pipeline::narrow(&mut partial, items, args, None);
@@ -199,27 +226,28 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
 /// The range (in `result`) of the text literal that copies `structured` exactly, when there
 /// is one; `Some(None)` when no text block does; `None` when the result must go to the whole
 /// pipeline: a text block before the copy looks like JSON (the page would go there, and the
-/// copy would stay whole), there are two copies, or a long text block is not the copy.
-fn the_copy(result: &str, content: Range<usize>, structured: &str) -> Option<Option<Range<usize>>> {
-    let blocks = raw::elements_with_members(&result[content.clone()])?;
+/// copy would stay whole), there are two copies, a long text block is not the copy, or a
+/// block names its type or text twice.
+fn the_copy(
+    result: &str,
+    blocks: Vec<raw::ElementMembers>,
+    structured: &str,
+) -> Option<Option<Range<usize>>> {
     let mut copy = None;
     for (range, members) in blocks {
         let Some(members) = members else { continue };
-        // A block that names its type or text twice is left to the whole pipeline.
         let twice = |name: &str| members.iter().filter(|(key, _)| key == name).count() > 1;
         if twice("type") || twice("text") {
             return None;
         }
-        let range = offset(range, content.start);
         let block = &result[range.clone()];
-        let field = |name: &str| last(&members, name).map(|at| (block, at));
+        let field = |name: &str| last(&members, name).map(|at| &block[at]);
         let is_text = field("type")
-            .and_then(|(block, at)| serde_json::from_str::<String>(&block[at]).ok())
+            .and_then(|kind| serde_json::from_str::<String>(kind).ok())
             .is_some_and(|kind| kind == "text");
-        let Some((block, at)) = field("text").filter(|_| is_text) else {
+        let Some(literal) = field("text").filter(|_| is_text) else {
             continue;
         };
-        let literal = &block[at.clone()];
         if !literal.starts_with('"') {
             continue;
         }
@@ -227,7 +255,7 @@ fn the_copy(result: &str, content: Range<usize>, structured: &str) -> Option<Opt
             if copy.is_some() {
                 return None;
             }
-            copy = Some(offset(at, range.start));
+            copy = last(&members, "text").map(|at| offset(at, range.start));
             continue;
         }
         if literal.len() > MAX_OTHER_TEXT {
@@ -239,6 +267,36 @@ fn the_copy(result: &str, content: Range<usize>, structured: &str) -> Option<Opt
         }
     }
     Some(copy)
+}
+
+/// A list found in a result: its range, and its elements with their members.
+type List = (Range<usize>, Vec<raw::ElementMembers>);
+
+/// Follows `steps` (keys) from the value at `at`: where that value ends, and the list at the
+/// end of the path when the path leads to one (the last of a key named twice, as a parser
+/// reads it).
+fn find_list(text: &str, at: usize, steps: &[&str]) -> Option<(usize, Option<List>)> {
+    let first = text.as_bytes().get(at);
+    match steps.split_first() {
+        None if first == Some(&b'[') => {
+            let (elements, end) = raw::elements_with_members_at(text, at)?;
+            Some((end, Some((at..end, elements))))
+        }
+        Some((step, rest)) if first == Some(&b'{') => {
+            let mut found = None;
+            let end = raw::walk_object(text, at, |key, at| {
+                if key == *step {
+                    let (end, inner) = find_list(text, at, rest)?;
+                    found = inner;
+                    Some(end)
+                } else {
+                    raw::value_end(text, at)
+                }
+            })?;
+            Some((end, found))
+        }
+        _ => Some((raw::value_end(text, at)?, None)),
+    }
 }
 
 #[cfg(test)]
