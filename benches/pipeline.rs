@@ -155,4 +155,35 @@ fn main() {
             out_bytes[k]
         );
     }
+    text_only(&record, &relay, &whole, next_id);
+}
+
+/// The same record as the JSON of a text block only (as many servers send lists): the
+/// default query, read whole against this build, same rounds.
+fn text_only(record: &Value, relay: &Relay, whole: &Relay, mut next_id: u64) {
+    let result = json!({"content": [{"type": "text", "text": record.to_string()}]});
+    let response = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#).into_bytes();
+    let (mut fast, mut slow) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for (relay, times) in [(relay, &mut fast), (whole, &mut slow)] {
+            next_id += 1;
+            let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
+                "params": {"name": "fleet_show", "arguments": {}}});
+            let reply = mcp_budget::message::with_id(&response, &next_id.to_string())
+                .expect("the reply has an id");
+            let start = Instant::now();
+            relay.from_client(Frame::Line(request.to_string().into_bytes()));
+            let answer = relay.from_server(Frame::Line(reply)).expect("a reply");
+            times.push(start.elapsed());
+            std::hint::black_box(answer);
+        }
+    }
+    let (fast, slow) = (median(&mut fast), median(&mut slow));
+    println!(
+        "text block only ({:.1} MB), default query: read whole {:.1} ms, this build {:.1} ms ({:.2}×)",
+        response.len() as f64 / 1e6,
+        slow.as_secs_f64() * 1e3,
+        fast.as_secs_f64() * 1e3,
+        fast.as_secs_f64() / slow.as_secs_f64()
+    );
 }

@@ -1,6 +1,6 @@
-//! Stage 0, for a result whose items are in `structuredContent`: the list is narrowed and paged
-//! where it lies in the server's text, and the pipeline then runs on a result that holds only
-//! the page.
+//! Stage 0, for a result whose items are in `structuredContent` or in the JSON of a text block:
+//! the list is narrowed and paged where it lies in the server's text, and the pipeline then runs
+//! on a result that holds only the page.
 //!
 //! Why: a large result (a fleet of 1,000 streams is 11 MB, half of it a JSON copy of the other
 //! half in a text block) would otherwise be parsed whole into `Value`s and its text read again
@@ -22,8 +22,9 @@
 //!   may write an item with the spelling of an equal one before it;
 //! - an item outside the page that serde_json cannot read into a value (a lone surrogate
 //!   escape, nesting deeper than 128): the page is made, where the whole pipeline cannot parse
-//!   the result and passes it on unpaged (or refuses it over the cap). Items of the page are
-//!   parsed, and such an item there sends the result the old way.
+//!   the result (or the text block) and passes it on unpaged, refuses it over the cap, or
+//!   leaves it to automatic paging. Items of the page are parsed, and such an item there sends
+//!   the result the old way.
 
 use std::ops::Range;
 
@@ -153,20 +154,140 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
     if is_error.is_some_and(|range| result[range].trim() != "false") {
         return None;
     }
-    let structured = structured?;
-    let (list, elements) = list?;
-    let copy = match blocks {
-        Some(Some(blocks)) => the_copy(result, blocks, &result[structured.clone()])?,
+    let blocks = match blocks {
+        Some(Some(blocks)) => blocks,
         // A content that is not a list of blocks: the whole pipeline.
         Some(None) => return None,
-        None => None,
+        None => Vec::new(),
     };
-    // Each item, read for the fields the narrowing needs, and where it is.
+    match (structured, list) {
+        (Some(structured), Some(list)) => {
+            in_structured(items, args, result, structured, list, blocks)
+        }
+        (structured, None) => in_text(items, args, result, structured, blocks, &steps),
+        (None, Some(_)) => None,
+    }
+}
+
+/// The list is in structuredContent: it is cut down there, and in the text block that copied
+/// structuredContent exactly, the copy is written again for the smaller one.
+fn in_structured(
+    items: &Items,
+    args: &CallArgs,
+    result: &str,
+    structured: Range<usize>,
+    (list, elements): List,
+    blocks: Vec<raw::ElementMembers>,
+) -> Option<Reduced> {
+    let copy = the_copy(result, blocks, &result[structured.clone()])?;
+    let (kept, narrowed) = narrow_and_page(items, args, result, elements)?;
+    let structured_text = format!(
+        "{}{kept}{}",
+        &result[structured.start..list.start],
+        &result[list.end..structured.end]
+    );
+    let mut cuts = Vec::new();
+    if let Some(literal) = copy {
+        cuts.push((literal, serde_json::to_string(&structured_text).ok()?));
+    }
+    cuts.push((structured, structured_text));
+    Some(Reduced {
+        text: splice(result, cuts)?,
+        narrowed,
+    })
+}
+
+/// The list is in the JSON of a text block (the first one that looks like JSON): it is cut
+/// down there, and in the field of structuredContent that repeats that text, if one does.
+fn in_text(
+    items: &Items,
+    args: &CallArgs,
+    result: &str,
+    structured: Option<Range<usize>>,
+    blocks: Vec<raw::ElementMembers>,
+    steps: &[&str],
+) -> Option<Reduced> {
+    // The first text block that looks like JSON; the list must be in it (the whole pipeline
+    // would try the next ones).
+    let mut found = None;
+    for (range, members) in blocks {
+        let Some(members) = members else { continue };
+        let twice = |name: &str| members.iter().filter(|(key, _)| key == name).count() > 1;
+        if twice("type") || twice("text") {
+            return None;
+        }
+        let block = &result[range.clone()];
+        let field = |name: &str| last(&members, name).map(|at| &block[at]);
+        let is_text = field("type")
+            .and_then(|kind| serde_json::from_str::<String>(kind).ok())
+            .is_some_and(|kind| kind == "text");
+        let Some(at) = last(&members, "text").filter(|_| is_text) else {
+            continue;
+        };
+        let literal = &block[at.clone()];
+        if !literal.starts_with('"') {
+            continue;
+        }
+        let text: String = serde_json::from_str(literal).ok()?;
+        if super::place::looks_like_json(&text) {
+            found = Some((offset(at, range.start), text));
+            break;
+        }
+    }
+    let (literal, text) = found?;
+    let start = text.len() - text.trim_start().len();
+    let (end, list) = find_list(&text, start, steps)?;
+    if !text[end..].trim().is_empty() {
+        return None;
+    }
+    let (list, elements) = list?;
+    let (kept, narrowed) = narrow_and_page(items, args, &text, elements)?;
+    let smaller = format!("{}{kept}{}", &text[..list.start], &text[list.end..]);
+    let encoded = serde_json::to_string(&smaller).ok()?;
+    let mut cuts = Vec::new();
+    // The field of structuredContent that repeats the text (the first, as the pipeline finds
+    // it) is cut down with it, so that the pipeline finds it again: a JSON page updates it, a
+    // table replaces structuredContent.
+    if let Some(structured) = structured
+        && result.as_bytes().get(structured.start) == Some(&b'{')
+    {
+        let members = raw::members(&result[structured.clone()])?;
+        let names: std::collections::HashSet<&str> =
+            members.iter().map(|(key, _)| key.as_str()).collect();
+        if names.len() != members.len() {
+            return None;
+        }
+        let mirror = members.iter().find(|(_, at)| {
+            let value = &result[offset(at.clone(), structured.start)];
+            value.starts_with('"')
+                && value.len() >= text.len()
+                && serde_json::from_str::<String>(value).is_ok_and(|value| value == text)
+        });
+        if let Some((_, at)) = mirror {
+            cuts.push((offset(at.clone(), structured.start), encoded.clone()));
+        }
+    }
+    cuts.push((literal, encoded));
+    Some(Reduced {
+        text: splice(result, cuts)?,
+        narrowed,
+    })
+}
+
+/// Each item read for the fields the narrowing needs; the horizon, the filters and the page
+/// run on those; the page's items as the server wrote them (a JSON array), and what the whole
+/// list gave. `text` holds the elements.
+fn narrow_and_page(
+    items: &Items,
+    args: &CallArgs,
+    text: &str,
+    elements: Vec<raw::ElementMembers>,
+) -> Option<(String, Narrowed)> {
     let fields = wanted(items, args);
     let mut ranges = Vec::with_capacity(elements.len());
     let mut partial = Vec::with_capacity(elements.len());
     for (n, (range, members)) in elements.into_iter().enumerate() {
-        let element = &result[range.clone()];
+        let element = &text[range.clone()];
         let mut map = Map::new();
         for (key, at) in members? {
             if fields.contains(&key) {
@@ -181,46 +302,38 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
     let horizon_dropped = pipeline::narrow(&mut partial, items, args, None);
     let matching = partial.len();
     let page = page::apply(partial, args.after.as_ref(), args.limit, items.key.as_ref());
-    // The page's items as the server wrote them.
     let mut kept = String::from("[");
     for (n, item) in page.items.iter().enumerate() {
         let index = item.get(INDEX).and_then(Value::as_u64)? as usize;
         if n > 0 {
             kept.push(',');
         }
-        kept.push_str(&result[ranges.get(index)?.clone()]);
+        kept.push_str(&text[ranges.get(index)?.clone()]);
     }
     kept.push(']');
-    let structured_text = format!(
-        "{}{kept}{}",
-        &result[structured.start..list.start],
-        &result[list.end..structured.end]
-    );
-    // The result again, with the smaller structuredContent and, in the text block that
-    // copied it, the copy of the smaller one.
-    let mut cuts = vec![(structured, structured_text.clone())];
-    if let Some(literal) = copy {
-        cuts.push((literal, serde_json::to_string(&structured_text).ok()?));
-    }
+    let narrowed = Narrowed {
+        total_count,
+        horizon_dropped,
+        matching,
+        skipped: page.start,
+        next: page.next,
+    };
+    Some((kept, narrowed))
+}
+
+/// `text` with each range replaced (ranges that do not overlap).
+fn splice(text: &str, mut cuts: Vec<(Range<usize>, String)>) -> Option<String> {
     cuts.sort_by_key(|(range, _)| range.start);
-    let mut text = String::with_capacity(result.len().min(structured_text.len() * 3 + 4096));
+    let mut out =
+        String::with_capacity(cuts.iter().map(|(_, with)| with.len()).sum::<usize>() + 4096);
     let mut at = 0;
     for (range, with) in cuts {
-        text.push_str(result.get(at..range.start)?);
-        text.push_str(&with);
+        out.push_str(text.get(at..range.start)?);
+        out.push_str(&with);
         at = range.end;
     }
-    text.push_str(&result[at..]);
-    Some(Reduced {
-        text,
-        narrowed: Narrowed {
-            total_count,
-            horizon_dropped,
-            matching,
-            skipped: page.start,
-            next: page.next,
-        },
-    })
+    out.push_str(text.get(at..)?);
+    Some(out)
 }
 
 /// The range (in `result`) of the text literal that copies `structured` exactly, when there
