@@ -58,13 +58,24 @@ pub fn elements_with_members(text: &str) -> Option<Vec<ElementMembers>> {
     (skip_ws(text, end) == text.len()).then_some(elements)
 }
 
+/// Whether `byte` is JSON whitespace (space, tab, line feed, carriage return — not the other
+/// characters Rust calls whitespace, which a JSON parser refuses).
+fn is_json_ws(byte: &u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 /// Where the first byte at or after `at` that is not JSON whitespace is.
-fn skip_ws(text: &str, mut at: usize) -> usize {
+pub fn skip_ws(text: &str, mut at: usize) -> usize {
     let bytes = text.as_bytes();
-    while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+    while bytes.get(at).is_some_and(is_json_ws) {
         at += 1;
     }
     at
+}
+
+/// `text` without the JSON whitespace around it.
+pub fn trim_json(text: &str) -> &str {
+    text.trim_matches([' ', '\t', '\n', '\r'])
 }
 
 /// One value read from where it starts (`text[at..]`, no whitespace first): what it is read

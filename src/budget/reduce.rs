@@ -17,13 +17,15 @@
 //! pipeline (`None`).
 //!
 //! Where the two differ, on purpose:
-//! - two items of equal value spelled differently (`"a"` and `"\u0061"`): each item of the page
-//!   keeps its own spelling, where the whole pipeline, matching the page to the list by value,
-//!   may write an item with the spelling of an equal one before it;
+//! - two items of equal value spelled differently (`"a"` and `"\u0061"`), or a list that repeats
+//!   an item: each item of the page keeps its own spelling, where the whole pipeline, matching
+//!   the page to the list by value, may write an item with the spelling of an equal one before
+//!   it (or, having matched a repeated item early, write the next against an unrelated element,
+//!   keeping only the leaves they share);
 //! - an item outside the page that serde_json cannot read into a value (a lone surrogate
 //!   escape, nesting deeper than 128): the page is made, where the whole pipeline cannot parse
-//!   the result (or the text block) and passes it on unpaged, refuses it over the cap, or
-//!   leaves it to automatic paging. Items of the page are parsed, and such an item there sends
+//!   the result (or the text block) and passes it on unpaged, refuses it over the cap, leaves
+//!   it to automatic paging, or pages a later text block that parses. Items of the page are parsed, and such an item there sends
 //!   the result the old way.
 
 use std::ops::Range;
@@ -124,7 +126,7 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
     let mut list: Option<List> = None;
     let mut blocks: Option<Option<Vec<raw::ElementMembers>>> = None;
     let mut is_error = None;
-    let start = result.len() - result.trim_start().len();
+    let start = raw::skip_ws(result, 0);
     let end = raw::walk_object(result, start, |key, at| match key.as_str() {
         "structuredContent" => {
             let (end, found) = find_list(result, at, &steps)?;
@@ -148,10 +150,10 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
         }
         _ => raw::value_end(result, at),
     })?;
-    if !result[end..].trim().is_empty() {
+    if !raw::trim_json(&result[end..]).is_empty() {
         return None;
     }
-    if is_error.is_some_and(|range| result[range].trim() != "false") {
+    if is_error.is_some_and(|range| &result[range] != "false") {
         return None;
     }
     let blocks = match blocks {
@@ -235,14 +237,17 @@ fn in_text(
         }
     }
     let (literal, text) = found?;
-    let start = text.len() - text.trim_start().len();
+    let start = raw::skip_ws(&text, 0);
     let (end, list) = find_list(&text, start, steps)?;
-    if !text[end..].trim().is_empty() {
+    if !raw::trim_json(&text[end..]).is_empty() {
         return None;
     }
     let (list, elements) = list?;
     let (kept, narrowed) = narrow_and_page(items, args, &text, elements)?;
     let smaller = format!("{}{kept}{}", &text[..list.start], &text[list.end..]);
+    // The pipeline must find the list in this block again: the smaller text must parse (a text
+    // the walk read but a parser refuses would send it to another block).
+    serde_json::from_str::<serde::de::IgnoredAny>(&smaller).ok()?;
     let encoded = serde_json::to_string(&smaller).ok()?;
     let mut cuts = Vec::new();
     // The field of structuredContent that repeats the text (the first, as the pipeline finds
@@ -257,14 +262,26 @@ fn in_text(
         if names.len() != members.len() {
             return None;
         }
-        let mirror = members.iter().find(|(_, at)| {
+        // Each string field that could equal the text or the smaller one is read: the first
+        // equal to the text is the mirror; another equal to the smaller text would be taken
+        // for it by the pipeline.
+        let mut mirror = None;
+        for (_, at) in &members {
             let value = &result[offset(at.clone(), structured.start)];
-            value.starts_with('"')
-                && value.len() >= text.len()
-                && serde_json::from_str::<String>(value).is_ok_and(|value| value == text)
-        });
-        if let Some((_, at)) = mirror {
-            cuts.push((offset(at.clone(), structured.start), encoded.clone()));
+            if !value.starts_with('"') || value.len() < smaller.len().min(text.len()) {
+                continue;
+            }
+            let Ok(value) = serde_json::from_str::<String>(value) else {
+                continue;
+            };
+            if value == text && mirror.is_none() {
+                mirror = Some(offset(at.clone(), structured.start));
+            } else if value == smaller {
+                return None;
+            }
+        }
+        if let Some(at) = mirror {
+            cuts.push((at, encoded.clone()));
         }
     }
     cuts.push((literal, encoded));
