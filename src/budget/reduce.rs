@@ -7,9 +7,10 @@
 //! to write the page with the server's bytes. Here each item is read only for the fields the
 //! horizon, the filters and the key need; the items of the page are cut out of the server's
 //! text as they are, the copy of `structuredContent` in the text block is written again for the
-//! smaller list, and the rest of the result is kept byte for byte. The pipeline ([`super::
-//! pipeline`]) then renders that small result exactly as it would have rendered the whole one,
-//! with the counts and the position the whole list gave ([`Narrowed`]).
+//! smaller list (or, for a list in a text block, the text and the field of `structuredContent`
+//! that repeats it), and the rest of the result is kept byte for byte. The pipeline then
+//! renders that small result exactly as it would have rendered the whole one, with the counts
+//! and the position the whole list gave ([`Narrowed`]).
 //!
 //! Whatever this stage is not sure to do exactly as the whole pipeline would — a nested rule, a
 //! path other than plain keys, an item that is not an object, a text copy that is not the first
