@@ -213,27 +213,10 @@ fn in_text(
     // The first text block that looks like JSON; the list must be in it (the whole pipeline
     // would try the next ones).
     let mut found = None;
-    for (range, members) in blocks {
-        let Some(members) = members else { continue };
-        let twice = |name: &str| members.iter().filter(|(key, _)| key == name).count() > 1;
-        if twice("type") || twice("text") {
-            return None;
-        }
-        let block = &result[range.clone()];
-        let field = |name: &str| last(&members, name).map(|at| &block[at]);
-        let is_text = field("type")
-            .and_then(|kind| serde_json::from_str::<String>(kind).ok())
-            .is_some_and(|kind| kind == "text");
-        let Some(at) = last(&members, "text").filter(|_| is_text) else {
-            continue;
-        };
-        let literal = &block[at.clone()];
-        if !literal.starts_with('"') {
-            continue;
-        }
-        let text: String = serde_json::from_str(literal).ok()?;
+    for literal in text_literals(result, blocks)? {
+        let text: String = serde_json::from_str(&result[literal.clone()]).ok()?;
         if super::place::looks_like_json(&text) {
-            found = Some((offset(at, range.start), text));
+            found = Some((literal, text));
             break;
         }
     }
@@ -365,28 +348,13 @@ fn the_copy(
     structured: &str,
 ) -> Option<Option<Range<usize>>> {
     let mut copy = None;
-    for (range, members) in blocks {
-        let Some(members) = members else { continue };
-        let twice = |name: &str| members.iter().filter(|(key, _)| key == name).count() > 1;
-        if twice("type") || twice("text") {
-            return None;
-        }
-        let block = &result[range.clone()];
-        let field = |name: &str| last(&members, name).map(|at| &block[at]);
-        let is_text = field("type")
-            .and_then(|kind| serde_json::from_str::<String>(kind).ok())
-            .is_some_and(|kind| kind == "text");
-        let Some(literal) = field("text").filter(|_| is_text) else {
-            continue;
-        };
-        if !literal.starts_with('"') {
-            continue;
-        }
+    for at in text_literals(result, blocks)? {
+        let literal = &result[at.clone()];
         if exact::encodes(literal, structured) {
             if copy.is_some() {
                 return None;
             }
-            copy = last(&members, "text").map(|at| offset(at, range.start));
+            copy = Some(at);
             continue;
         }
         if literal.len() > MAX_OTHER_TEXT {
@@ -398,6 +366,31 @@ fn the_copy(
         }
     }
     Some(copy)
+}
+
+/// The text of each content block whose type is "text" and whose text is a string, as the
+/// pipeline's `place::text_blocks` sees them: the ranges of the string literals in `result`, in
+/// order; `None` when a block names its type or text twice.
+fn text_literals(result: &str, blocks: Vec<raw::ElementMembers>) -> Option<Vec<Range<usize>>> {
+    let mut out = Vec::new();
+    for (range, members) in blocks {
+        let Some(members) = members else { continue };
+        let twice = |name: &str| members.iter().filter(|(key, _)| key == name).count() > 1;
+        if twice("type") || twice("text") {
+            return None;
+        }
+        let block = &result[range.clone()];
+        let is_text = last(&members, "type")
+            .and_then(|at| serde_json::from_str::<String>(&block[at]).ok())
+            .is_some_and(|kind| kind == "text");
+        let Some(at) = last(&members, "text").filter(|_| is_text) else {
+            continue;
+        };
+        if block[at.clone()].starts_with('"') {
+            out.push(offset(at, range.start));
+        }
+    }
+    Some(out)
 }
 
 /// A list found in a result: its range, and its elements with their members.
