@@ -5,9 +5,9 @@
 //! items → total_count → [`horizon`] → [`filter`] → [`page`] → [`project`] → [`render`] →
 //! [`cap`]. `pipeline` wires them together (and `place` finds the items in a result and puts
 //! the page back); before it, [`reduce`] runs the horizon, the filters and the page on a list
-//! in `structuredContent` where it lies in the server's text, reading each item only for the
-//! fields they need, so that the pipeline parses and renders the page alone; [`text`] pages
-//! text by lines. [`args`] reads and strips the budget
+//! in `structuredContent` or in a text block's JSON where it lies in the server's text, reading
+//! each item only for the fields they need, so that the pipeline parses and renders the page
+//! alone. [`text`] pages text by lines. [`args`] reads and strips the budget
 //! arguments of a call, [`cursor`] mints and verifies `next_after`, [`notice`] words what a
 //! default narrowed, and [`descriptor`] rewrites `tools/list`. This file is the [`Budget`]
 //! that a relay calls: plan a call, finish its result, refuse it.
