@@ -12,7 +12,7 @@ use super::cursor::CursorKey;
 use super::place::{self, Source};
 use super::reduce::Narrowed;
 use super::render::{self, Continuation};
-use super::{RenderError, field, filter, horizon, notice, page, project};
+use super::{RenderError, filter, horizon, notice, page, project};
 use crate::policy::Items;
 
 /// Pages the items of `result` for one call; the result is rewritten in place. A result with
@@ -94,27 +94,20 @@ pub fn run_fitted(
         next,
     } = match narrowed {
         Some(n) => {
-            // A default page made again with fewer items for the client (the budget's
-            // `fit_default_limit`): its first items, and the position after the last of them,
-            // as the whole list would give.
-            let mut list = list;
-            let next = if list.len() > args.limit {
-                list.truncate(args.limit);
-                Some(page::Position {
-                    offset: n.skipped + list.len(),
-                    key: items
-                        .key
-                        .as_ref()
-                        .and_then(|key| list.last().and_then(|item| field::get(item, key)))
-                        .map(field::text),
-                })
-            } else {
-                n.next.clone()
-            };
+            // The reduced list is the page; a default page made again with fewer items for the
+            // client (the budget's `fit_default_limit`) is its first items, the position after
+            // them counted from where the page starts in the whole list.
+            let first = page::apply(list, None, args.limit, items.key.as_ref());
             page::Page {
-                items: list,
+                items: first.items,
                 start: n.skipped,
-                next,
+                next: match first.next {
+                    Some(position) => Some(page::Position {
+                        offset: n.skipped + position.offset,
+                        ..position
+                    }),
+                    None => n.next.clone(),
+                },
             }
         }
         None => page::apply(list, args.after.as_ref(), args.limit, items.key.as_ref()),

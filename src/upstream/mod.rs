@@ -91,33 +91,6 @@ impl Outgoing {
             ..Outgoing::default()
         }
     }
-
-    /// A message whose envelope was not read yet (one the proxy replays): read it now.
-    pub fn read(bytes: Vec<u8>) -> Outgoing {
-        let mut out = Outgoing::default();
-        if let Ok(parsed) = crate::message::parse(&bytes) {
-            for kind in parsed.kinds() {
-                out.note(kind);
-            }
-        }
-        out.bytes = bytes;
-        out
-    }
-
-    /// Takes what a transport needs from one message's envelope (its id as sent).
-    pub fn note(&mut self, kind: &crate::message::Kind) {
-        use crate::message::Kind;
-        match kind {
-            Kind::Request { id, method, .. } => {
-                self.initialize |= method == "initialize";
-                self.requests.push(id.clone());
-            }
-            Kind::Notification { method } => {
-                self.initialized |= method == "notifications/initialized";
-            }
-            _ => {}
-        }
-    }
 }
 
 impl std::ops::Deref for Outgoing {
