@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use crate::budget::auto::{self, At, Unpageable};
 use crate::budget::cursor::{self, CursorError, SelectionDigest};
 use crate::budget::{Budget, CallPlan, Finished, descriptor};
-use crate::message::{Id, splice};
+use crate::message::{Id, Modern, splice};
 use crate::policy::Policy;
 
 /// Applies the budget at the relay's two interception points, for one session.
@@ -34,7 +34,13 @@ pub struct Interceptor {
     scope: u64,
     /// What this session's `tools/list` said about each tool.
     tools: Mutex<HashMap<String, ToolInfo>>,
+    /// Budgets fitted to the clients that named themselves in a modern request's `_meta`, and
+    /// the generation of the base they were made from (bounded: [`MAX_FITTED`]).
+    fitted: Mutex<(u64, HashMap<String, Arc<Budget>>)>,
 }
+
+/// How many clients' budgets one session keeps made (more are made again when asked).
+const MAX_FITTED: usize = 32;
 
 /// What a session's `initialize` chose: the client's profile, the server's built-in policy.
 #[derive(Debug, Default)]
@@ -43,6 +49,8 @@ struct Chosen {
     policy: Option<Policy>,
     /// The client's `clientInfo.name`, to find its profile again after a reload.
     client: Option<String>,
+    /// The server's name, once it named itself (`serverInfo`).
+    server: Option<String>,
 }
 
 /// The name in `initialize`'s `clientInfo` (request) or `serverInfo` (response).
@@ -95,6 +103,8 @@ pub struct CallContext {
     budget: Arc<Budget>,
     plan: CallPlan,
     auto: Option<AutoCall>,
+    /// The call was a modern request: what the proxy writes for it carries `resultType`.
+    modern: bool,
 }
 
 /// An automatically paged call: the upstream arguments (for the cursor's digest, computed
@@ -144,6 +154,28 @@ struct ParamsParts<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// The name a modern result gives the server: `result._meta["io.modelcontextprotocol/serverInfo"].name`.
+fn server_info_in_meta(message: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow)]
+        result: Option<WithMeta<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct WithMeta<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<ServerMeta<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct ServerMeta<'a> {
+        #[serde(borrow, rename = "io.modelcontextprotocol/serverInfo")]
+        server: Option<Named<'a>>,
+    }
+    memchr::memmem::find(message, crate::message::META_SERVER_INFO.as_bytes())?;
+    let response: Response<'_> = serde_json::from_slice(message).ok()?;
+    response.result?.meta?.server?.name.map(Cow::into_owned)
+}
+
 /// Argument names that usually narrow what a tool returns.
 const NARROWING: &[&str] = &[
     "head", "tail", "limit", "max", "count", "offset", "start", "end", "line", "path", "pattern",
@@ -189,6 +221,7 @@ impl Interceptor {
             chosen: Mutex::new(Chosen::default()),
             scope,
             tools: Mutex::new(HashMap::new()),
+            fitted: Mutex::new((0, HashMap::new())),
         };
         if let Some(forced) = budget.choice().forced.clone() {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
@@ -264,6 +297,54 @@ impl Interceptor {
             Arc::new(base.for_session(chosen.policy.as_ref(), chosen.profile.as_ref()))
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = (generation, budget);
+        self.fitted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .clear();
+    }
+
+    /// The budget of one request: fitted to the client a modern request names in its `_meta`
+    /// (`clientInfo.name`), else this session's (its `initialize`, `--client`, the policy).
+    fn budget_for(&self, modern: Option<&Modern>) -> Arc<Budget> {
+        let session = self.budget();
+        let Some(name) = modern.and_then(|m| m.client.as_deref()) else {
+            return session;
+        };
+        let base = self.base.get();
+        let choice = base.choice();
+        if !choice.fit_clients || choice.forced.is_some() {
+            return session;
+        }
+        let generation = self.base.generation();
+        let mut fitted = self.fitted.lock().unwrap_or_else(PoisonError::into_inner);
+        if fitted.0 != generation {
+            *fitted = (generation, HashMap::new());
+        }
+        if let Some(budget) = fitted.1.get(name) {
+            return budget.clone();
+        }
+        let budget = match crate::client::find(&choice.profiles, name) {
+            Some(profile) => {
+                if profile.max_tokens.is_some() {
+                    crate::tokens::preload();
+                }
+                let policy = self
+                    .chosen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .policy
+                    .clone();
+                tracing::debug!(client = %name, profile = %profile.name, "a modern request's client profile");
+                Arc::new(base.for_session(policy.as_ref(), Some(&profile)))
+            }
+            None => session,
+        };
+        if fitted.1.len() >= MAX_FITTED {
+            fitted.1.clear();
+        }
+        fitted.1.insert(name.to_string(), budget.clone());
+        budget
     }
 
     /// The client's `initialize`: its budget comes from its profile (`clientInfo.name`).
@@ -306,14 +387,38 @@ impl Interceptor {
     /// The server's answer to `initialize`: with no `--policy`, the built-in policy written for
     /// the server (`serverInfo.name`), if there is one.
     pub fn initialize_response(&self, message: &[u8]) {
-        if !self.base.get().choice().pick_policy {
-            return;
-        }
         let name = serde_json::from_slice::<InitializeResponse<'_>>(message)
             .ok()
             .and_then(|m| m.result?.server_info?.name.map(Cow::into_owned));
-        let Some(name) = name else { return };
-        let Some(builtin) = crate::builtin::for_server(&name) else {
+        if let Some(name) = name {
+            self.server_named(&name);
+        }
+    }
+
+    /// The server's answer to `server/discover` (2026-07-28): it names the server in its
+    /// `_meta`, as any modern result may.
+    pub fn discover_response(&self, message: &[u8]) {
+        if let Some(name) = server_info_in_meta(message) {
+            self.server_named(&name);
+        }
+    }
+
+    /// The server is `name`: with no `--policy`, its built-in policy, once per session.
+    fn server_named(&self, name: &str) {
+        if !self.base.get().choice().pick_policy {
+            return;
+        }
+        {
+            let chosen = self.chosen.lock().unwrap_or_else(PoisonError::into_inner);
+            if chosen.server.as_deref() == Some(name) {
+                return;
+            }
+        }
+        self.chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .server = Some(name.to_string());
+        let Some(builtin) = crate::builtin::for_server(name) else {
             tracing::info!(server = %name, "no built-in policy for this server: every tool is paged automatically");
             return;
         };
@@ -363,8 +468,34 @@ impl Interceptor {
     }
 
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.
-    pub fn tools_list_response(&self, message: &[u8]) -> Option<Vec<u8>> {
-        let budget = self.budget();
+    /// `modern`: the request's `_meta` (2026-07-28): the list is fitted to the client it names,
+    /// and marked `cacheScope: "private"` when that client's profile shaped it.
+    pub fn tools_list_response(&self, message: &[u8], modern: Option<&Modern>) -> Option<Vec<u8>> {
+        if let Some(name) = server_info_in_meta(message) {
+            self.server_named(&name);
+        }
+        let budget = self.budget_for(modern);
+        let text = self.list_result(message, &budget)?;
+        let profiled = modern
+            .and_then(|m| m.client.as_deref())
+            .is_some_and(|name| {
+                let base = self.base.get();
+                let choice = base.choice();
+                choice.fit_clients
+                    && choice.forced.is_none()
+                    && crate::client::find(&choice.profiles, name).is_some()
+            });
+        let (raw, text) = text;
+        let text = match profiled {
+            true => crate::era::private(&text).unwrap_or(text),
+            false => text,
+        };
+        Some(splice(message, raw, text.as_bytes()))
+    }
+
+    /// The rewritten result of a `tools/list` response (and where the server's is in
+    /// `message`), or `None` when the budget leaves it as it is.
+    fn list_result<'m>(&self, message: &'m [u8], budget: &Budget) -> Option<(&'m str, String)> {
         let policy = budget.policy();
         if policy.rules.is_empty() && !policy.auto && !policy.hides_any() {
             return None;
@@ -397,8 +528,7 @@ impl Interceptor {
                 text = Some(crate::budget::exact::respell(&result, original));
             }
         }
-        let text = text?;
-        Some(splice(message, raw.get(), text.as_bytes()))
+        Some((raw.get(), text?))
     }
 
     fn remember_tools(&self, result: &Value) {
@@ -438,9 +568,32 @@ impl Interceptor {
         }
     }
 
-    /// A client's `tools/call` request.
-    pub fn tools_call_request(&self, id: &Id, message: &[u8]) -> CallDecision {
-        let budget = self.budget();
+    /// A client's `tools/call` request; `modern`: its `_meta` (2026-07-28), when it has one:
+    /// it is budgeted for the client that names itself there, and every result the proxy
+    /// writes for it is complete (`resultType`).
+    pub fn tools_call_request(
+        &self,
+        id: &Id,
+        message: &[u8],
+        modern: Option<&Modern>,
+    ) -> CallDecision {
+        let budget = self.budget_for(modern);
+        match self.call_request(id, message, budget) {
+            CallDecision::Answer(answer) if modern.is_some() => {
+                CallDecision::Answer(crate::era::completed_response(answer))
+            }
+            CallDecision::Forward {
+                rewritten,
+                mut context,
+            } => {
+                context.modern = modern.is_some();
+                CallDecision::Forward { rewritten, context }
+            }
+            answer => answer,
+        }
+    }
+
+    fn call_request(&self, id: &Id, message: &[u8], budget: Arc<Budget>) -> CallDecision {
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
                 rewritten,
@@ -448,12 +601,39 @@ impl Interceptor {
                     budget: budget.clone(),
                     plan,
                     auto,
+                    modern: false,
                 },
             }
         };
-        let parts = serde_json::from_slice::<CallParts<'_>>(message)
-            .ok()
-            .and_then(|m| m.params);
+        let parts = match serde_json::from_slice::<CallParts<'_>>(message) {
+            Ok(parts) => parts.params,
+            Err(err) => {
+                // Never guess what the server will read: a call the proxy cannot read is
+                // refused, not passed.
+                return CallDecision::Answer(crate::jsonrpc::error_response(
+                    Some(id),
+                    crate::jsonrpc::INVALID_PARAMS,
+                    &format!(
+                        "Invalid params: the tools/call params could not be read ({err}); params.name must be a string and params.arguments an object"
+                    ),
+                    None,
+                ));
+            }
+        };
+        if let Some(key) = parts
+            .as_ref()
+            .and_then(|p| p.arguments)
+            .and_then(|a| crate::budget::raw::duplicate_key(a.get()))
+        {
+            return CallDecision::Answer(crate::jsonrpc::error_response(
+                Some(id),
+                crate::jsonrpc::INVALID_PARAMS,
+                &format!(
+                    "Invalid params: params.arguments has the key {key:?} twice; send each argument once (the proxy does not guess which one the server would read)"
+                ),
+                None,
+            ));
+        }
         let name = parts
             .as_ref()
             .and_then(|p| p.name.as_deref())
@@ -489,7 +669,7 @@ impl Interceptor {
                 };
                 return forward(budget.plan_unpaged(name), Some(auto), None);
             }
-            return self.auto_continue(id, name, message);
+            return self.auto_continue(id, name, message, budget.clone());
         }
         if !budget.is_paged(&name) {
             return forward(budget.plan_unpaged(name), None, None);
@@ -536,8 +716,13 @@ impl Interceptor {
 
     /// A call to an automatically paged tool that carries `after`: the next page, from the
     /// cache, or from calling the tool again when that is safe, or a clear error.
-    fn auto_continue(&self, id: &Id, name: String, message: &[u8]) -> CallDecision {
-        let budget = self.budget();
+    fn auto_continue(
+        &self,
+        id: &Id,
+        name: String,
+        message: &[u8],
+        budget: Arc<Budget>,
+    ) -> CallDecision {
         let info = self.tool_info(&name);
         let plain = |arguments: Option<Box<RawValue>>| CallDecision::Forward {
             rewritten: None,
@@ -549,6 +734,7 @@ impl Interceptor {
                     digest: None,
                     at: None,
                 }),
+                modern: false,
             },
         };
         let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
@@ -581,6 +767,7 @@ impl Interceptor {
                             digest: None,
                             at: None,
                         }),
+                        modern: false,
                     },
                 };
             }
@@ -679,6 +866,7 @@ impl Interceptor {
                     digest: Some(digest),
                     at: Some(at),
                 }),
+                modern: false,
             },
         }
     }
@@ -738,11 +926,21 @@ impl Interceptor {
                 .result?
                 .get(),
         };
+        // Only a complete result is the budget's: `input_required`, a task, or any other kind
+        // passes as the server wrote it.
+        if !crate::era::is_complete(raw) {
+            return None;
+        }
+        let modern = context.modern;
+        let complete = |rewritten: Option<Vec<u8>>| match modern {
+            true => rewritten.map(|m| crate::era::completed_message(m, Some(raw))),
+            false => rewritten,
+        };
         if crate::metrics::get().is_none() {
-            return self.call_response(context, message, raw);
+            return complete(self.call_response(context, message, raw));
         }
         let tool = context.plan.tool.clone();
-        let rewritten = self.call_response(context, message, raw);
+        let rewritten = complete(self.call_response(context, message, raw));
         let upstream = raw.len();
         self.count(&tool, |m, label| {
             let Some(bytes) = &rewritten else {

@@ -14,6 +14,13 @@ pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 /// The method is not known (here: by a recorded server).
 pub const METHOD_NOT_FOUND: i64 = -32601;
+/// The params are not what the method takes (here: a key twice, unreadable params, or a
+/// modern request without its `_meta`).
+pub const INVALID_PARAMS: i64 = -32602;
+/// 2026-07-28: an HTTP header does not match the body it came with.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: the request's protocol version is not one the proxy serves.
+pub const UNSUPPORTED_VERSION: i64 = -32022;
 /// The upstream server is gone, timed out, or answered with something unusable.
 pub const UPSTREAM_ERROR: i64 = -32000;
 

@@ -7,6 +7,8 @@
 //! - [`message`]: the JSON-RPC envelope (`id`, `method`, request/notification/response), read
 //!   without copying or re-serializing the message; in-place edits of an id.
 //! - [`jsonrpc`]: every message the proxy writes itself, from typed builders.
+//! - [`era`]: the 2026-07-28 era where results are read and written: `resultType`, only
+//!   complete results budgeted, `cacheScope` on lists fitted to one client.
 //! - [`queue`]: the queues between tasks, bounded in bytes (backpressure, not memory).
 //! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
 //!   flight (ids that cannot cross), and answers them with errors when the server goes away.
@@ -69,6 +71,7 @@ pub mod cache;
 pub mod canonical;
 pub mod cli;
 pub mod client;
+pub mod era;
 pub mod explain;
 pub mod framing;
 pub mod heavy;

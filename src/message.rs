@@ -15,11 +15,13 @@ use serde_json::value::RawValue;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     /// Has `method` and a non-null `id`; `progress`: its `params._meta.progressToken` (JSON
-    /// text), read with the envelope.
+    /// text), and `modern`: what the 2026-07-28 era puts in its `_meta`, both read with the
+    /// envelope.
     Request {
         id: Id,
         method: String,
         progress: Option<Box<str>>,
+        modern: Option<Box<Modern>>,
     },
     /// Has `method` and no `id`.
     Notification { method: String },
@@ -29,37 +31,127 @@ pub enum Kind {
         id: Option<Id>,
         result: Option<std::ops::Range<usize>>,
     },
+    /// A message the proxy must not act on as it stands (see [`Problem`]); `id`: its id, when
+    /// that is a valid one, to answer it under.
+    Malformed { id: Option<Id>, problem: Problem },
     /// A JSON object that is not a JSON-RPC message the relay can classify (forwarded as is).
     Other,
     /// JSON that is not an object (a scalar, or an array inside a batch): never JSON-RPC.
     Invalid,
 }
 
-/// A request id, as the peer wrote it and as a key that ignores number formatting.
+/// What a request of the 2026-07-28 era ("modern") carries in its `_meta`: the era is decided
+/// here, where the message comes in, and travels with it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Modern {
+    /// `_meta["io.modelcontextprotocol/protocolVersion"]`.
+    pub version: String,
+    /// `_meta["io.modelcontextprotocol/clientInfo"].name`.
+    pub client: Option<String>,
+    /// Whether `_meta["io.modelcontextprotocol/clientCapabilities"]` is there.
+    pub capabilities: bool,
+}
+
+/// The `_meta` key that makes a request modern.
+pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of the client's identity in a modern request.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// The `_meta` key of the client's capabilities in a modern request.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` key of the server's identity on a modern result.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// How deeply a client's message may nest (serde_json's own recursion limit): deeper ones are
+/// refused before anything parses them, here or upstream.
+pub const MAX_DEPTH: usize = 128;
+
+/// Why a message is [`Kind::Malformed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// A key the proxy decides on appears twice: the proxy cannot know which one the server
+    /// will read, so it reads neither.
+    Duplicate(&'static str),
+    /// The id is neither a string nor a finite number.
+    BadId,
+    /// An id, and no `method`, `result` or `error`.
+    NoMethod,
+    /// `method` is not a string.
+    BadMethod,
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+}
+
+impl Problem {
+    /// The error message for the client, naming the fix.
+    pub fn message(self) -> String {
+        match self {
+            Problem::Duplicate(key) => format!(
+                "Invalid Request: the message has the key \"{key}\" twice; send each key once (the proxy does not guess which one the server would read)"
+            ),
+            Problem::BadId => "Invalid Request: the id must be a string or a finite number".into(),
+            Problem::NoMethod => "Invalid Request: a request needs a \"method\" (a string)".into(),
+            Problem::BadMethod => "Invalid Request: \"method\" must be a string".into(),
+            Problem::TooDeep => format!(
+                "Invalid Request: the message nests deeper than {MAX_DEPTH} levels; send a flatter value"
+            ),
+        }
+    }
+}
+
+/// A request id, as the peer wrote it and as a key that compares ids as JSON values.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Id {
     /// The id's JSON text exactly as it arrived (`7`, `"abc"`), used to echo it back.
     raw: Box<str>,
-    /// The comparison key: strings keep their JSON text, integers are normalized (`7.0` → `7`).
+    /// The comparison key: the value, written one way (`"\u0061"` and `"a"` are one id, and so
+    /// are `1.50`, `1.5` and `15e-1`).
     key: Box<str>,
 }
 
+/// The key of an id's JSON text: `None` when it is not a string or a finite number.
+fn id_key(raw: &str) -> Option<Box<str>> {
+    if raw.starts_with('"') {
+        let value: Cow<'_, str> = serde_json::from_str(raw).ok()?;
+        return serde_json::to_string(&value)
+            .ok()
+            .map(String::into_boxed_str);
+    }
+    if !raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return None;
+    }
+    let number: f64 = raw.parse().ok()?;
+    if !number.is_finite() {
+        return None;
+    }
+    let integer = !raw.contains(['.', 'e', 'E']);
+    Some(if integer && number.abs() >= 9.0e15 {
+        // Past f64's exact integers: the digits are the value.
+        raw.trim_start_matches('-').to_string().into()
+    } else if number.fract() == 0.0 && number.abs() < 9.0e15 {
+        format!("{}", number as i64).into()
+    } else {
+        format!("{number:e}").into()
+    })
+}
+
 impl Id {
-    /// Builds an id from its JSON text (a string or a number).
+    /// Builds an id from JSON text the proxy trusts (its own, or one read before).
     pub fn from_json_text(raw: &str) -> Id {
         let raw = raw.trim();
-        let key: Box<str> = if raw.starts_with('"') {
-            raw.into()
-        } else {
-            match raw.parse::<f64>() {
-                Ok(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{}", f as i64).into(),
-                _ => raw.into(),
-            }
-        };
+        let key = id_key(raw).unwrap_or_else(|| raw.into());
         Id {
             raw: raw.into(),
             key,
         }
+    }
+
+    /// An id a peer sent: `None` unless it is a string or a finite number.
+    pub fn parse(raw: &str) -> Option<Id> {
+        let raw = raw.trim();
+        Some(Id {
+            key: id_key(raw)?,
+            raw: raw.into(),
+        })
     }
 
     /// The id's JSON text as the peer wrote it.
@@ -119,168 +211,322 @@ pub enum NotJson {
     Utf8(#[from] std::str::Utf8Error),
 }
 
-#[derive(Deserialize)]
-struct RawEnvelope<'a> {
-    #[serde(borrow, default)]
+/// Notes the first key seen twice.
+fn once(seen: &mut bool, duplicate: &mut Option<&'static str>, name: &'static str) {
+    if std::mem::replace(seen, true) && duplicate.is_none() {
+        *duplicate = Some(name);
+    }
+}
+
+/// The members of a message the relay reads; a duplicate key keeps the last value (as the
+/// parsers of JavaScript and Python do) and is noted.
+#[derive(Default)]
+struct Envelope<'a> {
     id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    result: Slot<'a>,
-    #[serde(default)]
-    error: Present,
-    #[serde(borrow, default)]
-    params: Member<'a, MetaKey>,
+    method: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+    error: bool,
+    params: Params,
+    duplicate: Option<&'static str>,
 }
 
-/// Reads one member of an object (`K::NAME`), skipping anything else — other members, and any
-/// value that is not an object.
-struct Member<'a, K>(Option<&'a RawValue>, std::marker::PhantomData<K>);
-
-impl<K> Default for Member<'_, K> {
-    fn default() -> Self {
-        Member(None, std::marker::PhantomData)
-    }
+/// What the relay reads of `params`: `_meta`'s progress token and modern keys, and whether a
+/// key the proxy decides on appears twice.
+#[derive(Default)]
+struct Params {
+    progress: Option<Box<str>>,
+    version: Option<String>,
+    client: Option<String>,
+    capabilities: bool,
+    duplicate: Option<&'static str>,
 }
 
-trait Key {
-    const NAME: &'static str;
-    /// Reads the member's value.
-    fn read<'de: 'a, 'a, A: serde::de::MapAccess<'de>>(
-        map: &mut A,
-    ) -> Result<Option<&'a RawValue>, A::Error>;
-}
-
-/// `_meta`, and in it `progressToken`.
-struct MetaKey;
-struct ProgressKey;
-
-impl Key for MetaKey {
-    const NAME: &'static str = "_meta";
-    fn read<'de: 'a, 'a, A: serde::de::MapAccess<'de>>(
-        map: &mut A,
-    ) -> Result<Option<&'a RawValue>, A::Error> {
-        Ok(map.next_value::<Member<'a, ProgressKey>>()?.0)
-    }
-}
-
-impl Key for ProgressKey {
-    const NAME: &'static str = "progressToken";
-    fn read<'de: 'a, 'a, A: serde::de::MapAccess<'de>>(
-        map: &mut A,
-    ) -> Result<Option<&'a RawValue>, A::Error> {
-        Ok(Some(map.next_value::<&'a RawValue>()?))
-    }
-}
-
-impl<'de: 'a, 'a, K: Key> Deserialize<'de> for Member<'a, K> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit<'a, K>(std::marker::PhantomData<(&'a (), K)>);
-        impl<'de: 'a, 'a, K: Key> serde::de::Visitor<'de> for Visit<'a, K> {
-            type Value = Member<'a, K>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut found = None;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if key == K::NAME && found.is_none() {
-                        found = K::read(&mut map)?;
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
+/// `Deserialize` for a type read from a JSON object by `$visit(map)`; any other JSON value
+/// reads as the type's default (a `params` that is an array has no `_meta`).
+macro_rules! from_object {
+    ($ty:ident, |$map:ident| $visit:block) => {
+        impl<'de: 'a, 'a> Deserialize<'de> for $ty<'a> {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+                impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+                    type Value = $ty<'a>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("any JSON value")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut $map: A,
+                    ) -> Result<Self::Value, A::Error> {
+                        $visit
+                    }
+                    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                        self,
+                        mut seq: A,
+                    ) -> Result<Self::Value, A::Error> {
+                        while seq.next_element::<IgnoredAny>()?.is_some() {}
+                        Ok(Default::default())
+                    }
+                    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                        Ok(Default::default())
+                    }
+                    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                        Ok(Default::default())
+                    }
+                    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                        Ok(Default::default())
+                    }
+                    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                        Ok(Default::default())
+                    }
+                    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                        Ok(Default::default())
+                    }
+                    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                        Ok(Default::default())
+                    }
+                    fn visit_none<E>(self) -> Result<Self::Value, E> {
+                        Ok(Default::default())
                     }
                 }
-                Ok(Member(found, std::marker::PhantomData))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Member::default())
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-                Ok(Member::default())
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-                Ok(Member::default())
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-                Ok(Member::default())
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(Member::default())
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Member::default())
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Member::default())
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(Member::default())
+                deserializer.deserialize_any(Visit(std::marker::PhantomData))
             }
         }
-        deserializer.deserialize_any(Visit(std::marker::PhantomData))
-    }
+    };
 }
 
-/// A member's raw text when it is there, `null` included (an `Option` would read `null` as
-/// absent).
+from_object!(Envelope, |map| {
+    let mut out = Envelope::default();
+    let [
+        mut jsonrpc,
+        mut id,
+        mut method,
+        mut result,
+        mut error,
+        mut params,
+    ] = [false; 6];
+    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        let dup = &mut out.duplicate;
+        match key.as_ref() {
+            "jsonrpc" => {
+                once(&mut jsonrpc, dup, "jsonrpc");
+                map.next_value::<IgnoredAny>()?;
+            }
+            "id" => {
+                once(&mut id, dup, "id");
+                out.id = Some(map.next_value()?);
+            }
+            "method" => {
+                once(&mut method, dup, "method");
+                out.method = Some(map.next_value()?);
+            }
+            "result" => {
+                once(&mut result, dup, "result");
+                out.result = Some(map.next_value()?);
+            }
+            "error" => {
+                once(&mut error, dup, "error");
+                map.next_value::<IgnoredAny>()?;
+                out.error = true;
+            }
+            "params" => {
+                once(&mut params, dup, "params");
+                let read: ParamsRead<'a> = map.next_value()?;
+                out.params = read.0;
+            }
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+    }
+    Ok(out)
+});
+
+/// [`Params`] as read (the lifetime is the macro's).
 #[derive(Default)]
-struct Slot<'a>(Option<&'a RawValue>);
+struct ParamsRead<'a>(Params, std::marker::PhantomData<&'a ()>);
 
-impl<'de: 'a, 'a> Deserialize<'de> for Slot<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        <&'a RawValue>::deserialize(deserializer).map(|raw| Slot(Some(raw)))
+from_object!(ParamsRead, |map| {
+    let mut out = Params::default();
+    let [mut name, mut arguments, mut meta, mut task] = [false; 4];
+    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        let dup = &mut out.duplicate;
+        match key.as_ref() {
+            "name" => once(&mut name, dup, "params.name"),
+            "arguments" => once(&mut arguments, dup, "params.arguments"),
+            "task" => once(&mut task, dup, "params.task"),
+            "_meta" => {
+                once(&mut meta, dup, "params._meta");
+                let read: MetaRead<'a> = map.next_value()?;
+                let read = read.0;
+                out.progress = read.progress;
+                out.version = read.version;
+                out.client = read.client;
+                out.capabilities = read.capabilities;
+                if out.duplicate.is_none() {
+                    out.duplicate = read.duplicate;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        map.next_value::<IgnoredAny>()?;
     }
-}
+    Ok(ParamsRead(out, std::marker::PhantomData))
+});
 
-/// Whether a member is there at all — `"result": null` is a result (an `Option` would read
-/// it as absent).
+/// `_meta`: the same fields as [`Params`].
 #[derive(Default)]
-struct Present(bool);
+struct MetaRead<'a>(Params, std::marker::PhantomData<&'a ()>);
 
-impl<'de> Deserialize<'de> for Present {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        IgnoredAny::deserialize(deserializer)?;
-        Ok(Present(true))
+from_object!(MetaRead, |map| {
+    let mut out = Params::default();
+    let [mut progress, mut version, mut client, mut capabilities] = [false; 4];
+    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        let dup = &mut out.duplicate;
+        match key.as_ref() {
+            "progressToken" => {
+                once(&mut progress, dup, "params._meta.progressToken");
+                let token: &'a RawValue = map.next_value()?;
+                out.progress = Some(token.get().into());
+            }
+            META_VERSION => {
+                once(
+                    &mut version,
+                    dup,
+                    "params._meta.io.modelcontextprotocol/protocolVersion",
+                );
+                // A version that is not a string is still a modern request (one the proxy
+                // answers with the supported versions).
+                let value: &'a RawValue = map.next_value()?;
+                out.version = Some(
+                    serde_json::from_str::<String>(value.get())
+                        .unwrap_or_else(|_| value.get().to_string()),
+                );
+            }
+            META_CLIENT_INFO => {
+                once(
+                    &mut client,
+                    dup,
+                    "params._meta.io.modelcontextprotocol/clientInfo",
+                );
+                let info: NameRead<'a> = map.next_value()?;
+                out.client = info.0;
+            }
+            META_CLIENT_CAPABILITIES => {
+                once(
+                    &mut capabilities,
+                    dup,
+                    "params._meta.io.modelcontextprotocol/clientCapabilities",
+                );
+                map.next_value::<IgnoredAny>()?;
+                out.capabilities = true;
+            }
+            _ => {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
     }
-}
+    Ok(MetaRead(out, std::marker::PhantomData))
+});
 
-impl RawEnvelope<'_> {
-    fn kind(self, has_result_or_error: bool, result: Option<std::ops::Range<usize>>) -> Kind {
-        let id = self
-            .id
-            .map(RawValue::get)
-            .filter(|text| *text != "null")
-            .map(Id::from_json_text);
-        match (self.method, id) {
+/// An object's `name`, when it is a string.
+#[derive(Default)]
+struct NameRead<'a>(Option<String>, std::marker::PhantomData<&'a ()>);
+
+from_object!(NameRead, |map| {
+    let mut name = None;
+    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        if key == "name" {
+            let value: &'a RawValue = map.next_value()?;
+            name = serde_json::from_str::<String>(value.get()).ok();
+        } else {
+            map.next_value::<IgnoredAny>()?;
+        }
+    }
+    Ok(NameRead(name, std::marker::PhantomData))
+});
+
+impl Envelope<'_> {
+    /// `line`: the text the envelope was read from, for the range of its `result`.
+    fn kind(self, line: &[u8]) -> Kind {
+        let result = self.result.map(|raw| {
+            let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+            start..start + raw.get().len()
+        });
+        let raw_id = self.id.map(RawValue::get).filter(|text| *text != "null");
+        let id = raw_id.and_then(Id::parse);
+        let method = self
+            .method
+            .map(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()));
+        let problem = if let Some(key) = self.duplicate.or(self.params.duplicate) {
+            Some(Problem::Duplicate(key))
+        } else if raw_id.is_some() && id.is_none() {
+            Some(Problem::BadId)
+        } else if matches!(method, Some(Err(_))) {
+            Some(Problem::BadMethod)
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Kind::Malformed { id, problem };
+        }
+        let method = method.and_then(Result::ok);
+        let params = self.params;
+        match (method, id) {
             (Some(method), Some(id)) => Kind::Request {
                 id,
                 method: method.into_owned(),
-                progress: self.params.0.map(|token| token.get().into()),
+                progress: params.progress,
+                modern: params.version.map(|version| {
+                    Box::new(Modern {
+                        version,
+                        client: params.client,
+                        capabilities: params.capabilities,
+                    })
+                }),
             },
             (Some(method), None) => Kind::Notification {
                 method: method.into_owned(),
             },
-            (None, id) if has_result_or_error => Kind::Response { id, result },
-            (None, _) => Kind::Other,
+            (None, id) if result.is_some() || self.error => Kind::Response { id, result },
+            (None, id @ Some(_)) => Kind::Malformed {
+                id,
+                problem: Problem::NoMethod,
+            },
+            (None, None) => Kind::Other,
         }
     }
 }
 
-/// `line`: the text the envelope was read from, for the range of its `result`.
-fn classify(envelope: RawEnvelope<'_>, line: &[u8]) -> Kind {
-    let result = envelope.result.0.map(|raw| {
-        let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
-        start..start + raw.get().len()
-    });
-    let has = result.is_some() || envelope.error.0;
-    envelope.kind(has, result)
+/// Whether `line` nests arrays and objects deeper than `max` (strings are skipped).
+pub fn nests_deeper(line: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in line {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Reads the envelope of one line. The line is not copied or modified.
@@ -296,8 +542,8 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
                 if !raw.get().trim_start().starts_with('{') {
                     return Kind::Invalid;
                 }
-                match serde_json::from_str::<RawEnvelope<'_>>(raw.get()) {
-                    Ok(envelope) => classify(envelope, line),
+                match serde_json::from_str::<Envelope<'_>>(raw.get()) {
+                    Ok(envelope) => envelope.kind(line),
                     Err(_) => Kind::Other,
                 }
             })
@@ -305,12 +551,28 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
         return Ok(Parsed::Batch(kinds));
     }
     if first == Some(b'{') {
-        let envelope: RawEnvelope<'_> = serde_json::from_slice(line)?;
-        return Ok(Parsed::Single(classify(envelope, line)));
+        let envelope: Envelope<'_> = serde_json::from_slice(line)?;
+        return Ok(Parsed::Single(envelope.kind(line)));
     }
     // Scalars and garbage: let serde produce the precise error, or call a bare scalar invalid.
     let _: IgnoredAny = serde_json::from_slice(line)?;
     Ok(Parsed::Single(Kind::Invalid))
+}
+
+/// Reads the envelope of a client's line: like [`parse`], and a line nested deeper than
+/// [`MAX_DEPTH`] is [`Problem::TooDeep`] before any parser recurses into it (its id read by a
+/// scan, to answer it).
+pub fn parse_from_client(line: &[u8]) -> Result<Parsed, NotJson> {
+    if nests_deeper(line, MAX_DEPTH) {
+        let mut scanner = crate::framing::EnvelopeScanner::default();
+        scanner.feed(line);
+        let (id, _) = scanner.finish();
+        return Ok(Parsed::Single(Kind::Malformed {
+            id,
+            problem: Problem::TooDeep,
+        }));
+    }
+    parse(line)
 }
 
 #[derive(Deserialize)]
@@ -443,6 +705,7 @@ mod tests {
                 id: Id::from_json_text("7"),
                 method: "tools/list".into(),
                 progress: None,
+                modern: None
             }
         );
         assert_eq!(
@@ -489,6 +752,7 @@ mod tests {
                 id: Id::from_json_text("1"),
                 method: "tools/call".into(),
                 progress: None,
+                modern: None
             }
         );
     }
@@ -512,6 +776,7 @@ mod tests {
                     id: Id::from_json_text("1"),
                     method: "ping".into(),
                     progress: None,
+                    modern: None
                 },
                 Kind::Notification { method: "n".into() },
                 Kind::Invalid,
@@ -583,5 +848,157 @@ mod tests {
             br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r9"}}"#,
         );
         assert_eq!(id.map(|i| i.key().to_string()), Some(r#""r9""#.to_string()));
+    }
+
+    #[test]
+    fn ids_compare_as_values_and_keep_their_spelling() {
+        let a = Id::parse(r#""\u0061""#).unwrap();
+        assert_eq!(a.key(), Id::parse(r#""a""#).unwrap().key());
+        assert_eq!(a.raw(), r#""\u0061""#);
+        assert_eq!(
+            Id::parse(r#""\/x""#).unwrap().key(),
+            Id::parse(r#""/x""#).unwrap().key()
+        );
+        assert_eq!(
+            Id::parse("1.50").unwrap().key(),
+            Id::parse("1.5").unwrap().key()
+        );
+        assert_eq!(
+            Id::parse("15e-1").unwrap().key(),
+            Id::parse("1.5").unwrap().key()
+        );
+        assert_eq!(
+            Id::parse("1E2").unwrap().key(),
+            Id::parse("100").unwrap().key()
+        );
+        assert_ne!(
+            Id::parse("1").unwrap().key(),
+            Id::parse(r#""1""#).unwrap().key()
+        );
+        for bad in [
+            "1e999999",
+            "1E400",
+            "-1e999",
+            "{}",
+            "[1]",
+            "true",
+            r#""\ud800""#,
+        ] {
+            assert!(Id::parse(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_the_proxy_decides_on_are_read_once() {
+        let problem = |line: &str| match single(line) {
+            Kind::Malformed { problem, .. } => Some(problem),
+            _ => None,
+        };
+        assert_eq!(
+            problem(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"big"}}"#
+            ),
+            Some(Problem::Duplicate("params.name"))
+        );
+        assert_eq!(
+            problem(
+                r#"{"id":1,"method":"tools/call","params":{"name":"a","arguments":{},"arguments":{"x":1}}}"#
+            ),
+            Some(Problem::Duplicate("params.arguments"))
+        );
+        // A key spelled with an escape is the same key.
+        assert_eq!(
+            problem(r#"{"id":1,"method":"tools/call","params":{"name":"a","n\u0061me":"b"}}"#),
+            Some(Problem::Duplicate("params.name"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"id":2,"method":"ping"}"#),
+            Some(Problem::Duplicate("id"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"method":"ping","method":"x"}"#),
+            Some(Problem::Duplicate("method"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"method":"x","params":{"_meta":{},"_meta":{}}}"#),
+            Some(Problem::Duplicate("params._meta"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"method":"x","params":{"task":{},"task":{}}}"#),
+            Some(Problem::Duplicate("params.task"))
+        );
+        assert_eq!(
+            problem(r#"{"id":{"a":1},"method":"ping"}"#),
+            Some(Problem::BadId)
+        );
+        assert_eq!(
+            problem(r#"{"id":1e999999,"method":"ping"}"#),
+            Some(Problem::BadId)
+        );
+        assert_eq!(
+            problem(r#"{"jsonrpc":"2.0","id":5,"params":{}}"#),
+            Some(Problem::NoMethod)
+        );
+        assert_eq!(problem(r#"{"id":5,"method":7}"#), Some(Problem::BadMethod));
+        // Other keys may repeat: they are the server's business.
+        assert_eq!(
+            problem(r#"{"id":1,"method":"x","params":{"other":1,"other":2}}"#),
+            None
+        );
+        // The id of a malformed message is kept when it is valid, to answer it.
+        assert_eq!(
+            single(r#"{"id":"r","method":"m","method":"n"}"#),
+            Kind::Malformed {
+                id: Some(Id::from_json_text(r#""r""#)),
+                problem: Problem::Duplicate("method")
+            }
+        );
+    }
+
+    #[test]
+    fn modern_meta_is_read_with_the_envelope() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"codex-mcp-client","version":"1"},"progressToken":3}}}"#;
+        match single(line) {
+            Kind::Request {
+                progress, modern, ..
+            } => {
+                assert_eq!(progress.as_deref(), Some("3"));
+                let modern = modern.unwrap();
+                assert_eq!(modern.version, "2026-07-28");
+                assert_eq!(modern.client.as_deref(), Some("codex-mcp-client"));
+                assert!(modern.capabilities);
+            }
+            other => panic!("{other:?}"),
+        }
+        match single(r#"{"id":1,"method":"tools/list"}"#) {
+            Kind::Request { modern, .. } => assert!(modern.is_none()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{}1{}}}}}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        match parse_from_client(deep.as_bytes()).unwrap() {
+            Parsed::Single(Kind::Malformed { id, problem }) => {
+                assert_eq!(id.map(|i| i.raw().to_string()).as_deref(), Some("9"));
+                assert_eq!(problem, Problem::TooDeep);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Brackets inside strings do not count.
+        let strings = format!(
+            r#"{{"id":1,"method":"x","params":{{"s":"{}"}}}}"#,
+            "[".repeat(500)
+        );
+        assert!(!nests_deeper(strings.as_bytes(), MAX_DEPTH));
+        assert!(matches!(
+            parse_from_client(strings.as_bytes()).unwrap(),
+            Parsed::Single(Kind::Request { .. })
+        ));
     }
 }

@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use crate::framing::Frame;
 use crate::intercept::{CallContext, CallDecision, Interceptor};
 use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind, Parsed};
+use crate::message::{self, Id, Kind, Modern, Parsed};
 use crate::recording::{Dir, Recorder};
 use crate::upstream::Outgoing;
 
@@ -57,8 +57,12 @@ const RETIRED: usize = 4096;
 
 enum Pending {
     Initialize,
-    ToolsList,
+    /// `modern`: the request's 2026-07-28 `_meta`, when it had one (its list is fitted to its
+    /// client and marked as such).
+    ToolsList(Option<Box<Modern>>),
     ToolsCall(CallContext),
+    /// `server/discover`: its answer names the server (for the built-in policy).
+    Discover,
     Other,
 }
 
@@ -376,7 +380,7 @@ impl Relay {
     }
 
     fn client_line(&self, line: Vec<u8>, read: Option<Parsed>) -> Routed {
-        let parsed = match read.map_or_else(|| message::parse(&line), Ok) {
+        let parsed = match read.map_or_else(|| message::parse_from_client(&line), Ok) {
             Ok(parsed) => parsed,
             Err(err) => {
                 bad_input();
@@ -460,6 +464,7 @@ impl Relay {
                 id,
                 method,
                 progress,
+                modern,
             } => {
                 tracing::debug!(id = id.raw(), %method, "request");
                 // Admission and the entry in flight happen under one lock: two requests with one
@@ -473,25 +478,35 @@ impl Relay {
                     }
                 };
                 let (pending, forward) = match method.as_str() {
-                    "tools/list" => (Pending::ToolsList, Forward::Unchanged),
+                    "tools/list" => (Pending::ToolsList(modern), Forward::Unchanged),
+                    "server/discover" => (Pending::Discover, Forward::Unchanged),
                     "initialize" => {
                         self.interceptor.initialize_request(bytes);
                         (Pending::Initialize, Forward::Unchanged)
                     }
-                    "tools/call" => match self.interceptor.tools_call_request(&id, bytes) {
-                        CallDecision::Answer(answer) => {
-                            if crate::traces::enabled() {
-                                let span = crate::traces::request_span(&method, bytes);
-                                crate::traces::finish(&span, answer.len(), "answered by the proxy");
+                    "tools/call" => {
+                        match self
+                            .interceptor
+                            .tools_call_request(&id, bytes, modern.as_deref())
+                        {
+                            CallDecision::Answer(answer) => {
+                                if crate::traces::enabled() {
+                                    let span = crate::traces::request_span(&method, bytes);
+                                    crate::traces::finish(
+                                        &span,
+                                        answer.len(),
+                                        "answered by the proxy",
+                                    );
+                                }
+                                routed.to_client.push(answer);
+                                return Forward::Drop;
                             }
-                            routed.to_client.push(answer);
-                            return Forward::Drop;
+                            CallDecision::Forward { rewritten, context } => (
+                                Pending::ToolsCall(context),
+                                rewritten.map_or(Forward::Unchanged, Forward::Rewritten),
+                            ),
                         }
-                        CallDecision::Forward { rewritten, context } => (
-                            Pending::ToolsCall(context),
-                            rewritten.map_or(Forward::Unchanged, Forward::Rewritten),
-                        ),
-                    },
+                    }
                     _ => (Pending::Other, Forward::Unchanged),
                 };
                 let forward = match &upstream {
@@ -587,6 +602,21 @@ impl Relay {
                     }
                 }
                 Forward::Unchanged
+            }
+            Kind::Malformed { id, problem } => {
+                bad_input();
+                tracing::warn!(
+                    id = id.as_ref().map(Id::raw),
+                    ?problem,
+                    "client message refused"
+                );
+                routed.to_client.push(jsonrpc::error_response(
+                    id.as_ref(),
+                    INVALID_REQUEST,
+                    &problem.message(),
+                    None,
+                ));
+                Forward::Drop
             }
             Kind::Response { .. } | Kind::Other | Kind::Invalid => Forward::Unchanged,
         }
@@ -770,6 +800,27 @@ impl Relay {
                 self.progress_seen(&line);
                 Delivery::Unchanged
             }
+            // An answer whose result a client could read two ways is never passed unbudgeted.
+            Parsed::Single(Kind::Malformed {
+                id: Some(id),
+                problem: problem @ message::Problem::Duplicate("result" | "error"),
+            }) => match self.state().finish(id.key()) {
+                Some(flight) => {
+                    tracing::warn!(
+                        id = flight.id.raw(),
+                        ?problem,
+                        "the server's answer names a key twice; withheld"
+                    );
+                    restored = Some(flight.id.clone());
+                    Delivery::Rewritten(jsonrpc::error_response(
+                        Some(&flight.id),
+                        UPSTREAM_ERROR,
+                        "mcp-budget: the server's answer has a key twice (result or error), so the proxy cannot know what a client would read; it was withheld",
+                        None,
+                    ))
+                }
+                None => Delivery::Drop,
+            },
             Parsed::Single(_) => Delivery::Unchanged,
             Parsed::Batch(kinds) => self.server_batch(kinds, &line, &mut restored),
         };
@@ -823,35 +874,38 @@ impl Relay {
         {
             metrics.latency(sent.elapsed());
         }
-        // A request that went upstream under a fresh id gets its answer with the client's id.
+        // A request that went upstream under a fresh id, or whose id the server spelled
+        // otherwise (`"a"` for `"\u0061"`, `1.5` for `1.50`), gets its answer under the client's
+        // own id, as the client wrote it.
+        let respell = finished
+            .as_ref()
+            .is_ok_and(|f| f.upstream.is_some() || f.id.raw() != id.raw());
         let restored_bytes;
         let bytes = match &finished {
-            Ok(InFlight {
-                upstream: Some(_),
-                id: client_id,
-                ..
-            }) => match message::with_id(bytes, client_id.raw()) {
-                Some(b) => {
-                    *restored = Some(client_id.clone());
-                    restored_bytes = b;
-                    restored_bytes.as_slice()
+            Ok(InFlight { id: client_id, .. }) if respell => {
+                match message::with_id(bytes, client_id.raw()) {
+                    Some(b) => {
+                        *restored = Some(client_id.clone());
+                        restored_bytes = b;
+                        restored_bytes.as_slice()
+                    }
+                    None => {
+                        tracing::error!(
+                            id = client_id.raw(),
+                            "the answer to a request sent under a fresh id has no readable id"
+                        );
+                        return Delivery::Rewritten(jsonrpc::error_response(
+                            Some(client_id),
+                            UPSTREAM_ERROR,
+                            "the server's answer could not be read back to this request's id",
+                            None,
+                        ));
+                    }
                 }
-                None => {
-                    tracing::error!(
-                        id = client_id.raw(),
-                        "the answer to a request sent under a fresh id has no readable id"
-                    );
-                    return Delivery::Rewritten(jsonrpc::error_response(
-                        Some(client_id),
-                        UPSTREAM_ERROR,
-                        "the server's answer could not be read back to this request's id",
-                        None,
-                    ));
-                }
-            },
+            }
             _ => bytes,
         };
-        let aliased = finished.as_ref().is_ok_and(|f| f.upstream.is_some());
+        let aliased = respell;
         let changed = |d: Option<Vec<u8>>| match (d, aliased) {
             (Some(b), _) => Delivery::Rewritten(b),
             (None, true) => Delivery::Rewritten(bytes.to_vec()),
@@ -864,7 +918,14 @@ impl Relay {
         // Whether the budget rewrote a tools/call answer (not only its id).
         let mut budgeted = false;
         let delivery = match pending {
-            Ok(Pending::ToolsList) => changed(self.interceptor.tools_list_response(bytes)),
+            Ok(Pending::ToolsList(modern)) => changed(
+                self.interceptor
+                    .tools_list_response(bytes, modern.as_deref()),
+            ),
+            Ok(Pending::Discover) => {
+                self.interceptor.discover_response(bytes);
+                changed(None)
+            }
             Ok(Pending::Initialize) => {
                 self.interceptor.initialize_response(bytes);
                 changed(None)

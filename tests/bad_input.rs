@@ -105,7 +105,7 @@ proptest! {
         };
         let parsed = message::parse(line.to_string().as_bytes()).unwrap();
         let expected = match kind {
-            0 => message::Kind::Request { id: message::Id::from_json_text(&id.to_string()), method: method.clone(), progress: None },
+            0 => message::Kind::Request { id: message::Id::from_json_text(&id.to_string()), method: method.clone(), progress: None, modern: None },
             1 => message::Kind::Notification { method: method.clone() },
             _ => {
                 // The result's range is where `"result":` puts it.

@@ -37,6 +37,16 @@ pub fn members(text: &str) -> Option<Vec<(String, Range<usize>)>> {
     de.deserialize_map(Members(text)).ok()
 }
 
+/// The first key the JSON object `text` has twice (keys compared as decoded strings), if any.
+pub fn duplicate_key(text: &str) -> Option<String> {
+    let members = members(text)?;
+    let mut seen = std::collections::HashSet::with_capacity(members.len());
+    members
+        .into_iter()
+        .map(|(key, _)| key)
+        .find(|key| !seen.insert(key.clone()))
+}
+
 /// The elements of the JSON array `text`: their ranges in `text`.
 pub fn elements(text: &str) -> Option<Vec<Range<usize>>> {
     if !text.trim_start().starts_with('[') {

@@ -466,6 +466,7 @@ async fn handle_post(
             id,
             method,
             progress,
+            ..
         } = kind
         {
             if method == "initialize" {

@@ -1,24 +1,50 @@
 #!/usr/bin/env bash
-# The official MCP conformance suite (@modelcontextprotocol/conformance, server scenarios)
-# against the project's conformance target (target.mjs, the official TypeScript SDK):
+# The official MCP conformance suite (@modelcontextprotocol/conformance, server scenarios) in
+# both protocol eras, each run with its revision's requirement set at its own wire:
+#   2026-07-28  stateless, per-request _meta envelope  (--requirements 2026-07-28)
+#   2025-11-25  initialize handshake and sessions      (--requirements 2025-11-25)
+# against the project's dual-era conformance target (target.mjs, the official TypeScript SDK
+# v2, both eras on one endpoint):
 #   1. directly (the target over Streamable HTTP);
-#   2. through `mcp-budget --listen`, the target a stdio child;
-#   3. through `mcp-budget --listen --upstream`, the target over Streamable HTTP.
-# The proxy must pass every scenario the direct run passes, and server-sse-polling (SSE
-# resumability, from the pending suite) with no warning. A scenario that fails is run again
-# alone, up to twice (some elicitation scenarios are timing-flaky even directly).
+#   2. through `mcp-budget --listen`, the target a stdio child            (mode "stdio");
+#   3. through `mcp-budget --listen --upstream`, the target over HTTP     (mode "http").
+# Every scenario the suite runs is counted, the scored (required) ones and those it runs
+# without scoring (extensions, pending). The target must pass every required scenario
+# directly, and the proxy must pass, in each era and mode, every scenario the direct run
+# passes; in the 2025-11-25 era also server-sse-polling (SSE resumability) with no warning.
+# A scenario that fails is run again alone, up to twice (some are timing-sensitive).
 # Pinned versions are installed into a cache folder later runs reuse.
+#
+# Knobs (environment):
+#   CONFORMANCE_ERAS="2026-07-28 2025-11-25"  eras to run, in order
+#   CONFORMANCE_MODES="stdio http"            proxy modes; "none" runs the direct leg only
+#   CONFORMANCE_TIMEOUT_MS=10000              the suite's per-scenario timeout
+#   CONFORMANCE_REPORT=FILE                   also copy the failure report (markdown) there
+#   MCP_BUDGET_BIN=PATH                       the proxy binary (default target/debug/mcp-budget)
+#   MCP_BUDGET_CONFORMANCE_CACHE=DIR          the install cache
+# e.g. CONFORMANCE_ERAS=2026-07-28 CONFORMANCE_MODES=stdio bash tests/conformance/run.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${MCP_BUDGET_CONFORMANCE_CACHE:-$HOME/.cache/mcp-budget-conformance}"
-suite="@modelcontextprotocol/conformance@0.1.16"
-node22="node@22"  # the suite needs Node >= 22 (fs.globSync); the target runs on any node >= 20
+suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
+node22="node@22"  # the suite needs Node >= 22; the target runs on any node >= 20
+eras="${CONFORMANCE_ERAS:-2026-07-28 2025-11-25}"
+modes="${CONFORMANCE_MODES-stdio http}"
+timeout_ms="${CONFORMANCE_TIMEOUT_MS:-10000}"
 
 fail() { echo "conformance: $*" >&2; exit 1; }
 command -v node >/dev/null || fail "node is not installed"
 command -v npm >/dev/null || fail "npm is not installed"
+for era in $eras; do
+  case "$era" in 2026-07-28 | 2025-11-25) ;; *) fail "unknown era '$era' in CONFORMANCE_ERAS (2026-07-28, 2025-11-25)" ;; esac
+done
+[ "$modes" = none ] && modes=""
+for mode in $modes; do
+  case "$mode" in stdio | http) ;; *) fail "unknown mode '$mode' in CONFORMANCE_MODES (stdio, http, none)" ;; esac
+done
+[[ "$timeout_ms" =~ ^[0-9]+$ ]] || fail "CONFORMANCE_TIMEOUT_MS must be a number of milliseconds"
 
 mkdir -p "$cache"
 stamp="$cache/installed-$(cat "$here/package-lock.json" <(echo "$suite $node22") | sha256sum | cut -c1-16)"
@@ -42,11 +68,12 @@ suite_bin="$cache/suite/node_modules/@modelcontextprotocol/conformance/dist/inde
 [ -f "$suite_bin" ] || fail "the suite is missing from $cache/suite (delete $stamp to reinstall)"
 
 proxy="${MCP_BUDGET_BIN:-$root/target/debug/mcp-budget}"
-if [ ! -x "$proxy" ]; then
+if [ -n "$modes" ] && [ ! -x "$proxy" ]; then
   (cd "$root" && cargo build --quiet --bin mcp-budget) || fail "cannot build mcp-budget"
 fi
 
 work="$(mktemp -d)"
+report="$work/report.md"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -82,88 +109,190 @@ start_proxy() {  # $1: name, then the proxy's upstream arguments
   url="$(wait_url "$out")"
 }
 
-# Runs the suite against a URL; writes "scenario passed failed" lines to $2.
+strip_colors() { sed -E 's/\x1b\[[0-9;]*m//g'; }
+
+# Runs the era's requirement set against a URL. Writes "scenario passed failed" lines to
+# $name.txt, the names of the scenarios run without being scored to $name.unscored, the
+# suite's output to $name.log and its results (checks.json per scenario) under $name.results/.
 run_suite() {
-  local url="$1" results="$2" log="$3"
-  (cd "$work" && "$suite_node" "$suite_bin" server --url "$url" >"$log" 2>&1) || true
-  sed -E 's/\x1b\[[0-9;]*m//g' "$log" \
+  local era="$1" url="$2" name="$3"
+  (cd "$work" && "$suite_node" "$suite_bin" server --url "$url" --requirements "$era" \
+    --timeout "$timeout_ms" -o "$work/$name.results" >"$work/$name.log" 2>&1 </dev/null) || true
+  strip_colors <"$work/$name.log" \
     | grep -E '^[^ ]+ [a-z0-9-]+: [0-9]+ passed, [0-9]+ failed' \
-    | sed -E 's/^[^ ]+ ([a-z0-9-]+): ([0-9]+) passed, ([0-9]+) failed.*/\1 \2 \3/' >"$results"
-  [ -s "$results" ] || { tail -30 "$log" >&2; fail "the suite reported no scenarios against $url (log: $log)"; }
+    | sed -E 's/^[^ ]+ ([a-z0-9-]+): ([0-9]+) passed, ([0-9]+) failed.*/\1 \2 \3/' >"$work/$name.txt"
+  strip_colors <"$work/$name.log" | sed -n '/^Not scored for/,$p' \
+    | grep -E '^ +[^ ]+ [a-z0-9-]+ \(' | sed -E 's/^ +[^ ]+ ([a-z0-9-]+) .*/\1/' >"$work/$name.unscored" || true
+  [ -s "$work/$name.txt" ] || {
+    tail -30 "$work/$name.log" >&2
+    fail "the suite reported no scenarios against $url (log: $work/$name.log)"
+  }
 }
 
-# Runs one scenario alone; prints "passed failed warnings".
+# Runs one scenario alone at the era's wire; prints "passed failed warnings".
 run_one() {
-  local url="$1" scenario="$2" log
+  local era="$1" url="$2" scenario="$3" results="$4" log
   log="$work/one-$scenario-$RANDOM.log"
-  (cd "$work" && "$suite_node" "$suite_bin" server --url "$url" --scenario "$scenario" >"$log" 2>&1) || true
-  sed -E 's/\x1b\[[0-9;]*m//g' "$log" \
+  (cd "$work" && "$suite_node" "$suite_bin" server --url "$url" --scenario "$scenario" --spec-version "$era" \
+    --timeout "$timeout_ms" -o "$results" >"$log" 2>&1 </dev/null) || true
+  strip_colors <"$log" \
     | grep -E 'Passed: [0-9]+/[0-9]+, [0-9]+ failed, [0-9]+ warnings' \
     | sed -E 's/.*Passed: ([0-9]+)\/[0-9]+, ([0-9]+) failed, ([0-9]+) warnings.*/\1 \2 \3/' \
     | tail -1
 }
 
-# A scenario passes when it has no failed check, here or when run again alone (twice at most).
+# A scenario passes when at least one check passes and none fails, in the full run or when
+# run again alone (twice at most).
 passes() {
-  local url="$1" scenario="$2" results="$3" line
-  line="$(grep -E "^$scenario " "$results" || true)"
-  [ -n "$line" ] && [ "$(echo "$line" | cut -d' ' -f3)" = "0" ] && return 0
+  local era="$1" url="$2" scenario="$3" name="$4" line
+  line="$(grep -E "^$scenario " "$work/$name.txt" || true)"
+  if [ -n "$line" ] && [ "$(echo "$line" | cut -d' ' -f3)" = "0" ] && [ "$(echo "$line" | cut -d' ' -f2)" != "0" ]; then
+    return 0
+  fi
   for _ in 1 2; do
-    line="$(run_one "$url" "$scenario")"
-    [ -n "$line" ] && [ "$(echo "$line" | cut -d' ' -f2)" = "0" ] && return 0
+    line="$(run_one "$era" "$url" "$scenario" "$work/$name.results")"
+    if [ -n "$line" ] && [ "$(echo "$line" | cut -d' ' -f2)" = "0" ] && [ "$(echo "$line" | cut -d' ' -f1)" != "0" ]; then
+      return 0
+    fi
   done
   return 1
 }
 
-echo "conformance: direct"
+# The failed (and warned) checks of a scenario's latest run under a results folder, as
+# markdown list items: "- `check-id` (STATUS): message".
+failed_checks() {
+  local results="$1" scenario="$2" dir
+  dir="$(ls -d "$results/server-$scenario-"[0-9][0-9][0-9][0-9]-* 2>/dev/null | sort | tail -1 || true)"
+  [ -n "$dir" ] && [ -f "$dir/checks.json" ] || { echo "- (no checks.json recorded)"; return 0; }
+  "$suite_node" -e '
+    const checks = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const bad = checks.filter((c) => c.status !== "SUCCESS" && c.status !== "INFO" && c.status !== "SKIPPED");
+    if (bad.length === 0) console.log("- (no failed check recorded: the scenario reported nothing or timed out)");
+    for (const c of bad) {
+      const msg = String(c.errorMessage ?? c.description ?? "").split("\n")[0].slice(0, 400);
+      console.log("- `" + c.id + "` (" + c.status + "): " + msg);
+    }' "$dir/checks.json"
+}
+
+is_unscored() { grep -qxF "$2" "$work/$1.unscored"; }
+
+started="$(date +%s)"
 start_target direct
 direct_url="$url"
-run_suite "$direct_url" "$work/direct.txt" "$work/direct.log"
-expected=()
-while read -r scenario _ _; do
-  if passes "$direct_url" "$scenario" "$work/direct.txt"; then
-    expected+=("$scenario")
-  else
-    echo "conformance: $scenario fails directly against the target (not required of the proxy)"
-  fi
-done <"$work/direct.txt"
-echo "conformance: ${#expected[@]} of $(wc -l <"$work/direct.txt") scenarios pass directly"
-[ "${#expected[@]}" -gt 0 ] || fail "no scenario passes directly: the target is broken"
+if [[ " $modes " == *" http "* ]]; then
+  start_target upstream
+  upstream_url="$url"
+fi
 
-start_target upstream
-upstream_url="$url"
 failed=0
-for mode in stdio http; do
-  if [ "$mode" = stdio ]; then
-    start_proxy stdio -- node "$target" --stdio
-  else
-    start_proxy http --upstream "$upstream_url"
-  fi
-  echo "conformance: through mcp-budget --listen, upstream over $mode"
-  run_suite "$url" "$work/proxy-$mode.txt" "$work/proxy-$mode-suite.log"
-  ok=0
-  for scenario in "${expected[@]}"; do
-    if passes "$url" "$scenario" "$work/proxy-$mode.txt"; then
-      ok=$((ok + 1))
+summary=()
+{
+  echo "# Conformance through mcp-budget: failures"
+  echo
+  echo "Suite $suite; target tests/conformance/target.mjs (@modelcontextprotocol/server, see package-lock.json)."
+  echo "Proxy: $proxy"
+  echo
+} >"$report"
+
+for era in $eras; do
+  SECONDS=0
+  name="direct-$era"
+  echo "conformance $era: direct"
+  run_suite "$era" "$direct_url" "$name"
+  expected=()
+  not_expected=()
+  required=0 required_ok=0 unscored=0 unscored_ok=0
+  while read -r scenario _ _; do
+    if is_unscored "$name" "$scenario"; then unscored=$((unscored + 1)); else required=$((required + 1)); fi
+    if passes "$era" "$direct_url" "$scenario" "$name"; then
+      expected+=("$scenario")
+      if is_unscored "$name" "$scenario"; then unscored_ok=$((unscored_ok + 1)); else required_ok=$((required_ok + 1)); fi
+    elif is_unscored "$name" "$scenario"; then
+      not_expected+=("$scenario")
     else
-      echo "FAIL ($mode): $scenario passes directly but not through the proxy" >&2
-      grep -E "^$scenario " "$work/proxy-$mode.txt" >&2 || true
+      echo "FAIL ($era direct): required scenario $scenario fails directly against the target" >&2
       failed=$((failed + 1))
     fi
-  done
-  echo "conformance: upstream over $mode: $ok of ${#expected[@]} pass through the proxy"
-  # Resumable SSE (priming event, retry, Last-Event-ID): no failure and no warning.
-  polling="$(run_one "$url" server-sse-polling)"
-  if [ -z "$polling" ] || [ "$(echo "$polling" | cut -d' ' -f2)" != "0" ] || [ "$(echo "$polling" | cut -d' ' -f3)" != "0" ]; then
-    echo "FAIL ($mode): server-sse-polling through the proxy: passed/failed/warnings = ${polling:-none}" >&2
-    failed=$((failed + 1))
-  else
-    echo "conformance: upstream over $mode: server-sse-polling passes with no warning"
+  done <"$work/$name.txt"
+  if [ "${#not_expected[@]}" -gt 0 ]; then
+    echo "conformance $era: not scored, failing or skipped directly, not required of the proxy: ${not_expected[*]}"
   fi
+  line="conformance $era direct: $required_ok of $required required pass, $unscored_ok of $unscored not scored pass (${SECONDS}s)"
+  echo "$line"; summary+=("$line")
+  [ "${#expected[@]}" -gt 0 ] || fail "no scenario passes directly in $era: the target is broken (logs in $work)"
+
+  for mode in $modes; do
+    SECONDS=0
+    name="proxy-$mode-$era"
+    if [ "$mode" = stdio ]; then
+      start_proxy "$mode-$era" -- node "$target" --stdio
+      label="through --listen (stdio)"
+    else
+      start_proxy "$mode-$era" --upstream "$upstream_url"
+      label="through --listen --upstream"
+    fi
+    proxy_url="$url"
+    echo "conformance $era: $label"
+    run_suite "$era" "$proxy_url" "$name"
+    ok=0
+    bad=()
+    for scenario in "${expected[@]}"; do
+      if passes "$era" "$proxy_url" "$scenario" "$name"; then
+        ok=$((ok + 1))
+      else
+        bad+=("$scenario")
+        echo "FAIL ($era, $mode): $scenario passes directly but not through the proxy" >&2
+        failed=$((failed + 1))
+      fi
+    done
+    polling=""
+    if [ "$era" = 2025-11-25 ]; then
+      # Resumable SSE (priming event, retry, Last-Event-ID): no failure and no warning.
+      polling="$(run_one "$era" "$proxy_url" server-sse-polling "$work/$name.results")"
+      if [ -z "$polling" ] || [ "$(echo "$polling" | cut -d' ' -f2)" != "0" ] || [ "$(echo "$polling" | cut -d' ' -f3)" != "0" ]; then
+        echo "FAIL ($era, $mode): server-sse-polling through the proxy: passed/failed/warnings = ${polling:-none}" >&2
+        failed=$((failed + 1))
+      else
+        polling=""
+      fi
+    fi
+    line="conformance $era $label: $ok of ${#expected[@]} pass (${SECONDS}s)"
+    echo "$line"; summary+=("$line")
+    if [ "${#bad[@]}" -gt 0 ] || [ -n "$polling" ]; then
+      {
+        echo "## $era, $label: $ok of ${#expected[@]} pass"
+        echo
+        for scenario in "${bad[@]}"; do
+          echo "### $scenario$(is_unscored "direct-$era" "$scenario" && echo " (not scored)")"
+          echo
+          failed_checks "$work/$name.results" "$scenario"
+          echo
+        done
+        if [ -n "$polling" ]; then
+          echo "### server-sse-polling (warnings count here)"
+          echo
+          echo "passed/failed/warnings = $polling"
+          echo
+          failed_checks "$work/$name.results" server-sse-polling
+          echo
+        fi
+      } >>"$report"
+    fi
+    # The stdio child pins one era per connection: each era gets a proxy of its own.
+    kill "${pids[-1]}" 2>/dev/null || true
+  done
 done
 
+echo
+printf '%s\n' "${summary[@]}"
+echo "conformance: $(($(date +%s) - started))s in all (eras: $eras; modes: ${modes:-none})"
+if [ -n "${CONFORMANCE_REPORT:-}" ]; then cp "$report" "$CONFORMANCE_REPORT"; fi
 if [ "$failed" -gt 0 ]; then
-  echo "conformance: $failed failure(s); logs in $work" >&2
+  echo "conformance: $failed failure(s); report $report${CONFORMANCE_REPORT:+ (copied to $CONFORMANCE_REPORT)}; logs in $work" >&2
   exit 1
 fi
-echo "conformance: the proxy passes everything the direct run passes, in both upstream modes"
+if [ -n "$modes" ]; then
+  echo "conformance: the proxy passes everything the direct run passes, in each era ($eras) and mode ($modes)"
+else
+  echo "conformance: direct runs pass (no proxy mode asked for)"
+fi

@@ -1,52 +1,67 @@
 #!/usr/bin/env node
 // MCP conformance target server for mcp-budget.
 //
-// A small MCP server, built on the official TypeScript SDK, that implements
-// every tool, resource, prompt and completion the official conformance suite
-// (@modelcontextprotocol/conformance, `conformance server`) asks for. The suite
-// is pointed either at this server directly or at the mcp-budget proxy sitting
-// in front of it, so the proxy can be checked for protocol transparency.
+// A small MCP server, built on the official TypeScript SDK v2
+// (@modelcontextprotocol/server), that implements every tool, resource, prompt
+// and completion the official conformance suite (@modelcontextprotocol/
+// conformance, `conformance server`) asks for, in both protocol eras:
+//
+//   2025-11-25  the stateful lifecycle: initialize handshake, Mcp-Session-Id
+//               sessions, server-to-client requests (sampling, elicitation),
+//               logging/setLevel, resource subscriptions, resumable SSE;
+//   2026-07-28  the stateless lifecycle: every request carries its own _meta
+//               envelope (protocol version, client info and capabilities),
+//               server/discover, subscriptions/listen, input-required results
+//               (multi-round-trip, SEP-2322), caching hints (SEP-2549).
+//
+// The suite is pointed either at this server directly or at the mcp-budget
+// proxy sitting in front of it, so the proxy can be checked for protocol
+// transparency in each era.
 //
 //   node target.mjs --stdio     stdio transport (spawned as a child by the proxy);
-//                               stdout carries only JSON-RPC, logs go to stderr
-//   node target.mjs --port N    Streamable HTTP on http://127.0.0.1:N/mcp with
-//                               stateful sessions, an in-memory event store
-//                               (SSE priming events, Last-Event-ID replay) and
-//                               Host/Origin checks against DNS rebinding.
-//                               `--port 0` picks a free port. Once listening it
-//                               prints `listening on http://127.0.0.1:N/mcp` to
-//                               stderr.
+//                               the opening message picks the era for the
+//                               connection (the SDK's serveStdio). stdout
+//                               carries only JSON-RPC, logs go to stderr.
+//   node target.mjs --port N    Streamable HTTP on http://127.0.0.1:N/mcp, both
+//                               eras on the same endpoint: requests claiming
+//                               the 2026-07-28 envelope go to the SDK's
+//                               createMcpHandler (one server per request); the
+//                               rest (2025-11-25) to stateful sessions with an
+//                               in-memory event store (SSE priming events,
+//                               Last-Event-ID replay). Host/Origin are checked
+//                               against DNS rebinding. `--port 0` picks a free
+//                               port; once listening it prints
+//                               `listening on http://127.0.0.1:N/mcp` to stderr.
 //
-// Both modes build their servers with the same createServer() factory.
-// Dependencies: @modelcontextprotocol/sdk (pinned in package.json) and Node
-// built-ins. ES modules ignore NODE_PATH, so this file must sit next to (or
-// below) the node_modules folder holding the SDK.
+// All modes build their servers with the same createServer() factory.
+// Dependencies: @modelcontextprotocol/server (pinned in package.json) and Node
+// built-ins (Node >= 20). ES modules ignore NODE_PATH, so this file must sit
+// next to (or below) the node_modules folder holding the SDK.
 
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import {
-  CallToolRequestSchema,
-  CompleteRequestSchema,
-  CreateMessageResultSchema,
-  ElicitResultSchema,
-  GetPromptRequestSchema,
-  ListPromptsRequestSchema,
-  ListResourcesRequestSchema,
-  ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema,
-  McpError,
-  ErrorCode,
-  ReadResourceRequestSchema,
-  SubscribeRequestSchema,
-  UnsubscribeRequestSchema,
+  CLIENT_CAPABILITIES_META_KEY,
+  McpServer,
+  ProtocolError,
+  ProtocolErrorCode,
+  ResourceTemplate,
+  WebStandardStreamableHTTPServerTransport,
+  acceptedContent,
+  createMcpHandler,
+  createRequestStateCodec,
+  fromJsonSchema,
+  inputRequired,
   isInitializeRequest,
-} from '@modelcontextprotocol/sdk/types.js';
+  isLegacyRequest,
+  localhostAllowedHostnames,
+  localhostAllowedOrigins,
+  validateHostHeader,
+  validateOriginHeader,
+} from '@modelcontextprotocol/server';
+import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
-const SERVER_INFO = { name: 'mcp-budget-conformance-target', version: '1.0.0' };
-const RESOURCE_NOT_FOUND = -32002; // MCP "resource not found" error code
+const SERVER_INFO = { name: 'mcp-budget-conformance-target', version: '2.0.0' };
 
 const log = (...args) => console.error('[conformance-target]', ...args);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -79,82 +94,13 @@ const WAV_BASE64 = (() => {
   return buf.toString('base64');
 })();
 
-const noArgs = { type: 'object', properties: {} };
-
-const TOOLS = [
-  { name: 'test_simple_text', description: 'Returns a simple text response', inputSchema: noArgs },
-  { name: 'test_image_content', description: 'Returns a PNG image', inputSchema: noArgs },
-  { name: 'test_audio_content', description: 'Returns a WAV audio clip', inputSchema: noArgs },
-  { name: 'test_embedded_resource', description: 'Returns an embedded text resource', inputSchema: noArgs },
-  {
-    name: 'test_multiple_content_types',
-    description: 'Returns text, image and embedded resource content',
-    inputSchema: noArgs,
-  },
-  {
-    name: 'test_tool_with_logging',
-    description: 'Sends three info log notifications while running',
-    inputSchema: noArgs,
-  },
-  { name: 'test_error_handling', description: 'Always returns a tool error (isError: true)', inputSchema: noArgs },
-  {
-    name: 'test_tool_with_progress',
-    description: 'Reports progress 0/100, 50/100, 100/100 when given a progress token',
-    inputSchema: noArgs,
-  },
-  {
-    name: 'test_sampling',
-    description: 'Asks the client for an LLM completion (sampling/createMessage)',
-    inputSchema: {
-      type: 'object',
-      properties: { prompt: { type: 'string', description: 'Prompt sent to the LLM' } },
-      required: ['prompt'],
-    },
-  },
-  {
-    name: 'test_elicitation',
-    description: 'Asks the client for user input (elicitation/create)',
-    inputSchema: {
-      type: 'object',
-      properties: { message: { type: 'string', description: 'Message shown to the user' } },
-      required: ['message'],
-    },
-  },
-  {
-    name: 'test_elicitation_sep1034_defaults',
-    description: 'Elicitation whose schema carries default values for every primitive type (SEP-1034)',
-    inputSchema: noArgs,
-  },
-  {
-    name: 'test_elicitation_sep1330_enums',
-    description: 'Elicitation whose schema uses all five enum variants (SEP-1330)',
-    inputSchema: noArgs,
-  },
-  {
-    name: 'json_schema_2020_12_tool',
-    description: 'Tool with JSON Schema 2020-12 features',
-    inputSchema: {
-      $schema: 'https://json-schema.org/draft/2020-12/schema',
-      type: 'object',
-      $defs: {
-        address: {
-          type: 'object',
-          properties: { street: { type: 'string' }, city: { type: 'string' } },
-        },
-      },
-      properties: {
-        name: { type: 'string' },
-        address: { $ref: '#/$defs/address' },
-      },
-      additionalProperties: false,
-    },
-  },
-  {
-    name: 'test_reconnection',
-    description: 'Closes its SSE stream mid-call (SEP-1699 polling) and answers after the client reconnects',
-    inputSchema: noArgs,
-  },
-];
+const text = (t) => ({ type: 'text', text: t });
+const noArgs = () => fromJsonSchema({ type: 'object', properties: {} });
+const objectSchema = (properties, required = Object.keys(properties)) => ({
+  type: 'object',
+  properties,
+  required,
+});
 
 const SEP1034_SCHEMA = {
   type: 'object',
@@ -199,11 +145,15 @@ const SEP1330_SCHEMA = {
     untitledMulti: {
       type: 'array',
       description: 'Untitled multi-select',
+      minItems: 1,
+      maxItems: 3,
       items: { type: 'string', enum: ['option1', 'option2', 'option3'] },
     },
     titledMulti: {
       type: 'array',
       description: 'Titled multi-select',
+      minItems: 1,
+      maxItems: 3,
       items: {
         anyOf: [
           { const: 'value1', title: 'First Choice' },
@@ -216,54 +166,31 @@ const SEP1330_SCHEMA = {
   required: [],
 };
 
-const RESOURCES = [
-  {
-    uri: 'test://static-text',
-    name: 'static-text',
-    description: 'A static text resource',
-    mimeType: 'text/plain',
+// JSON Schema 2020-12 keywords that must survive tools/list verbatim
+// (SEP-1613, SEP-2106).
+const JSON_SCHEMA_2020_12 = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema',
+  type: 'object',
+  $defs: {
+    address: {
+      $anchor: 'addressDef',
+      type: 'object',
+      properties: { street: { type: 'string' }, city: { type: 'string' } },
+    },
   },
-  {
-    uri: 'test://static-binary',
-    name: 'static-binary',
-    description: 'A static binary resource (PNG image)',
-    mimeType: 'image/png',
+  properties: {
+    name: { type: 'string' },
+    address: { $ref: '#/$defs/address' },
+    contactMethod: { type: 'string', enum: ['phone', 'email'] },
+    phone: { type: 'string' },
+    email: { type: 'string' },
   },
-  {
-    uri: 'test://watched-resource',
-    name: 'watched-resource',
-    description: 'A resource that can be subscribed to',
-    mimeType: 'text/plain',
-  },
-];
-
-const RESOURCE_TEMPLATES = [
-  {
-    uriTemplate: 'test://template/{id}/data',
-    name: 'template-data',
-    description: 'Templated resource; {id} is substituted into the content',
-    mimeType: 'application/json',
-  },
-];
-const TEMPLATE_RE = /^test:\/\/template\/([^/]+)\/data$/;
-
-const PROMPTS = [
-  { name: 'test_simple_prompt', description: 'A prompt without arguments' },
-  {
-    name: 'test_prompt_with_arguments',
-    description: 'A prompt with two required arguments',
-    arguments: [
-      { name: 'arg1', description: 'First test argument', required: true },
-      { name: 'arg2', description: 'Second test argument', required: true },
-    ],
-  },
-  {
-    name: 'test_prompt_with_embedded_resource',
-    description: 'A prompt that embeds a resource',
-    arguments: [{ name: 'resourceUri', description: 'URI of the resource to embed', required: true }],
-  },
-  { name: 'test_prompt_with_image', description: 'A prompt that contains an image' },
-];
+  allOf: [{ anyOf: [{ required: ['phone'] }, { required: ['email'] }] }],
+  if: { properties: { contactMethod: { const: 'phone' } }, required: ['contactMethod'] },
+  then: { required: ['phone'] },
+  else: { required: ['email'] },
+  additionalProperties: false,
+};
 
 // Completion candidates, keyed by "<ref>:<argument>".
 const COMPLETIONS = {
@@ -273,320 +200,513 @@ const COMPLETIONS = {
   'resource:test://template/{id}/data:id': ['1', '2', '3', '123'],
 };
 
-const text = (t) => ({ type: 'text', text: t });
+// requestState round-trips through the client (2026-07-28 input-required
+// results), so it is HMAC-sealed when minted and verified by the SDK before a
+// handler runs (tampered state: -32602). The key is per process: on the
+// stateless path every round is served by a fresh server instance.
+const requestStateCodec = createRequestStateCodec({ key: crypto.getRandomValues(new Uint8Array(32)) });
+
+const nameRequest = (message = 'What is your name?') =>
+  inputRequired.elicit({ message, requestedSchema: objectSchema({ name: { type: 'string' } }) });
+const confirmRequest = () =>
+  inputRequired.elicit({ message: 'Please confirm', requestedSchema: objectSchema({ ok: { type: 'boolean' } }) });
 
 // ---------------------------------------------------------------------------
-// Server factory: one Server per session (HTTP) or per process (stdio).
+// Server factory: one McpServer per session (2025-11-25 over HTTP), per request
+// (2026-07-28 over HTTP) or per connection (stdio).
+//   era:     'legacy' (2025-11-25) or 'modern' (2026-07-28)
+//   changed: publishes a list_changed event ('tools' | 'prompts'); over HTTP the
+//            modern era publishes onto the handler's subscriptions/listen bus
 // ---------------------------------------------------------------------------
 
-function createServer() {
-  const server = new Server(SERVER_INFO, {
+function createServer({ era, changed }) {
+  const mcp = new McpServer(SERVER_INFO, {
     capabilities: {
-      tools: { listChanged: false },
-      resources: { subscribe: true, listChanged: false },
-      prompts: { listChanged: false },
+      tools: { listChanged: true },
+      resources: { subscribe: true, listChanged: true },
+      prompts: { listChanged: true },
+      // Deprecated in 2026-07-28 (SEP-2577), kept for 2025-11-25 logging/setLevel.
       logging: {},
       completions: {},
     },
     instructions: 'Conformance target for the mcp-budget proxy.',
+    requestState: { verify: requestStateCodec.verify },
   });
-  const subscriptions = new Set();
+  const publish = (kind) => {
+    if (changed) changed(kind);
+    else if (kind === 'tools') mcp.sendToolListChanged();
+    else mcp.sendPromptListChanged();
+  };
 
-  // Log notification tied to the calling request, so it travels on that
-  // request's SSE stream; honours the level set with logging/setLevel.
-  async function logToClient(extra, level, data) {
-    if (server.isMessageIgnored(level, extra.sessionId)) return;
-    await extra.sendNotification({
-      method: 'notifications/message',
-      params: { level, logger: 'conformance-target', data },
+  const tool = (name, description, handler, inputSchema = noArgs()) =>
+    mcp.registerTool(name, { description, inputSchema }, handler);
+
+  // ----- content tools ------------------------------------------------------
+
+  tool('test_simple_text', 'Returns a simple text response', async () => ({
+    content: [text('This is a simple text response for testing.')],
+  }));
+
+  tool('test_image_content', 'Returns a PNG image', async () => ({
+    content: [{ type: 'image', data: PNG_BASE64, mimeType: 'image/png' }],
+  }));
+
+  tool('test_audio_content', 'Returns a WAV audio clip', async () => ({
+    content: [{ type: 'audio', data: WAV_BASE64, mimeType: 'audio/wav' }],
+  }));
+
+  tool('test_embedded_resource', 'Returns an embedded text resource', async () => ({
+    content: [
+      {
+        type: 'resource',
+        resource: {
+          uri: 'test://embedded-resource',
+          mimeType: 'text/plain',
+          text: 'This is an embedded resource content.',
+        },
+      },
+    ],
+  }));
+
+  tool('test_multiple_content_types', 'Returns text, image and embedded resource content', async () => ({
+    content: [
+      text('Multiple content types test:'),
+      { type: 'image', data: PNG_BASE64, mimeType: 'image/png' },
+      {
+        type: 'resource',
+        resource: {
+          uri: 'test://mixed-content-resource',
+          mimeType: 'application/json',
+          text: JSON.stringify({ test: 'data', value: 123 }),
+        },
+      },
+    ],
+  }));
+
+  tool('test_error_handling', 'Always returns a tool error (isError: true)', async () => ({
+    isError: true,
+    content: [text('This tool intentionally returns an error for testing')],
+  }));
+
+  tool('json_schema_2020_12_tool', 'Tool with JSON Schema 2020-12 features', async (args) => ({
+    content: [text(`Received: ${JSON.stringify(args)}`)],
+  }), fromJsonSchema(JSON_SCHEMA_2020_12));
+
+  // SEP-2243: an argument mirrored into the Mcp-Param-Region header.
+  tool(
+    'test_x_mcp_header',
+    'Argument region is mirrored into the Mcp-Param-Region header (SEP-2243)',
+    async (args) => ({ content: [text(`region=${args.region ?? '<none>'}`)] }),
+    fromJsonSchema({
+      type: 'object',
+      properties: {
+        region: { type: 'string', description: 'mirrored into Mcp-Param-Region', 'x-mcp-header': 'Region' },
+        level: { type: 'integer', description: 'not mirrored' },
+      },
+    }),
+  );
+
+  // ----- notifications during a call ----------------------------------------
+
+  tool('test_tool_with_logging', 'Sends three info log notifications while running', async (_args, ctx) => {
+    for (const [i, message] of ['Tool execution started', 'Tool processing data', 'Tool execution completed'].entries()) {
+      if (i > 0) await sleep(50);
+      await ctx.mcpReq.notify({
+        method: 'notifications/message',
+        params: { level: 'info', logger: 'conformance-target', data: message },
+      });
+    }
+    return { content: [text('Tool with logging executed successfully')] };
+  });
+
+  tool('test_tool_with_progress', 'Reports progress 0/100, 50/100, 100/100 when given a progress token', async (_args, ctx) => {
+    const progressToken = ctx.mcpReq._meta?.progressToken;
+    if (progressToken !== undefined) {
+      for (const progress of [0, 50, 100]) {
+        await ctx.mcpReq.notify({
+          method: 'notifications/progress',
+          params: { progressToken, progress, total: 100, message: `progress ${progress}/100` },
+        });
+        if (progress < 100) await sleep(50);
+      }
+    }
+    return { content: [text(String(progressToken ?? 'no-progress-token'))] };
+  });
+
+  // 2026-07-28: logs only when the request's _meta carries a logLevel.
+  tool('test_logging_tool', 'Logs through the request-scoped, logLevel-gated channel', async (_args, ctx) => {
+    await ctx.mcpReq.log('info', 'test_logging_tool ran');
+    return { content: [text('logged through the request-scoped channel')] };
+  });
+
+  // SEP-1699: close the POST SSE stream mid-call; the result goes to the event
+  // store and reaches the client when it resumes with Last-Event-ID. The SDK
+  // only offers closeSSE with an event store and a 2025-11-25 client (one that
+  // got a priming event); otherwise the call completes on the open stream.
+  tool('test_reconnection', 'Closes its SSE stream mid-call (SEP-1699 polling) and answers after the client reconnects', async (_args, ctx) => {
+    await sleep(100);
+    if (ctx.http?.closeSSE) {
+      ctx.http.closeSSE();
+      await sleep(200);
+    }
+    return { content: [text('Reconnection test completed successfully')] };
+  });
+
+  // ----- server-to-client requests (2025-11-25) ------------------------------
+
+  tool(
+    'test_sampling',
+    'Asks the client for an LLM completion (sampling/createMessage)',
+    async (args, ctx) => {
+      try {
+        const result = await ctx.mcpReq.send({
+          method: 'sampling/createMessage',
+          params: { messages: [{ role: 'user', content: text(String(args.prompt ?? '')) }], maxTokens: 100 },
+        });
+        const reply = result.content?.type === 'text' ? result.content.text : JSON.stringify(result.content);
+        return { content: [text(`LLM response: ${reply}`)] };
+      } catch (err) {
+        return { isError: true, content: [text(`Sampling failed: ${err?.message ?? err}`)] };
+      }
+    },
+    fromJsonSchema(objectSchema({ prompt: { type: 'string', description: 'Prompt sent to the LLM' } })),
+  );
+
+  const elicit = async (ctx, params, prefix) => {
+    try {
+      const result = await ctx.mcpReq.send({ method: 'elicitation/create', params });
+      return { content: [text(`${prefix}: action=${result.action}, content=${JSON.stringify(result.content ?? {})}`)] };
+    } catch (err) {
+      return { isError: true, content: [text(`Elicitation failed: ${err?.message ?? err}`)] };
+    }
+  };
+
+  tool(
+    'test_elicitation',
+    'Asks the client for user input (elicitation/create)',
+    (args, ctx) =>
+      elicit(
+        ctx,
+        {
+          message: String(args.message ?? ''),
+          requestedSchema: objectSchema({
+            username: { type: 'string', description: "User's response" },
+            email: { type: 'string', description: "User's email address" },
+          }),
+        },
+        'User response',
+      ),
+    fromJsonSchema(objectSchema({ message: { type: 'string', description: 'Message shown to the user' } })),
+  );
+
+  tool('test_elicitation_sep1034_defaults', 'Elicitation whose schema carries default values for every primitive type (SEP-1034)', (_args, ctx) =>
+    elicit(ctx, { message: 'Please review and update the form fields with defaults', requestedSchema: SEP1034_SCHEMA }, 'Elicitation completed'),
+  );
+
+  tool('test_elicitation_sep1330_enums', 'Elicitation whose schema uses all five enum variants (SEP-1330)', (_args, ctx) =>
+    elicit(ctx, { message: 'Please select options from the enum fields', requestedSchema: SEP1330_SCHEMA }, 'Elicitation completed'),
+  );
+
+  // ----- 2026-07-28 stateless diagnostics (server-stateless, SEP-2575) -------
+
+  tool('test_missing_capability', 'Requires the sampling client capability (input-required createMessage)', async (_args, ctx) => {
+    if (ctx.mcpReq.inputResponses?.llm_answer === undefined) {
+      return inputRequired({
+        inputRequests: {
+          llm_answer: inputRequired.createMessage({
+            messages: [{ role: 'user', content: text('Reply with the single word: pong') }],
+            maxTokens: 16,
+          }),
+        },
+      });
+    }
+    return { content: [text('sampling round-trip complete')] };
+  });
+
+  tool('test_streaming_elicitation', 'Answers on a stream that carries no top-level JSON-RPC request', async () => ({
+    content: [text('stream observed: result frames only')],
+  }));
+
+  tool('test_trigger_tool_change', 'Publishes a tools/list_changed event', async () => {
+    publish('tools');
+    return { content: [text('tools_list_changed published')] };
+  });
+
+  tool('test_trigger_prompt_change', 'Publishes a prompts/list_changed event', async () => {
+    publish('prompts');
+    return { content: [text('prompts_list_changed published')] };
+  });
+
+  // ----- 2026-07-28 input-required results (multi-round-trip, SEP-2322) ------
+  // Each returns inputRequired(...) until the retried request carries the
+  // responses it needs. On a 2025-11-25 session the SDK's legacy shim fulfils
+  // them with real server-to-client requests instead.
+
+  tool('test_input_required_result_elicitation', 'Asks for the caller name via an in-band elicitation request', async (_args, ctx) => {
+    const name = acceptedContent(ctx.mcpReq.inputResponses, 'user_name')?.name;
+    if (typeof name !== 'string') return inputRequired({ inputRequests: { user_name: nameRequest() } });
+    return { content: [text(`Hello, ${name}!`)] };
+  });
+
+  tool('test_input_required_result_sampling', 'Asks for an LLM completion via an in-band sampling request', async (_args, ctx) => {
+    const response = ctx.mcpReq.inputResponses?.capital_question;
+    if (response === undefined) {
+      return inputRequired({
+        inputRequests: {
+          capital_question: inputRequired.createMessage({
+            messages: [{ role: 'user', content: text('What is the capital of France?') }],
+            maxTokens: 100,
+          }),
+        },
+      });
+    }
+    const answer = typeof response.content?.text === 'string' ? response.content.text : JSON.stringify(response);
+    return { content: [text(`Sampling response: ${answer}`)] };
+  });
+
+  tool('test_input_required_result_list_roots', 'Asks for the client roots via an in-band roots/list request', async (_args, ctx) => {
+    const roots = ctx.mcpReq.inputResponses?.client_roots?.roots;
+    if (!Array.isArray(roots)) return inputRequired({ inputRequests: { client_roots: inputRequired.listRoots() } });
+    return { content: [text(`Client exposed ${roots.length} root(s): ${roots.map((r) => r.uri).join(', ')}`)] };
+  });
+
+  tool('test_input_required_result_request_state', 'Round-trips integrity-protected requestState alongside an elicitation request', async (_args, ctx) => {
+    if (acceptedContent(ctx.mcpReq.inputResponses, 'confirm') === undefined) {
+      return inputRequired({
+        inputRequests: { confirm: confirmRequest() },
+        requestState: await requestStateCodec.mint({ tool: 'request_state', nonce: randomUUID() }),
+      });
+    }
+    if (ctx.mcpReq.requestState() === undefined) {
+      throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'Invalid requestState: missing or failed verification');
+    }
+    return { content: [text('state-ok: requestState verified and confirmation received')] };
+  });
+
+  tool('test_input_required_result_multiple_inputs', 'Asks for elicitation, sampling and roots input in a single round', async (_args, ctx) => {
+    const responses = ctx.mcpReq.inputResponses;
+    const name = acceptedContent(responses, 'user_name')?.name;
+    const greeting = responses?.greeting?.content?.text;
+    const roots = responses?.client_roots?.roots;
+    if (typeof name !== 'string' || typeof greeting !== 'string' || !Array.isArray(roots)) {
+      return inputRequired({
+        inputRequests: {
+          user_name: nameRequest(),
+          greeting: inputRequired.createMessage({
+            messages: [{ role: 'user', content: text('Generate a greeting') }],
+            maxTokens: 50,
+          }),
+          client_roots: inputRequired.listRoots(),
+        },
+        requestState: await requestStateCodec.mint({ tool: 'multiple_inputs', nonce: randomUUID() }),
+      });
+    }
+    return { content: [text(`${greeting} ${name} - ${roots.length} root(s) visible`)] };
+  });
+
+  // The round number lives in the sealed requestState (no per-session state).
+  tool('test_input_required_result_multi_round', 'Two elicitation rounds with evolving requestState before completing', async (_args, ctx) => {
+    const state = ctx.mcpReq.requestState();
+    const round = state?.tool === 'multi_round' && typeof state.round === 'number' ? state.round : 0;
+    if (round === 0) {
+      return inputRequired({
+        inputRequests: { step1: nameRequest('Step 1: What is your name?') },
+        requestState: await requestStateCodec.mint({ tool: 'multi_round', round: 1, nonce: randomUUID() }),
+      });
+    }
+    if (round === 1) {
+      const name = acceptedContent(ctx.mcpReq.inputResponses, 'step1')?.name ?? 'unknown';
+      return inputRequired({
+        inputRequests: {
+          step2: inputRequired.elicit({
+            message: 'Step 2: What is your favorite color?',
+            requestedSchema: objectSchema({ color: { type: 'string' } }),
+          }),
+        },
+        requestState: await requestStateCodec.mint({ tool: 'multi_round', round: 2, name, nonce: randomUUID() }),
+      });
+    }
+    const color = acceptedContent(ctx.mcpReq.inputResponses, 'step2')?.color ?? 'unknown';
+    return { content: [text(`Multi-round complete: ${String(state?.name ?? 'unknown')} likes ${color}`)] };
+  });
+
+  // A retry whose requestState fails verification is rejected (-32602) by the
+  // SDK before this handler runs.
+  tool('test_input_required_result_tampered_state', 'Rejects retries whose requestState fails integrity verification', async (_args, ctx) => {
+    if (ctx.mcpReq.requestState() !== undefined && acceptedContent(ctx.mcpReq.inputResponses, 'confirm') !== undefined) {
+      return { content: [text('integrity-ok: requestState verified')] };
+    }
+    return inputRequired({
+      inputRequests: { confirm: confirmRequest() },
+      requestState: await requestStateCodec.mint({ tool: 'tampered_state', nonce: randomUUID() }),
+    });
+  });
+
+  // Only asks for input kinds the request's declared client capabilities cover.
+  tool('test_input_required_result_capabilities', 'Only requests input kinds the declared client capabilities cover', async (_args, ctx) => {
+    if (ctx.mcpReq.inputResponses !== undefined) {
+      return { content: [text('Capability-aware input requests fulfilled')] };
+    }
+    const declared = ctx.mcpReq.envelope?.[CLIENT_CAPABILITIES_META_KEY];
+    const inputRequests = {};
+    if (declared?.elicitation !== undefined) inputRequests.user_name = nameRequest();
+    if (declared?.sampling !== undefined) {
+      inputRequests.greeting = inputRequired.createMessage({
+        messages: [{ role: 'user', content: text('Generate a short greeting') }],
+        maxTokens: 50,
+      });
+    }
+    if (declared?.roots !== undefined) inputRequests.client_roots = inputRequired.listRoots();
+    if (Object.keys(inputRequests).length === 0) {
+      return { content: [text('No declared client capability supports an in-band input request')] };
+    }
+    return inputRequired({ inputRequests });
+  });
+
+  // ----- resources ----------------------------------------------------------
+
+  mcp.registerResource(
+    'static-text',
+    'test://static-text',
+    { title: 'Static Text Resource', description: 'A static text resource', mimeType: 'text/plain' },
+    async (uri) => ({
+      contents: [{ uri: uri.toString(), mimeType: 'text/plain', text: 'This is the content of the static text resource.' }],
+    }),
+  );
+
+  mcp.registerResource(
+    'static-binary',
+    'test://static-binary',
+    { title: 'Static Binary Resource', description: 'A static binary resource (PNG image)', mimeType: 'image/png' },
+    async (uri) => ({ contents: [{ uri: uri.toString(), mimeType: 'image/png', blob: PNG_BASE64 }] }),
+  );
+
+  mcp.registerResource(
+    'watched-resource',
+    'test://watched-resource',
+    { title: 'Watched Resource', description: 'A resource that can be subscribed to', mimeType: 'text/plain' },
+    async (uri) => ({ contents: [{ uri: uri.toString(), mimeType: 'text/plain', text: 'Watched resource content' }] }),
+  );
+
+  mcp.registerResource(
+    'template-data',
+    new ResourceTemplate('test://template/{id}/data', { list: undefined }),
+    {
+      title: 'Resource Template',
+      description: 'Templated resource; {id} is substituted into the content',
+      mimeType: 'application/json',
+    },
+    async (uri, { id }) => ({
+      contents: [
+        {
+          uri: uri.toString(),
+          mimeType: 'application/json',
+          text: JSON.stringify({ id, templateTest: true, data: `Data for ID: ${id}` }),
+        },
+      ],
+    }),
+  );
+
+  // resources/subscribe is a 2025-11-25 method (2026-07-28 has
+  // subscriptions/listen instead, served by the SDK).
+  if (era === 'legacy') {
+    const subscriptions = new Set();
+    mcp.server.setRequestHandler('resources/subscribe', async (request) => {
+      subscriptions.add(request.params.uri);
+      return {};
+    });
+    mcp.server.setRequestHandler('resources/unsubscribe', async (request) => {
+      subscriptions.delete(request.params.uri);
+      return {};
     });
   }
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: TOOLS }));
+  // ----- prompts ------------------------------------------------------------
 
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const args = request.params.arguments ?? {};
-    switch (request.params.name) {
-      case 'test_simple_text':
-        return { content: [text('This is a simple text response for testing.')] };
-
-      case 'test_image_content':
-        return { content: [{ type: 'image', data: PNG_BASE64, mimeType: 'image/png' }] };
-
-      case 'test_audio_content':
-        return { content: [{ type: 'audio', data: WAV_BASE64, mimeType: 'audio/wav' }] };
-
-      case 'test_embedded_resource':
-        return {
-          content: [
-            {
-              type: 'resource',
-              resource: {
-                uri: 'test://embedded-resource',
-                mimeType: 'text/plain',
-                text: 'This is an embedded resource content.',
-              },
-            },
-          ],
-        };
-
-      case 'test_multiple_content_types':
-        return {
-          content: [
-            text('Multiple content types test:'),
-            { type: 'image', data: PNG_BASE64, mimeType: 'image/png' },
-            {
-              type: 'resource',
-              resource: {
-                uri: 'test://mixed-content-resource',
-                mimeType: 'application/json',
-                text: JSON.stringify({ test: 'data', value: 123 }),
-              },
-            },
-          ],
-        };
-
-      case 'test_tool_with_logging':
-        await logToClient(extra, 'info', 'Tool execution started');
-        await sleep(50);
-        await logToClient(extra, 'info', 'Tool processing data');
-        await sleep(50);
-        await logToClient(extra, 'info', 'Tool execution completed');
-        return { content: [text('Tool with logging executed successfully')] };
-
-      case 'test_error_handling':
-        return {
-          isError: true,
-          content: [text('This tool intentionally returns an error for testing')],
-        };
-
-      case 'test_tool_with_progress': {
-        const progressToken = extra._meta?.progressToken;
-        for (const progress of [0, 50, 100]) {
-          if (progressToken !== undefined) {
-            await extra.sendNotification({
-              method: 'notifications/progress',
-              params: { progressToken, progress, total: 100, message: `progress ${progress}/100` },
-            });
-          }
-          if (progress < 100) await sleep(50);
-        }
-        return { content: [text('Tool with progress executed successfully')] };
-      }
-
-      case 'test_sampling': {
-        if (!server.getClientCapabilities()?.sampling) {
-          return { isError: true, content: [text('Client does not support sampling')] };
-        }
-        const result = await extra.sendRequest(
-          {
-            method: 'sampling/createMessage',
-            params: {
-              messages: [{ role: 'user', content: text(String(args.prompt ?? '')) }],
-              maxTokens: 100,
-            },
-          },
-          CreateMessageResultSchema,
-        );
-        const reply = result.content?.type === 'text' ? result.content.text : JSON.stringify(result.content);
-        return { content: [text(`LLM response: ${reply}`)] };
-      }
-
-      case 'test_elicitation': {
-        if (!server.getClientCapabilities()?.elicitation) {
-          return { isError: true, content: [text('Client does not support elicitation')] };
-        }
-        const result = await extra.sendRequest(
-          {
-            method: 'elicitation/create',
-            params: {
-              message: String(args.message ?? ''),
-              requestedSchema: {
-                type: 'object',
-                properties: {
-                  username: { type: 'string', description: "User's response" },
-                  email: { type: 'string', description: "User's email address" },
-                },
-                required: ['username', 'email'],
-              },
-            },
-          },
-          ElicitResultSchema,
-        );
-        return {
-          content: [text(`User response: action=${result.action}, content=${JSON.stringify(result.content ?? {})}`)],
-        };
-      }
-
-      case 'test_elicitation_sep1034_defaults':
-      case 'test_elicitation_sep1330_enums': {
-        if (!server.getClientCapabilities()?.elicitation) {
-          return { isError: true, content: [text('Client does not support elicitation')] };
-        }
-        const sep1034 = request.params.name === 'test_elicitation_sep1034_defaults';
-        const result = await extra.sendRequest(
-          {
-            method: 'elicitation/create',
-            params: sep1034
-              ? { message: 'Please review and update the form fields with defaults', requestedSchema: SEP1034_SCHEMA }
-              : { message: 'Please select options from the enum fields', requestedSchema: SEP1330_SCHEMA },
-          },
-          ElicitResultSchema,
-        );
-        return {
-          content: [
-            text(`Elicitation completed: action=${result.action}, content=${JSON.stringify(result.content ?? {})}`),
-          ],
-        };
-      }
-
-      case 'json_schema_2020_12_tool':
-        return { content: [text(`Received: ${JSON.stringify(args)}`)] };
-
-      case 'test_reconnection':
-        // SEP-1699: close the POST SSE stream mid-call; the result is stored in
-        // the event store and delivered when the client resumes with
-        // Last-Event-ID. The SDK only offers closeSSEStream when resumability
-        // is on and the client speaks 2025-11-25 or later (it got a priming
-        // event); otherwise the call simply completes on the open stream.
-        await sleep(100);
-        if (extra.closeSSEStream) {
-          extra.closeSSEStream();
-          await sleep(200);
-        }
-        return { content: [text('Reconnection test completed successfully')] };
-
-      default:
-        throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
-    }
-  });
-
-  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: RESOURCES }));
-
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
-    resourceTemplates: RESOURCE_TEMPLATES,
+  mcp.registerPrompt('test_simple_prompt', { title: 'Simple Test Prompt', description: 'A prompt without arguments' }, async () => ({
+    messages: [{ role: 'user', content: text('This is a simple prompt for testing.') }],
   }));
 
-  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
-    const { uri } = request.params;
-    if (uri === 'test://static-text') {
-      return {
-        contents: [{ uri, mimeType: 'text/plain', text: 'This is the content of the static text resource.' }],
-      };
-    }
-    if (uri === 'test://static-binary') {
-      return { contents: [{ uri, mimeType: 'image/png', blob: PNG_BASE64 }] };
-    }
-    if (uri === 'test://watched-resource') {
-      return {
-        contents: [{ uri, mimeType: 'text/plain', text: `Watched resource content at ${new Date().toISOString()}` }],
-      };
-    }
-    const match = TEMPLATE_RE.exec(uri);
-    if (match) {
-      const id = decodeURIComponent(match[1]);
-      return {
-        contents: [
-          {
-            uri,
-            mimeType: 'application/json',
-            text: JSON.stringify({ id, templateTest: true, data: `Data for ID: ${id}` }),
+  mcp.registerPrompt(
+    'test_prompt_with_arguments',
+    {
+      title: 'Prompt With Arguments',
+      description: 'A prompt with two required arguments',
+      argsSchema: fromJsonSchema(
+        objectSchema({
+          arg1: { type: 'string', description: 'First test argument' },
+          arg2: { type: 'string', description: 'Second test argument' },
+        }),
+      ),
+    },
+    async (args) => ({
+      messages: [{ role: 'user', content: text(`Prompt with arguments: arg1='${args.arg1}', arg2='${args.arg2}'`) }],
+    }),
+  );
+
+  mcp.registerPrompt(
+    'test_prompt_with_embedded_resource',
+    {
+      title: 'Prompt With Embedded Resource',
+      description: 'A prompt that embeds a resource',
+      argsSchema: fromJsonSchema(objectSchema({ resourceUri: { type: 'string', description: 'URI of the resource to embed' } })),
+    },
+    async (args) => ({
+      messages: [
+        {
+          role: 'user',
+          content: {
+            type: 'resource',
+            resource: { uri: args.resourceUri, mimeType: 'text/plain', text: 'Embedded resource content for testing.' },
           },
-        ],
-      };
-    }
-    throw new McpError(RESOURCE_NOT_FOUND, `Resource not found: ${uri}`, { uri });
-  });
+        },
+        { role: 'user', content: text('Please process the embedded resource above.') },
+      ],
+    }),
+  );
 
-  server.setRequestHandler(SubscribeRequestSchema, async (request) => {
-    const { uri } = request.params;
-    subscriptions.add(uri);
-    // Announce one update shortly after subscribing. It is not tied to a
-    // request, so over HTTP it goes to the standalone GET stream (or the
-    // event store when no GET stream is open); over stdio it is a plain line.
-    setTimeout(() => {
-      if (!subscriptions.has(uri)) return;
-      server.sendResourceUpdated({ uri }).catch(() => {
-        /* session may already be gone */
-      });
-    }, 50);
-    return {};
-  });
+  mcp.registerPrompt('test_prompt_with_image', { title: 'Prompt With Image', description: 'A prompt that contains an image' }, async () => ({
+    messages: [
+      { role: 'user', content: { type: 'image', data: PNG_BASE64, mimeType: 'image/png' } },
+      { role: 'user', content: text('Please analyze the image above.') },
+    ],
+  }));
 
-  server.setRequestHandler(UnsubscribeRequestSchema, async (request) => {
-    subscriptions.delete(request.params.uri);
-    return {};
-  });
+  // prompts/get may answer input_required too (2026-07-28).
+  mcp.registerPrompt(
+    'test_input_required_result_prompt',
+    { title: 'Input-Required Prompt', description: 'Requires elicitation input before rendering' },
+    async (ctx) => {
+      const context = acceptedContent(ctx.mcpReq.inputResponses, 'user_context')?.context;
+      if (typeof context !== 'string') {
+        return inputRequired({
+          inputRequests: {
+            user_context: inputRequired.elicit({
+              message: 'What context should the prompt use?',
+              requestedSchema: objectSchema({ context: { type: 'string' } }),
+            }),
+          },
+        });
+      }
+      return { messages: [{ role: 'user', content: text(`Use the following context: ${context}`) }] };
+    },
+  );
 
-  server.setRequestHandler(ListPromptsRequestSchema, async () => ({ prompts: PROMPTS }));
+  // ----- completion ---------------------------------------------------------
 
-  server.setRequestHandler(GetPromptRequestSchema, async (request) => {
-    const args = request.params.arguments ?? {};
-    switch (request.params.name) {
-      case 'test_simple_prompt':
-        return { messages: [{ role: 'user', content: text('This is a simple prompt for testing.') }] };
-
-      case 'test_prompt_with_arguments':
-        requireArgs(args, ['arg1', 'arg2']);
-        return {
-          messages: [
-            { role: 'user', content: text(`Prompt with arguments: arg1='${args.arg1}', arg2='${args.arg2}'`) },
-          ],
-        };
-
-      case 'test_prompt_with_embedded_resource':
-        requireArgs(args, ['resourceUri']);
-        return {
-          messages: [
-            {
-              role: 'user',
-              content: {
-                type: 'resource',
-                resource: {
-                  uri: args.resourceUri,
-                  mimeType: 'text/plain',
-                  text: 'Embedded resource content for testing.',
-                },
-              },
-            },
-            { role: 'user', content: text('Please process the embedded resource above.') },
-          ],
-        };
-
-      case 'test_prompt_with_image':
-        return {
-          messages: [
-            { role: 'user', content: { type: 'image', data: PNG_BASE64, mimeType: 'image/png' } },
-            { role: 'user', content: text('Please analyze the image above.') },
-          ],
-        };
-
-      default:
-        throw new McpError(ErrorCode.InvalidParams, `Unknown prompt: ${request.params.name}`);
-    }
-  });
-
-  server.setRequestHandler(CompleteRequestSchema, async (request) => {
+  mcp.server.setRequestHandler('completion/complete', async (request) => {
     const { ref, argument } = request.params;
-    const key =
-      ref.type === 'ref/prompt' ? `prompt:${ref.name}:${argument.name}` : `resource:${ref.uri}:${argument.name}`;
+    const key = ref.type === 'ref/prompt' ? `prompt:${ref.name}:${argument.name}` : `resource:${ref.uri}:${argument.name}`;
     const prefix = String(argument.value ?? '').toLowerCase();
     const values = (COMPLETIONS[key] ?? []).filter((v) => v.toLowerCase().startsWith(prefix));
     return { completion: { values, total: values.length, hasMore: false } };
   });
 
-  return server;
-}
-
-function requireArgs(args, names) {
-  const missing = names.filter((n) => typeof args[n] !== 'string');
-  if (missing.length > 0) {
-    throw new McpError(ErrorCode.InvalidParams, `Missing required argument(s): ${missing.join(', ')}`);
-  }
+  return mcp;
 }
 
 // ---------------------------------------------------------------------------
-// Event store for resumability (Last-Event-ID replay, SSE polling).
+// Event store for resumability (2025-11-25: Last-Event-ID replay, SSE polling).
 // ---------------------------------------------------------------------------
 
 class MemoryEventStore {
@@ -627,15 +747,15 @@ class MemoryEventStore {
 }
 
 // ---------------------------------------------------------------------------
-// stdio mode
+// stdio mode: the SDK pins the era on the connection's opening message.
 // ---------------------------------------------------------------------------
 
-async function runStdio() {
-  const server = createServer();
-  server.onerror = (err) => log('server error:', err?.message ?? err);
-  await server.connect(new StdioServerTransport());
+function runStdio() {
+  const handle = serveStdio(({ era }) => createServer({ era }), {
+    onerror: (err) => log('stdio error:', err?.message ?? err),
+  });
   log('ready on stdio');
-  const shutdown = () => server.close().finally(() => process.exit(0));
+  const shutdown = () => handle.close().finally(() => process.exit(0));
   process.on('SIGINT', shutdown);
   process.on('SIGTERM', shutdown);
 }
@@ -644,42 +764,10 @@ async function runStdio() {
 // Streamable HTTP mode
 // ---------------------------------------------------------------------------
 
-const LOCAL_HOSTNAMES = new Set(['localhost', '127.0.0.1', '[::1]']);
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 
-// DNS-rebinding protection: Host must name a loopback host; Origin, when
-// present, must too.
-function isLocalRequest(req) {
-  const hostOk = (value) => {
-    try {
-      return LOCAL_HOSTNAMES.has(new URL(`http://${value}`).hostname.toLowerCase());
-    } catch {
-      return false;
-    }
-  };
-  const host = req.headers.host;
-  if (!host || !hostOk(host)) return false;
-  const origin = req.headers.origin;
-  if (origin !== undefined) {
-    try {
-      const url = new URL(origin);
-      if (!['http:', 'https:'].includes(url.protocol) || !LOCAL_HOSTNAMES.has(url.hostname.toLowerCase())) {
-        return false;
-      }
-    } catch {
-      return false;
-    }
-  }
-  return true;
-}
-
-function sendJsonRpcError(res, status, code, message, headers = {}) {
-  if (res.headersSent) {
-    res.end();
-    return;
-  }
-  res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
-  res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+function jsonRpcError(status, code, message, headers = {}) {
+  return Response.json({ jsonrpc: '2.0', error: { code, message }, id: null }, { status, headers });
 }
 
 function readBody(req) {
@@ -695,85 +783,145 @@ function readBody(req) {
       }
       chunks.push(chunk);
     });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
 }
 
+// node:http request -> web-standard Request; aborted when the client goes away.
+function toWebRequest(req, res, body) {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
+    else if (value !== undefined) headers.set(name, value);
+  }
+  const controller = new AbortController();
+  res.on('close', () => controller.abort());
+  return new Request(new URL(req.url ?? '/', 'http://127.0.0.1'), {
+    method: req.method,
+    headers,
+    body: body && body.length > 0 ? body : undefined,
+    signal: controller.signal,
+  });
+}
+
+// Web-standard Response -> node:http response, streaming (SSE) bodies as they come.
+async function writeWebResponse(res, response) {
+  const headers = {};
+  response.headers.forEach((value, name) => {
+    headers[name] = value;
+  });
+  res.writeHead(response.status, headers);
+  if (!response.body) {
+    res.end();
+    return;
+  }
+  res.flushHeaders();
+  const reader = response.body.getReader();
+  res.on('close', () => reader.cancel().catch(() => {}));
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      res.write(value);
+    }
+  } catch {
+    // client gone or stream errored: nothing more to write
+  }
+  res.end();
+}
+
 async function runHttp(port) {
+  // 2026-07-28: one server per request, from the same factory.
+  const modern = createMcpHandler(
+    ({ era }) => createServer({ era, changed: (kind) => (kind === 'tools' ? modern.notify.toolsChanged() : modern.notify.promptsChanged()) }),
+    { legacy: 'reject', onerror: (err) => log('modern:', err?.message ?? err) },
+  );
+
+  // 2025-11-25: stateful sessions.
   const sessions = new Map(); // session id -> { transport, server }
 
-  async function newSession() {
-    const server = createServer();
-    const transport = new StreamableHTTPServerTransport({
+  async function serveLegacy(request, parsedBody) {
+    const sessionId = request.headers.get('mcp-session-id');
+    const session = sessionId ? sessions.get(sessionId) : undefined;
+    if (session) return session.transport.handleRequest(request, { parsedBody });
+    if (sessionId) return jsonRpcError(404, -32001, 'Session not found');
+    if (request.method !== 'POST') return jsonRpcError(400, -32000, 'Bad Request: missing Mcp-Session-Id header');
+    if (parsedBody === undefined) return jsonRpcError(400, -32700, 'Parse error');
+    const isInit = Array.isArray(parsedBody) ? parsedBody.some(isInitializeRequest) : isInitializeRequest(parsedBody);
+    if (!isInit) return jsonRpcError(400, -32000, 'Bad Request: no valid session ID and not an initialize request');
+
+    const server = createServer({ era: 'legacy' });
+    const transport = new WebStandardStreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       eventStore: new MemoryEventStore(),
       retryInterval: 500,
-      onsessioninitialized: (sessionId) => {
-        sessions.set(sessionId, { transport, server });
-        log(`session ${sessionId} opened`);
+      onsessioninitialized: (id) => {
+        sessions.set(id, { transport, server });
+        log(`session ${id} opened`);
       },
     });
     transport.onclose = () => {
-      const sessionId = transport.sessionId;
-      if (sessionId && sessions.delete(sessionId)) log(`session ${sessionId} closed`);
+      const id = transport.sessionId;
+      if (id && sessions.delete(id)) {
+        log(`session ${id} closed`);
+        server.close().catch(() => {});
+      }
     };
-    server.onerror = (err) => log('server error:', err?.message ?? err);
+    server.server.onerror = (err) => log('legacy:', err?.message ?? err);
     await server.connect(transport);
-    return transport;
+    return transport.handleRequest(request, { parsedBody });
   }
 
   async function handle(req, res) {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    const path = new URL(req.url ?? '/', 'http://127.0.0.1').pathname;
     if (path !== '/mcp') {
       res.writeHead(404, { 'Content-Type': 'text/plain' }).end('Not Found');
       return;
     }
-    if (!isLocalRequest(req)) {
-      sendJsonRpcError(res, 403, -32000, 'Forbidden: non-localhost Host or Origin header');
+    // DNS-rebinding protection: Host must name a loopback host; Origin, when
+    // present, must too.
+    const host = validateHostHeader(req.headers.host, localhostAllowedHostnames());
+    const origin = validateOriginHeader(req.headers.origin, localhostAllowedOrigins());
+    if (!host.ok || !origin.ok) {
+      await writeWebResponse(res, jsonRpcError(403, -32000, (host.ok ? origin : host).message));
       return;
     }
     if (!['GET', 'POST', 'DELETE'].includes(req.method)) {
-      sendJsonRpcError(res, 405, -32000, 'Method not allowed', { Allow: 'GET, POST, DELETE' });
-      return;
-    }
-
-    const sessionId = req.headers['mcp-session-id'];
-    const session = typeof sessionId === 'string' ? sessions.get(sessionId) : undefined;
-
-    if (req.method !== 'POST') {
-      if (!sessionId) return sendJsonRpcError(res, 400, -32000, 'Bad Request: missing Mcp-Session-Id header');
-      if (!session) return sendJsonRpcError(res, 404, -32001, 'Session not found');
-      await session.transport.handleRequest(req, res);
+      await writeWebResponse(res, jsonRpcError(405, -32000, 'Method not allowed', { Allow: 'GET, POST, DELETE' }));
       return;
     }
 
     let body;
-    try {
-      body = JSON.parse(await readBody(req));
-    } catch (err) {
-      if (err?.status === 413) return sendJsonRpcError(res, 413, -32000, 'Request body too large');
-      return sendJsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error');
+    let parsedBody;
+    if (req.method === 'POST') {
+      try {
+        body = await readBody(req);
+      } catch (err) {
+        await writeWebResponse(res, jsonRpcError(err?.status === 413 ? 413 : 400, -32000, err.message));
+        return;
+      }
+      try {
+        parsedBody = body.length > 0 ? JSON.parse(body.toString('utf8')) : undefined;
+      } catch {
+        parsedBody = undefined;
+      }
     }
-
-    if (session) {
-      await session.transport.handleRequest(req, res, body);
-      return;
-    }
-    if (sessionId) return sendJsonRpcError(res, 404, -32001, 'Session not found');
-
-    const isInit = Array.isArray(body) ? body.some(isInitializeRequest) : isInitializeRequest(body);
-    if (!isInit) {
-      return sendJsonRpcError(res, 400, -32000, 'Bad Request: no valid session ID and not an initialize request');
-    }
-    const transport = await newSession();
-    await transport.handleRequest(req, res, body);
+    const request = toWebRequest(req, res, body);
+    const legacy = await isLegacyRequest(request, parsedBody);
+    const response = legacy ? await serveLegacy(request, parsedBody) : await modern.fetch(request, { parsedBody });
+    await writeWebResponse(res, response);
   }
 
   const httpServer = http.createServer((req, res) => {
     handle(req, res).catch((err) => {
       log('request error:', err?.stack ?? err);
-      sendJsonRpcError(res, 500, ErrorCode.InternalError, 'Internal server error');
+      if (!res.headersSent) {
+        res.writeHead(500, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal server error' }, id: null }));
+      } else {
+        res.end();
+      }
     });
   });
 
@@ -787,6 +935,7 @@ async function runHttp(port) {
 
   const shutdown = async () => {
     for (const { transport } of sessions.values()) await transport.close().catch(() => {});
+    await modern.close().catch(() => {});
     httpServer.close();
     httpServer.closeAllConnections?.();
     process.exit(0);
@@ -806,7 +955,7 @@ function usage() {
 
 const argv = process.argv.slice(2);
 if (argv[0] === '--stdio' && argv.length === 1) {
-  await runStdio();
+  runStdio();
 } else if (argv[0] === '--port' && argv.length === 2 && /^\d+$/.test(argv[1]) && Number(argv[1]) < 65536) {
   await runHttp(Number(argv[1]));
 } else {

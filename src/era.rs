@@ -1,0 +1,194 @@
+//! The 2026-07-28 protocol era ("modern") where the proxy writes or reads its results.
+//!
+//! Why a module of its own: a modern request is decided once, where it comes in (its `_meta`
+//! read with the envelope, [`crate::message::Modern`]); what differs for it afterwards — its
+//! results carry `resultType`, only complete results are budgeted, lists carry `cacheScope` —
+//! is done here, on the text of one result, never by `if modern` spread through the budget.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The modern revision the proxy serves.
+pub const MODERN: &str = "2026-07-28";
+/// Every revision the proxy's clients may speak: the modern one, then the legacy ones.
+pub const SUPPORTED: &[&str] = &[
+    MODERN,
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// Whether `version` is a modern revision this proxy serves statelessly.
+pub fn is_modern(version: &str) -> bool {
+    version == MODERN
+}
+
+/// The members of a result the era rules read.
+#[derive(Deserialize, Default)]
+struct Top<'a> {
+    #[serde(borrow, rename = "resultType")]
+    result_type: Option<&'a RawValue>,
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<&'a RawValue>,
+    #[serde(borrow, rename = "cacheScope")]
+    cache_scope: Option<&'a RawValue>,
+}
+
+fn top(result: &str) -> Option<Top<'_>> {
+    serde_json::from_str(result).ok()
+}
+
+/// The `resultType` of a result (a string), when it has one.
+pub fn result_type(result: &str) -> Option<String> {
+    // Most results (every legacy one) do not name it: no parse for them.
+    memchr::memmem::find(result.as_bytes(), b"resultType")?;
+    let raw = top(result)?.result_type?;
+    Some(serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_string()))
+}
+
+/// Whether a result is complete, and so the budget's to read: `resultType` is `"complete"`, or
+/// absent (a legacy server). `input_required`, `task` and anything else pass as they are.
+pub fn is_complete(result: &str) -> bool {
+    result_type(result).is_none_or(|kind| kind == "complete")
+}
+
+/// `object` (an object's JSON text) with `"name":value` as its first member.
+fn prepend(object: &str, name: &str, value: &str) -> Option<String> {
+    let open = object.find('{')?;
+    let empty = object[open + 1..].trim_start().starts_with('}');
+    let mut out = String::with_capacity(object.len() + name.len() + value.len() + 6);
+    out.push_str(&object[..=open]);
+    out.push('"');
+    out.push_str(name);
+    out.push_str("\":");
+    out.push_str(value);
+    if !empty {
+        out.push(',');
+    }
+    out.push_str(&object[open + 1..]);
+    Some(out)
+}
+
+/// A result the proxy wrote for a modern request, made complete: `resultType: "complete"`
+/// when it names none, and the server's `_meta` (from `server`, the result it answered) when
+/// it has none of its own. `None`: it was complete already.
+pub fn completed(result: &str, server: Option<&str>) -> Option<String> {
+    let members = top(result)?;
+    let mut out: Option<String> = None;
+    if members.meta.is_none()
+        && let Some(meta) = server.and_then(top).and_then(|t| t.meta)
+    {
+        out = prepend(result, "_meta", meta.get());
+    }
+    if members.result_type.is_none() {
+        let current = out.as_deref().unwrap_or(result);
+        out = prepend(current, "resultType", "\"complete\"");
+    }
+    out
+}
+
+/// A list result with `cacheScope: "private"` (it was fitted to one client): the member
+/// replaced where the server wrote one, else added. `None`: already private.
+pub fn private(result: &str) -> Option<String> {
+    let members = top(result)?;
+    match members.cache_scope {
+        Some(scope) if scope.get() == "\"private\"" => None,
+        Some(scope) => Some(
+            String::from_utf8_lossy(&crate::message::splice(
+                result.as_bytes(),
+                scope.get(),
+                b"\"private\"",
+            ))
+            .into_owned(),
+        ),
+        None => prepend(result, "cacheScope", "\"private\""),
+    }
+}
+
+/// A whole response message whose result is proxy-made, made complete for a modern request
+/// (see [`completed`]); an error response, or one already complete, is returned as it is.
+pub fn completed_response(message: Vec<u8>) -> Vec<u8> {
+    completed_message(message, None)
+}
+
+/// Like [`completed_response`], with the server's result (`server`) whose `_meta` it keeps.
+pub fn completed_message(message: Vec<u8>, server: Option<&str>) -> Vec<u8> {
+    let Ok(crate::message::Parsed::Single(crate::message::Kind::Response {
+        result: Some(range),
+        ..
+    })) = crate::message::parse(&message)
+    else {
+        return message;
+    };
+    let Some(result) = message
+        .get(range)
+        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+    else {
+        return message;
+    };
+    match completed(result, server) {
+        Some(done) => crate::message::splice(&message, result, done.as_bytes()),
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_results_are_the_budgets() {
+        assert!(is_complete(r#"{"content":[]}"#));
+        assert!(is_complete(r#"{"resultType":"complete","content":[]}"#));
+        assert!(!is_complete(
+            r#"{"resultType":"input_required","inputRequests":{}}"#
+        ));
+        assert!(!is_complete(r#"{"resultType":"task","taskId":"t"}"#));
+        // The word inside a value is not the member.
+        assert!(is_complete(
+            r#"{"content":[{"type":"text","text":"resultType"}]}"#
+        ));
+    }
+
+    #[test]
+    fn proxy_results_are_completed_with_the_servers_meta() {
+        let server =
+            r#"{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s"}},"content":[]}"#;
+        assert_eq!(
+            completed(r#"{"content":[],"isError":true}"#, Some(server)).as_deref(),
+            Some(
+                r#"{"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s"}},"content":[],"isError":true}"#
+            )
+        );
+        assert_eq!(
+            completed(r#"{}"#, None).as_deref(),
+            Some(r#"{"resultType":"complete"}"#)
+        );
+        assert_eq!(
+            completed(r#"{"resultType":"complete","_meta":{}}"#, Some(server)),
+            None
+        );
+        let response =
+            completed_response(br#"{"jsonrpc":"2.0","id":"\u0061","result":{"a":1}}"#.to_vec());
+        assert_eq!(
+            String::from_utf8(response).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"\u0061","result":{"resultType":"complete","a":1}}"#
+        );
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#.to_vec();
+        assert_eq!(completed_response(error.clone()), error);
+    }
+
+    #[test]
+    fn lists_are_made_private() {
+        assert_eq!(
+            private(r#"{"tools":[],"ttlMs":5,"cacheScope":"public"}"#).as_deref(),
+            Some(r#"{"tools":[],"ttlMs":5,"cacheScope":"private"}"#)
+        );
+        assert_eq!(
+            private(r#"{"tools":[]}"#).as_deref(),
+            Some(r#"{"cacheScope":"private","tools":[]}"#)
+        );
+        assert_eq!(private(r#"{"cacheScope":"private"}"#), None);
+    }
+}
