@@ -133,6 +133,101 @@ pub fn completed_message(message: Vec<u8>, server: Option<&str>) -> Vec<u8> {
     }
 }
 
+/// The HTTP headers a modern request travels with (2026-07-28, Streamable HTTP): read from
+/// the body that is actually sent, so they always match it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Headers {
+    /// `MCP-Protocol-Version`: the request's `_meta` version.
+    pub version: String,
+    /// `Mcp-Method`.
+    pub method: String,
+    /// `Mcp-Name`, for the methods that name something (see [`name_of`]).
+    pub name: Option<String>,
+}
+
+impl Headers {
+    /// The headers of a modern request (`bytes`: as it goes upstream).
+    pub fn of(version: &str, method: &str, bytes: &[u8]) -> Headers {
+        Headers {
+            version: version.to_string(),
+            method: method.to_string(),
+            name: name_of(method, bytes),
+        }
+    }
+}
+
+/// The member of `params` that `Mcp-Name` carries for `method`, if it carries one.
+pub fn name_member(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// The value `Mcp-Name` must carry for a request (`bytes`) of `method`: `None` when the method
+/// names nothing or the member is not a string.
+pub fn name_of(method: &str, bytes: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: Option<NameParams<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct NameParams<'a> {
+        #[serde(borrow)]
+        name: Option<&'a RawValue>,
+        #[serde(borrow)]
+        uri: Option<&'a RawValue>,
+        #[serde(borrow, rename = "taskId")]
+        task_id: Option<&'a RawValue>,
+    }
+    let member = name_member(method)?;
+    let params = serde_json::from_slice::<Request<'_>>(bytes).ok()?.params?;
+    let raw = match member {
+        "name" => params.name,
+        "uri" => params.uri,
+        _ => params.task_id,
+    }?;
+    serde_json::from_str::<String>(raw.get()).ok()
+}
+
+/// A header value for `text`: as it is when it is visible ASCII without leading or trailing
+/// space, else the `=?base64?…?=` form the revision defines.
+pub fn header_value(text: &str) -> String {
+    use base64::Engine;
+    let plain = !text.is_empty()
+        && text.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && !text.starts_with(' ')
+        && !text.ends_with(' ')
+        && !text.starts_with("=?");
+    if plain {
+        text.to_string()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(text)
+        )
+    }
+}
+
+/// The text a header value carries: its `=?base64?…?=` form decoded, else as it is; `None`
+/// when the encoded form does not decode to UTF-8 text.
+pub fn header_text(value: &str) -> Option<String> {
+    use base64::Engine;
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        Some(encoded) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok()),
+        None => Some(value.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +272,27 @@ mod tests {
         );
         let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#.to_vec();
         assert_eq!(completed_response(error.clone()), error);
+    }
+
+    #[test]
+    fn headers_come_from_the_body_sent() {
+        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r\u00e9sum\u00e9","arguments":{}}}"#;
+        let headers = Headers::of(MODERN, "tools/call", call);
+        assert_eq!(headers.name.as_deref(), Some("résumé"));
+        assert_eq!(header_value("résumé"), "=?base64?csOpc3Vtw6k=?=");
+        assert_eq!(
+            header_text("=?base64?csOpc3Vtw6k=?=").as_deref(),
+            Some("résumé")
+        );
+        assert_eq!(header_value("get-env"), "get-env");
+        assert_eq!(header_text("get-env").as_deref(), Some("get-env"));
+        assert_eq!(header_text("=?base64?////?="), None);
+        let read = br#"{"id":1,"method":"resources/read","params":{"uri":"file:///a b"}}"#;
+        assert_eq!(
+            name_of("resources/read", read).as_deref(),
+            Some("file:///a b")
+        );
+        assert_eq!(name_of("tools/list", read), None);
     }
 
     #[test]

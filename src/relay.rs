@@ -478,7 +478,7 @@ impl Relay {
                     }
                 };
                 let (pending, forward) = match method.as_str() {
-                    "tools/list" => (Pending::ToolsList(modern), Forward::Unchanged),
+                    "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
                     "initialize" => {
                         self.interceptor.initialize_request(bytes);
@@ -543,6 +543,17 @@ impl Relay {
                 }
                 out.requests
                     .push(upstream.clone().unwrap_or_else(|| id.clone()));
+                if let Some(modern) = &modern {
+                    let sent = match &forward {
+                        Forward::Rewritten(b) => b.as_slice(),
+                        _ => bytes,
+                    };
+                    out.modern = Some(Box::new(crate::era::Headers::of(
+                        &modern.version,
+                        &method,
+                        sent,
+                    )));
+                }
                 let key: Box<str> = match &upstream {
                     Some(fresh) => {
                         state.aliases.insert(id.key().into(), fresh.key().into());

@@ -19,7 +19,7 @@ use url::Url;
 
 use crate::framing::Frame;
 use crate::jsonrpc;
-use crate::message::{self, Kind};
+use crate::message::{self, Id, Kind};
 
 use super::session::{
     Client, OpenError, Outbound, PostState, PostStream, Resume, ResumeError, Session, Sessions,
@@ -118,6 +118,104 @@ type Refusal = Box<Response>;
 fn refuse(status: StatusCode, message: &str) -> Refusal {
     let body = jsonrpc::error_response(None, jsonrpc::INVALID_REQUEST, message, None);
     Box::new((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// An HTTP refusal with a JSON-RPC error for the request `id` (echoed as the client wrote it).
+fn rpc_refusal(
+    status: StatusCode,
+    id: Option<&Id>,
+    code: i64,
+    message: &str,
+    data: Option<&serde_json::Value>,
+) -> Refusal {
+    let body = jsonrpc::error_response(id, code, message, data);
+    Box::new((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The checks of a modern (2026-07-28) request: its `_meta` names a version the proxy serves
+/// and its capabilities, and its headers match its body (`MCP-Protocol-Version`, `Mcp-Method`,
+/// `Mcp-Name`, plain or in the base64 form).
+fn check_modern(
+    headers: &HeaderMap,
+    id: &Id,
+    method: &str,
+    modern: Option<&message::Modern>,
+    body: &[u8],
+) -> Result<(), Refusal> {
+    let refuse = |code: i64, message: &str, data: Option<&serde_json::Value>| {
+        tracing::debug!(
+            id = id.raw(),
+            method,
+            code,
+            message,
+            "modern request refused"
+        );
+        rpc_refusal(StatusCode::BAD_REQUEST, Some(id), code, message, data)
+    };
+    let Some(modern) = modern else {
+        return Err(refuse(
+            jsonrpc::INVALID_PARAMS,
+            &format!(
+                "Invalid params: a 2026-07-28 request carries params._meta[\"{}\"] and [\"{}\"]; send them, or send initialize first for an earlier revision",
+                message::META_VERSION,
+                message::META_CLIENT_CAPABILITIES
+            ),
+            None,
+        ));
+    };
+    if !crate::era::is_modern(&modern.version) {
+        let data = serde_json::json!({
+            "supported": crate::era::SUPPORTED,
+            "requested": modern.version,
+        });
+        return Err(refuse(
+            jsonrpc::UNSUPPORTED_VERSION,
+            &format!(
+                "Unsupported protocol version {:?}: without a session this proxy serves {}; earlier revisions send initialize first",
+                modern.version,
+                crate::era::MODERN
+            ),
+            Some(&data),
+        ));
+    }
+    if !modern.capabilities {
+        return Err(refuse(
+            jsonrpc::INVALID_PARAMS,
+            &format!(
+                "Invalid params: params._meta[\"{}\"] is missing; a 2026-07-28 request declares its capabilities (an empty object for none)",
+                message::META_CLIENT_CAPABILITIES
+            ),
+            None,
+        ));
+    }
+    let mismatch = |header: &str, expected: &str, got: Option<&str>| {
+        let message = match got {
+            None => format!(
+                "Header mismatch: the {header} header is missing; send {header}: {}",
+                crate::era::header_value(expected)
+            ),
+            Some(got) => format!(
+                "Header mismatch: {header} is {got:?} but the body says {expected:?}; send the header the body implies"
+            ),
+        };
+        refuse(jsonrpc::HEADER_MISMATCH, &message, None)
+    };
+    let version = header_str(headers, VERSION_HEADER);
+    if version != Some(modern.version.as_str()) {
+        return Err(mismatch("MCP-Protocol-Version", &modern.version, version));
+    }
+    let sent_method = header_str(headers, "mcp-method");
+    if sent_method.and_then(crate::era::header_text).as_deref() != Some(method) {
+        return Err(mismatch("Mcp-Method", method, sent_method));
+    }
+    if crate::era::name_member(method).is_some() {
+        let sent_name = header_str(headers, "mcp-name");
+        let expected = crate::era::name_of(method, body).unwrap_or_default();
+        if sent_name.and_then(crate::era::header_text) != Some(expected.clone()) {
+            return Err(mismatch("Mcp-Name", &expected, sent_name));
+        }
+    }
+    Ok(())
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -224,7 +322,11 @@ fn find_session(
             "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
         ));
     };
-    let Some(session) = listener.sessions.get(id) else {
+    let Some(session) = listener
+        .sessions
+        .get(id)
+        .filter(|session| !session.is_stateless())
+    else {
         return Err(refuse(
             StatusCode::NOT_FOUND,
             "unknown or ended session: initialize a new one",
@@ -241,13 +343,26 @@ fn find_session(
     Ok(session)
 }
 
-/// Access checks, then the session the request names (GET and DELETE).
+/// Access checks, then the session the request names (GET and DELETE). A 2026-07-28 client
+/// has neither: 405, as that revision says.
 fn checked_session(
     listener: &Listener,
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<Arc<Session>, Refusal> {
     let client = check_access(listener, headers, peer)?;
+    if header_str(headers, SESSION_HEADER).is_none()
+        && header_str(headers, VERSION_HEADER).is_some_and(crate::era::is_modern)
+    {
+        let mut response = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "2026-07-28 has no GET stream and no session to delete: send requests with POST (subscriptions/listen for notifications)",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Err(response);
+    }
     find_session(listener, headers, &client)
 }
 
@@ -427,7 +542,7 @@ async fn handle_post(
         None => None,
     };
     let body = read_body(listener, headers, body).await?;
-    let parsed = match message::parse(&body) {
+    let parsed = match message::parse_from_client(&body) {
         Ok(parsed) => parsed,
         Err(err) => {
             let body = jsonrpc::error_response(
@@ -456,38 +571,147 @@ async fn handle_post(
             body,
         ));
     }
+    // A message the proxy cannot act on is answered here, under its id when it has one.
+    if let message::Parsed::Single(Kind::Malformed { id, problem }) = &parsed {
+        return Err(rpc_refusal(
+            StatusCode::BAD_REQUEST,
+            id.as_ref(),
+            jsonrpc::INVALID_REQUEST,
+            &problem.message(),
+            None,
+        ));
+    }
     let batch = matches!(parsed, message::Parsed::Batch(_));
     let mut ids = Vec::new();
     let mut initialize = None;
     // The progress tokens of the requests, read with their envelopes.
     let mut tokens = Vec::new();
+    let mut modern = None;
     for kind in parsed.kinds() {
-        if let Kind::Request {
-            id,
-            method,
-            progress,
-            ..
-        } = kind
-        {
-            if method == "initialize" {
-                initialize = Some(id.clone());
+        match kind {
+            Kind::Request {
+                id,
+                method,
+                progress,
+                modern: meta,
+            } => {
+                if method == "initialize" {
+                    initialize = Some(id.clone());
+                }
+                if meta.is_some() && modern.is_none() {
+                    modern = Some((id.clone(), method.clone(), meta.clone()));
+                }
+                ids.push(id.clone());
+                tokens.extend(progress.as_deref().map(str::to_string));
             }
-            ids.push(id.clone());
-            tokens.extend(progress.as_deref().map(str::to_string));
+            // The relay answers it, on this POST.
+            Kind::Malformed { id: Some(id), .. } => ids.push(id.clone()),
+            _ => {}
         }
     }
-    let (session, opened) = match (existing, &initialize) {
-        (Some(session), _) => (session, false),
+    let header_version = header_str(headers, VERSION_HEADER);
+    let stateless = existing.is_none()
+        && initialize.is_none()
+        && (modern.is_some() || header_version.is_some_and(crate::era::is_modern));
+    // A modern request goes upstream under an id of the proxy's, and its answer comes back
+    // under the client's own.
+    let mut restore: Option<(Id, Id)> = None;
+    let (session, opened, body, parsed) = match (existing, &initialize) {
+        (Some(session), _) => (session, false, body, parsed),
         (None, Some(init)) => {
             let session = listener.sessions.open(client).await.map_err(open_refusal)?;
             session.set_initialize_key(init.key());
-            (session, true)
+            (session, true, body, parsed)
+        }
+        (None, None) if stateless => {
+            let message::Parsed::Single(kind) = parsed else {
+                return Err(rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    jsonrpc::INVALID_REQUEST,
+                    "Invalid Request: a 2026-07-28 request is sent alone in its POST (no batches)",
+                    None,
+                ));
+            };
+            let session = match &kind {
+                Kind::Request {
+                    id,
+                    method,
+                    modern: meta,
+                    ..
+                } => {
+                    check_modern(headers, id, method, meta.as_deref(), &body)?;
+                    let session = listener
+                        .sessions
+                        .stateless(client)
+                        .await
+                        .map_err(open_refusal)?;
+                    let fresh = session.fresh_id();
+                    let Some(line) = message::with_id(&body, fresh.raw()) else {
+                        return Err(rpc_refusal(
+                            StatusCode::BAD_REQUEST,
+                            Some(id),
+                            jsonrpc::INVALID_REQUEST,
+                            "Invalid Request: the request's id could not be read",
+                            None,
+                        ));
+                    };
+                    let kind = match kind.clone() {
+                        Kind::Request {
+                            method,
+                            progress,
+                            modern,
+                            ..
+                        } => Kind::Request {
+                            id: fresh.clone(),
+                            method,
+                            progress,
+                            modern,
+                        },
+                        other => other,
+                    };
+                    ids = vec![fresh.clone()];
+                    restore = Some((fresh, id.clone()));
+                    (session, line, message::Parsed::Single(kind))
+                }
+                // A notification (a cancellation, say) goes to the principal's session.
+                _ => {
+                    let session = listener
+                        .sessions
+                        .stateless(client)
+                        .await
+                        .map_err(open_refusal)?;
+                    (session, body, message::Parsed::Single(kind))
+                }
+            };
+            (session.0, false, session.1, session.2)
         }
         (None, None) => {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
-            ));
+            let id = parsed.kinds().iter().find_map(|kind| match kind {
+                Kind::Request { id, .. } => Some(id.clone()),
+                _ => None,
+            });
+            return Err(match header_version {
+                // A client of an earlier revision that lost its session.
+                Some(version) if KNOWN_VERSIONS.contains(&version) => rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    id.as_ref(),
+                    jsonrpc::INVALID_REQUEST,
+                    "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
+                    None,
+                ),
+                _ => rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    id.as_ref(),
+                    jsonrpc::INVALID_PARAMS,
+                    &format!(
+                        "Invalid params: a request without a session is a 2026-07-28 request, and carries params._meta[\"{}\"] and [\"{}\"]; send them (with the MCP-Protocol-Version header), or send initialize first for an earlier revision",
+                        message::META_VERSION,
+                        message::META_CLIENT_CAPABILITIES
+                    ),
+                    None,
+                ),
+            });
         }
     };
     session.touch();
@@ -506,6 +730,7 @@ async fn handle_post(
     let mut guard = StreamGuard {
         session: session.clone(),
         sse,
+        restore,
         state: Some(PostState {
             number,
             seq: 0,
@@ -615,6 +840,8 @@ fn json_response(status: StatusCode, mut headers: HeaderMap, body: Vec<u8>) -> R
 struct StreamGuard {
     session: Arc<Session>,
     sse: bool,
+    /// A modern request's id upstream, and the client's: its answer is given the client's.
+    restore: Option<(Id, Id)>,
     /// `None` once given up or parked.
     state: Option<PostState>,
 }
@@ -635,6 +862,12 @@ impl StreamGuard {
         };
         for key in message.response_keys() {
             state.awaiting.remove(&key);
+        }
+        if let (Some((fresh, client)), Some(Kind::Response { id: Some(id), .. })) =
+            (&self.restore, &message.kind)
+            && id.key() == fresh.key()
+        {
+            return Some(message::with_id(&message.bytes, client.raw()).unwrap_or(message.bytes));
         }
         Some(message.bytes)
     }
@@ -947,6 +1180,7 @@ async fn handle_get(
             let guard = StreamGuard {
                 session,
                 sse: true,
+                restore: None,
                 state: Some(state),
             };
             let deadline = listener

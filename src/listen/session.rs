@@ -15,7 +15,7 @@
 //! or, after the resume window, is cancelled upstream as for a client that went away.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -323,6 +323,11 @@ pub(super) struct Session {
     ended: AtomicBool,
     /// How long a cut POST stream waits to be resumed.
     resume_window: Duration,
+    /// Serves one principal's modern (2026-07-28) requests: no client knows its id, and none
+    /// can name it in `Mcp-Session-Id`.
+    pub stateless: AtomicBool,
+    /// The ids modern requests go upstream under (each POST's own, whatever the client chose).
+    fresh: AtomicU64,
 }
 
 /// A POST registered with its session: its stream number and queue.
@@ -352,6 +357,17 @@ impl Session {
             }
             notified.await;
         }
+    }
+
+    /// An id no other request of this session has: a modern request goes upstream under it, so
+    /// that two clients' (or one client's concurrent) requests never share one.
+    pub fn fresh_id(&self) -> Id {
+        let n = self.fresh.fetch_add(1, Ordering::Relaxed) + 1;
+        Id::from_json_text(&format!("\"mcp-budget-s{n}\""))
+    }
+
+    pub fn is_stateless(&self) -> bool {
+        self.stateless.load(Ordering::SeqCst)
     }
 
     pub fn protocol(&self) -> Option<String> {
@@ -873,6 +889,10 @@ pub(super) struct Sessions {
     tasks: Mutex<JoinSet<()>>,
     /// Set when the listener shuts down: no session opens after it.
     closing: AtomicBool,
+    /// Each principal's stateless session (modern requests), by its id in `map`.
+    stateless: Mutex<HashMap<Client, String>>,
+    /// One stateless session opens at a time (two first requests of one principal share it).
+    stateless_open: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
@@ -889,7 +909,30 @@ impl Sessions {
             opening: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
             closing: AtomicBool::new(false),
+            stateless: Mutex::new(HashMap::new()),
+            stateless_open: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The session that serves `client`'s modern requests: opened at its first one, and ended
+    /// like any other when idle. Its cache and cursors are the principal's.
+    pub async fn stateless(self: &Arc<Self>, client: Client) -> Result<Arc<Session>, OpenError> {
+        let find = |sessions: &Sessions| {
+            let id = lock(&sessions.stateless).get(&client).cloned()?;
+            sessions.get(&id).filter(|s| !s.is_ended())
+        };
+        if let Some(session) = find(self) {
+            return Ok(session);
+        }
+        let _one = self.stateless_open.lock().await;
+        if let Some(session) = find(self) {
+            return Ok(session);
+        }
+        let session = self.open(client.clone()).await?;
+        session.stateless.store(true, Ordering::SeqCst);
+        tracing::info!(session = %session.id, ?client, "stateless session for this client's 2026-07-28 requests");
+        lock(&self.stateless).insert(client, session.id.clone());
+        Ok(session)
     }
 
     pub fn options(&self) -> &ListenOptions {
@@ -984,6 +1027,8 @@ impl Sessions {
             initialize_key: Mutex::new(None),
             ended: AtomicBool::new(false),
             resume_window: self.options.resume_window,
+            stateless: AtomicBool::new(false),
+            fresh: AtomicU64::new(0),
         });
         if let Some(task) = upstream.take_task() {
             self.spawn(async move {

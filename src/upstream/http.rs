@@ -149,6 +149,31 @@ impl Shared {
         headers
     }
 
+    /// POSTs a modern request: its version, method and name as headers, no session.
+    async fn post_modern(
+        &self,
+        body: bytes::Bytes,
+        modern: &crate::era::Headers,
+    ) -> Result<ClientResponse, ConnError> {
+        let mut headers = self.headers.clone();
+        let mut set = |name: &'static str, value: &str| {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(name, value);
+            }
+        };
+        set(VERSION_HEADER, &modern.version);
+        set("mcp-method", &crate::era::header_value(&modern.method));
+        if let Some(name) = &modern.name {
+            set("mcp-name", &crate::era::header_value(name));
+        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        self.client.send(Method::POST, headers, body).await
+    }
+
     async fn post(
         &self,
         body: bytes::Bytes,
@@ -274,7 +299,24 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
         requests,
         initialize,
         initialized,
+        modern,
     } = outgoing;
+    if let Some(modern) = modern {
+        // 2026-07-28: no session; the headers say what the body is.
+        let response = shared.post_modern(bytes.into(), &modern).await;
+        match response {
+            Ok(response) => deliver(&shared, response, &requests, false).await,
+            Err(err) => {
+                let why = format!(
+                    "could not reach the upstream server at {}: {err}",
+                    shared.url
+                );
+                tracing::warn!(%why);
+                shared.fail(&requests, &why).await;
+            }
+        }
+        return;
+    }
     if initialize {
         let mut state = shared.state();
         state.initialize = Some(bytes.clone());
@@ -342,6 +384,15 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
     }
     if !status.is_success() {
         let body = body::read_prefix(response.body, body::ERROR_EXCERPT_BYTES).await;
+        // A JSON-RPC error in the body is the server's answer: passed on as it wrote it (code,
+        // message, data), under the request's id when it could not name one.
+        if let [id] = ids
+            && let Some(answer) = error_answer(&body, id)
+        {
+            tracing::debug!(%status, "the upstream server answered with a JSON-RPC error");
+            shared.emit(answer).await;
+            return;
+        }
         let why = format!(
             "the upstream server answered HTTP {status}: {}",
             jsonrpc::excerpt(&body, 300)
@@ -454,6 +505,32 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
                     "the upstream server's HTTP response did not contain the answer",
                 )
                 .await;
+        }
+    }
+}
+
+/// The JSON-RPC error response an HTTP error body holds for request `id`: as the server wrote
+/// it, its id set to `id` when the server wrote `null` or none.
+fn error_answer(body: &[u8], id: &Id) -> Option<Vec<u8>> {
+    let Ok(message::Parsed::Single(message::Kind::Response {
+        id: answered,
+        result: None,
+    })) = message::parse(body)
+    else {
+        return None;
+    };
+    match answered {
+        Some(answered) if answered.key() == id.key() => Some(body.to_vec()),
+        _ => {
+            // `"id":null`, or none: the error is this request's.
+            let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+            let error = value.get("error")?;
+            Some(jsonrpc::error_response(
+                Some(id),
+                error.get("code")?.as_i64()?,
+                error.get("message")?.as_str()?,
+                error.get("data"),
+            ))
         }
     }
 }

@@ -81,6 +81,8 @@ pub struct Outgoing {
     pub initialize: bool,
     /// It holds `notifications/initialized`.
     pub initialized: bool,
+    /// It is a modern request (2026-07-28): the HTTP headers it travels with.
+    pub modern: Option<Box<crate::era::Headers>>,
 }
 
 impl Outgoing {
