@@ -126,7 +126,7 @@ fn id_key(raw: &str) -> Option<Box<str>> {
     let integer = !raw.contains(['.', 'e', 'E']);
     Some(if integer && number.abs() >= 9.0e15 {
         // Past f64's exact integers: the digits are the value.
-        raw.trim_start_matches('-').to_string().into()
+        raw.into()
     } else if number.fract() == 0.0 && number.abs() < 9.0e15 {
         format!("{}", number as i64).into()
     } else {
@@ -162,6 +162,12 @@ impl Id {
     /// The key used to match a response to its request.
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// Whether the id is written the one way every parser writes it back: an integer, or a
+    /// string without needless escapes.
+    pub fn is_plain(&self) -> bool {
+        self.raw == self.key
     }
 }
 

@@ -684,8 +684,13 @@ impl Relay {
             );
         }
         // The id was used before (the server may still answer that request), or it is one of
-        // the proxy's fresh ids in flight: this request goes upstream under a fresh id.
-        if state.retired.contains(id.key()) || state.pending.contains_key(id.key()) {
+        // the proxy's fresh ids in flight, or the server might read it otherwise than written
+        // (`"\u0061"`, `1.50`: servers answer those under their own spelling, or refuse them):
+        // this request goes upstream under a fresh id.
+        if state.retired.contains(id.key())
+            || state.pending.contains_key(id.key())
+            || !id.is_plain()
+        {
             loop {
                 state.fresh += 1;
                 let fresh = Id::from_json_text(&format!("\"mcp-budget-{}\"", state.fresh));

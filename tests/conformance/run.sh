@@ -265,6 +265,8 @@ for era in $eras; do
         for scenario in "${bad[@]}"; do
           echo "### $scenario$(is_unscored "direct-$era" "$scenario" && echo " (not scored)")"
           echo
+          echo "Full run: $(grep -E "^$scenario " "$work/$name.txt" | awk '{print $2 " passed, " $3 " failed"}' || true); last run alone:"
+          echo
           failed_checks "$work/$name.results" "$scenario"
           echo
         done
@@ -286,6 +288,12 @@ done
 echo
 printf '%s\n' "${summary[@]}"
 echo "conformance: $(($(date +%s) - started))s in all (eras: $eras; modes: ${modes:-none})"
+{
+  echo "## Summary"
+  echo
+  printf -- '- %s\n' "${summary[@]}"
+  [ "$failed" -gt 0 ] || { echo; echo "No failure."; }
+} >>"$report"
 if [ -n "${CONFORMANCE_REPORT:-}" ]; then cp "$report" "$CONFORMANCE_REPORT"; fi
 if [ "$failed" -gt 0 ]; then
   echo "conformance: $failed failure(s); report $report${CONFORMANCE_REPORT:+ (copied to $CONFORMANCE_REPORT)}; logs in $work" >&2
