@@ -53,9 +53,18 @@ async fn answer(peer: &mut Peer, id: &str) -> (String, Value) {
 async fn a_duplicate_name_never_runs_a_denied_tool() {
     let mut peer = denied().await;
     for (id, call) in [
-        (2, r#""name":"stream_detail","name":"fleet_show","arguments":{}"#),
-        (3, r#""name":"fleet_show","name":"fleet_show","arguments":{}"#),
-        (4, r#""n\u0061me":"stream_detail","name":"fleet_show","arguments":{}"#),
+        (
+            2,
+            r#""name":"stream_detail","name":"fleet_show","arguments":{}"#,
+        ),
+        (
+            3,
+            r#""name":"fleet_show","name":"fleet_show","arguments":{}"#,
+        ),
+        (
+            4,
+            r#""n\u0061me":"stream_detail","name":"fleet_show","arguments":{}"#,
+        ),
     ] {
         peer.send(&format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{{call}}}}}"#
@@ -65,10 +74,15 @@ async fn a_duplicate_name_never_runs_a_denied_tool() {
         assert_eq!(value["error"]["code"], -32600, "{line}");
         let message = value["error"]["message"].as_str().unwrap();
         assert!(message.contains("\"params.name\" twice"), "{message}");
-        assert!(line.len() < 1000, "no result of the hidden tool: {} bytes", line.len());
+        assert!(
+            line.len() < 1000,
+            "no result of the hidden tool: {} bytes",
+            line.len()
+        );
     }
     // The proxy still serves the session.
-    peer.send(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#)
+        .await;
     let (_, value) = answer(&mut peer, "5").await;
     assert!(value["result"].is_object());
 }
@@ -117,12 +131,21 @@ async fn ids_spelled_otherwise_are_answered_under_their_own_spelling() {
 async fn two_requests_with_ids_equal_as_values_never_share_an_answer() {
     let mut peer = proxy_with("none").await;
     peer.send(r#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"fleet_show","arguments":{}}}"#).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#)
+        .await;
     let mut lines = vec![peer.recv().await, peer.recv().await];
     lines.sort_by_key(String::len);
     // The second is refused as an id in flight (they are one id), the first is paged.
-    assert!(lines[0].contains("already used by a request in flight"), "{}", lines[0]);
-    assert!(lines[0].starts_with(r#"{"jsonrpc":"2.0","id":"a","#), "{}", lines[0]);
+    assert!(
+        lines[0].contains("already used by a request in flight"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].starts_with(r#"{"jsonrpc":"2.0","id":"a","#),
+        "{}",
+        lines[0]
+    );
     assert!(lines[1].starts_with(r#"{"jsonrpc":"2.0","id":"\u0061","result""#));
     assert!(lines[1].len() < 200_000, "{} bytes", lines[1].len());
 }
@@ -142,7 +165,12 @@ async fn a_batch_element_with_a_duplicate_id_is_refused_alone() {
     }
     let refused = seen.iter().find(|v| v["error"].is_object()).unwrap();
     assert_eq!(refused["id"], 8, "the id a parser reads (the last)");
-    assert!(refused["error"]["message"].as_str().unwrap().contains("\"id\" twice"));
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"id\" twice")
+    );
     // The rest of the batch went on (what the server makes of a batch is its own business).
     assert!(seen.iter().any(|v| v["id"] != 8));
 }
@@ -161,11 +189,26 @@ async fn requests_that_cannot_be_served_are_answered_at_once() {
         "]".repeat(100_000)
     );
     let cases: Vec<(String, Value)> = vec![
-        (r#"{"jsonrpc":"2.0","id":1e999999,"method":"ping"}"#.into(), Value::Null),
-        (r#"{"jsonrpc":"2.0","id":1E400,"method":"ping"}"#.into(), Value::Null),
-        (r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#.into(), Value::Null),
-        (r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#.into(), Value::Null),
-        (r#"{"jsonrpc":"2.0","id":31,"params":{}}"#.into(), Value::from(31)),
+        (
+            r#"{"jsonrpc":"2.0","id":1e999999,"method":"ping"}"#.into(),
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1E400,"method":"ping"}"#.into(),
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#.into(),
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#.into(),
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":31,"params":{}}"#.into(),
+            Value::from(31),
+        ),
         (deep, Value::from(40)),
         (deep_id, Value::Null),
     ];
@@ -175,7 +218,11 @@ async fn requests_that_cannot_be_served_are_answered_at_once() {
         let answer = tokio::time::timeout(Duration::from_secs(5), peer.recv_json())
             .await
             .expect("an answer, not silence");
-        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(answer["id"], id, "{answer}");
         assert_eq!(answer["error"]["code"], -32600, "{answer}");
     }

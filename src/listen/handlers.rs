@@ -200,16 +200,21 @@ fn check_modern(
         };
         refuse(jsonrpc::HEADER_MISMATCH, &message, None)
     };
-    let version = header_str(headers, VERSION_HEADER);
+    // A header sent twice says two things: neither is taken.
+    let one = |name: &str| match headers.get_all(name).iter().count() {
+        1 => header_str(headers, name),
+        _ => None,
+    };
+    let version = one(VERSION_HEADER);
     if version != Some(modern.version.as_str()) {
         return Err(mismatch("MCP-Protocol-Version", &modern.version, version));
     }
-    let sent_method = header_str(headers, "mcp-method");
+    let sent_method = one("mcp-method");
     if sent_method.and_then(crate::era::header_text).as_deref() != Some(method) {
         return Err(mismatch("Mcp-Method", method, sent_method));
     }
     if crate::era::name_member(method).is_some() {
-        let sent_name = header_str(headers, "mcp-name");
+        let sent_name = one("mcp-name");
         let expected = crate::era::name_of(method, body).unwrap_or_default();
         if sent_name.and_then(crate::era::header_text) != Some(expected.clone()) {
             return Err(mismatch("Mcp-Name", &expected, sent_name));

@@ -1,0 +1,530 @@
+//! MCP 2026-07-28 ("modern") clients through the proxy, on stdio and `--listen`, with the
+//! server a stdio child or a Streamable HTTP endpoint: the budget holds, fitted to the client
+//! each request names; HTTP requests are checked against their headers; every result the
+//! proxy writes is complete; the server's errors pass as it wrote them.
+
+#![allow(deprecated)] // rmcp's ServerInfo alias
+
+mod common;
+
+#[path = "../examples/fleet/record.rs"]
+mod record;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::{Peer, example};
+use rmcp::model::*;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use rmcp::{ClientHandler, ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+
+/// A reqwest client (rustls needs its crypto provider chosen first).
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+fn fleet_policy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/fleet.toml")
+}
+
+fn meta(client: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
+    })
+}
+
+/// A modern request's body.
+fn request(id: Value, method: &str, mut params: Value, client: &str) -> String {
+    params["_meta"] = meta(client);
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// A modern POST with the headers its body implies (`name`: `Mcp-Name`).
+fn post(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    body: String,
+) -> reqwest::RequestBuilder {
+    let mut builder = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .body(body);
+    if let Some(name) = name {
+        builder = builder.header("mcp-name", name);
+    }
+    builder
+}
+
+/// The JSON-RPC message of a response, JSON or the last SSE event's data.
+async fn message(response: reqwest::Response) -> (reqwest::StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    let json = if text.trim_start().starts_with('{') {
+        text
+    } else {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .next_back()
+            .unwrap_or_else(|| panic!("no event in {text}"))
+            .to_string()
+    };
+    (status, serde_json::from_str(&json).unwrap())
+}
+
+async fn listen_fleet() -> (tokio::process::Child, String) {
+    let fleet = example("fleet_server");
+    common::listen(
+        &[
+            "--policy",
+            fleet_policy().to_str().unwrap(),
+            "--",
+            fleet.to_str().unwrap(),
+            "--streams",
+            "240",
+        ],
+        &[],
+    )
+    .await
+}
+
+fn tools_call(id: Value, tool: &str, arguments: Value, client: &str) -> String {
+    request(
+        id,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+        client,
+    )
+}
+
+#[tokio::test]
+async fn each_modern_request_is_budgeted_for_the_client_it_names() {
+    let (_proxy, url) = listen_fleet().await;
+    let http = http_client();
+    let mut sizes = Vec::new();
+    for client in ["codex-mcp-client", "claude-code", "some-client"] {
+        let body = tools_call(json!(3), "fleet_show", json!({}), client);
+        let (status, answer) = message(
+            post(&http, &url, "tools/call", Some("fleet_show"), body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(answer["id"], 3);
+        assert_eq!(answer["result"]["resultType"], "complete");
+        assert_eq!(answer["result"]["structuredContent"]["total_count"], 240);
+        sizes.push(answer["result"].to_string().len());
+    }
+    // Codex reads 10,000 bytes (its profile); the others get the policy's 25 streams.
+    assert!(sizes[0] < 10_000, "codex: {sizes:?}");
+    assert!(sizes[1] > 20_000 && sizes[2] > 20_000, "{sizes:?}");
+}
+
+#[tokio::test]
+async fn a_list_fitted_to_a_client_is_private() {
+    let (_proxy, url) = listen_fleet().await;
+    let http = http_client();
+    let body = request(json!(1), "tools/list", json!({}), "codex-mcp-client");
+    let (_, answer) = message(
+        post(&http, &url, "tools/list", None, body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer["result"]["cacheScope"], "private");
+    assert!(
+        answer["result"]["ttlMs"].as_u64().is_some(),
+        "{}",
+        answer["result"]["ttlMs"]
+    );
+    let names: Vec<&str> = answer["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["fleet_show", "wave_show", "stream_detail"],
+        "the server's order"
+    );
+}
+
+#[tokio::test]
+async fn every_result_the_proxy_writes_for_a_modern_request_is_complete() {
+    let (_proxy, url) = listen_fleet().await;
+    let http = http_client();
+    for (n, arguments) in [
+        json!({"limit": 500}),
+        json!({"after": "not-a-cursor"}),
+        json!({"horizon": "all", "detail": "full", "limit": 100}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = json!(format!("r{n}"));
+        let body = tools_call(id.clone(), "fleet_show", arguments.clone(), "x");
+        let (_, answer) = message(
+            post(&http, &url, "tools/call", Some("fleet_show"), body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(answer["id"], id);
+        assert_eq!(
+            answer["result"]["resultType"], "complete",
+            "{arguments}: {answer}"
+        );
+        assert_eq!(answer["result"]["isError"], true, "{arguments}: {answer}");
+    }
+}
+
+#[tokio::test]
+async fn modern_headers_are_checked_against_the_body() {
+    let (_proxy, url) = listen_fleet().await;
+    let http = http_client();
+    let call = || tools_call(json!("q-7"), "fleet_show", json!({}), "x");
+    let cases: Vec<(reqwest::RequestBuilder, i64)> = vec![
+        // The version header missing, or another than _meta's.
+        (
+            http.post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json")
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "fleet_show")
+                .body(call()),
+            -32020,
+        ),
+        (
+            post(&http, &url, "tools/call", Some("fleet_show"), call())
+                .header("mcp-protocol-version", "2025-11-25"),
+            -32020,
+        ),
+        (post(&http, &url, "tools/list", Some("fleet_show"), call()), -32020),
+        (post(&http, &url, "tools/call", None, call()), -32020),
+        (post(&http, &url, "tools/call", Some("stream_detail"), call()), -32020),
+        // _meta missing.
+        (
+            post(
+                &http,
+                &url,
+                "tools/call",
+                Some("fleet_show"),
+                json!({"jsonrpc":"2.0","id":"q-7","method":"tools/call","params":{"name":"fleet_show"}})
+                    .to_string(),
+            ),
+            -32602,
+        ),
+        // Capabilities missing.
+        (
+            post(
+                &http,
+                &url,
+                "tools/call",
+                Some("fleet_show"),
+                json!({"jsonrpc":"2.0","id":"q-7","method":"tools/call","params":{"name":"fleet_show","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}})
+                    .to_string(),
+            ),
+            -32602,
+        ),
+    ];
+    for (n, (builder, code)) in cases.into_iter().enumerate() {
+        let (status, answer) = message(builder.send().await.unwrap()).await;
+        assert_eq!(status, 400, "case {n}: {answer}");
+        assert_eq!(answer["id"], "q-7", "case {n}: the id is echoed: {answer}");
+        assert_eq!(answer["error"]["code"], code, "case {n}: {answer}");
+    }
+    // An unsupported version: -32022 with the versions to try.
+    let body = call().replace("2026-07-28", "2099-01-01");
+    let (status, answer) = message(
+        post(&http, &url, "tools/call", Some("fleet_show"), body)
+            .header("mcp-protocol-version", "2099-01-01")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(answer["error"]["code"], -32022, "{answer}");
+    assert_eq!(answer["error"]["data"]["supported"][0], "2026-07-28");
+    assert_eq!(answer["id"], "q-7");
+    // The base64 form of a name is the name.
+    let body = tools_call(
+        json!(9),
+        "stream_detail",
+        json!({"stream_id": "st-0001"}),
+        "x",
+    );
+    let (status, answer) = message(
+        post(
+            &http,
+            &url,
+            "tools/call",
+            Some("=?base64?c3RyZWFtX2RldGFpbA==?="),
+            body,
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["resultType"], "complete");
+    // GET and DELETE: no stream, no session.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let response = http
+            .request(method.clone(), &url)
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "{method}");
+        assert_eq!(response.headers()["allow"], "POST");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_modern_requests_with_one_id_each_get_their_own_answer() {
+    let (_proxy, url) = listen_fleet().await;
+    let http = http_client();
+    let big = post(
+        &http,
+        &url,
+        "tools/call",
+        Some("fleet_show"),
+        tools_call(json!(1), "fleet_show", json!({"format": "csv"}), "x"),
+    )
+    .send();
+    let small = post(
+        &http,
+        &url,
+        "ping",
+        None,
+        request(json!(1), "ping", json!({}), "x"),
+    )
+    .send();
+    let (big, small) = tokio::join!(big, small);
+    let (_, big) = message(big.unwrap()).await;
+    let (_, small) = message(small.unwrap()).await;
+    assert_eq!(big["id"], 1);
+    assert_eq!(small["id"], 1);
+    assert!(big["result"]["content"].is_array(), "{big}");
+    assert!(small["result"]["content"].is_null(), "{small}");
+    // A session id the proxy never gave names nothing.
+    let response = post(
+        &http,
+        &url,
+        "ping",
+        None,
+        request(json!(2), "ping", json!({}), "x"),
+    )
+    .header("mcp-session-id", "0000")
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 404);
+}
+
+#[tokio::test]
+async fn a_modern_client_over_stdio_is_budgeted_without_initialize() {
+    let fleet = example("fleet_server");
+    let policy = fleet_policy();
+    let mut peer = Peer::proxy(
+        &["--policy", policy.to_str().unwrap()],
+        &[fleet.to_str().unwrap(), "--streams", "240"],
+    );
+    let mut sizes = Vec::new();
+    for (id, client) in [(1, "codex-mcp-client"), (2, "claude-code")] {
+        peer.send(&tools_call(json!(id), "fleet_show", json!({}), client))
+            .await;
+        let line = peer.recv().await;
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["id"], id);
+        assert_eq!(answer["result"]["resultType"], "complete");
+        sizes.push(line.len());
+    }
+    assert!(sizes[0] < 10_300, "{sizes:?}");
+    assert!(sizes[1] > 20_000, "{sizes:?}");
+    // A proxy-made refusal is complete too.
+    peer.send(&tools_call(
+        json!(3),
+        "fleet_show",
+        json!({"limit": 0}),
+        "x",
+    ))
+    .await;
+    let answer = peer.recv_json().await;
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    // A legacy client of the same proxy sees no resultType it did not ask for.
+    peer.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fleet_show","arguments":{"limit":0}}}"#).await;
+    let answer = peer.recv_json().await;
+    assert!(answer["result"].get("resultType").is_none(), "{answer}");
+}
+
+/// An rmcp Streamable HTTP server (dual-era) with the fleet's `fleet_show`.
+#[derive(Clone)]
+struct Fleet;
+
+impl ServerHandler for Fleet {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("fleet-http", "0.1.0"))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema: serde_json::Map<String, Value> =
+            serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap();
+        Ok(ListToolsResult::with_all_items(vec![Tool::new(
+            "fleet_show",
+            "Show the fleet",
+            Arc::new(schema),
+        )]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        match request.name.as_ref() {
+            "fleet_show" => Ok(CallToolResult::structured(record::fleet_show(120, 7)).into()),
+            other => Err(ErrorData::invalid_params(
+                format!("unknown tool {other}"),
+                Some(json!({"tool": other})),
+            )),
+        }
+    }
+}
+
+async fn fleet_http() -> String {
+    let service = StreamableHttpService::new(
+        || Ok(Fleet),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{addr}/mcp")
+}
+
+#[derive(Clone, Default)]
+struct ModernClient;
+
+impl ClientHandler for ModernClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("codex-mcp-client", "1.0.0"),
+        )
+    }
+}
+
+#[tokio::test]
+async fn an_rmcp_modern_client_through_listen_and_an_http_upstream() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let upstream = fleet_http().await;
+    let (_proxy, url) = common::listen(
+        &[
+            "--policy",
+            fleet_policy().to_str().unwrap(),
+            "--upstream",
+            &upstream,
+        ],
+        &[],
+    )
+    .await;
+    let client = ModernClient
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(url.clone()),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("a modern session through the proxy");
+    let tools = client.list_all_tools().await.unwrap();
+    let fleet = tools.iter().find(|t| t.name == "fleet_show").unwrap();
+    let properties = fleet.input_schema["properties"].as_object().unwrap();
+    assert!(properties.contains_key("horizon") && properties.contains_key("after"));
+    let result = client
+        .call_tool(CallToolRequestParams::new("fleet_show"))
+        .await
+        .unwrap();
+    let result = serde_json::to_value(result).unwrap();
+    assert_eq!(result["structuredContent"]["total_count"], 120);
+    assert!(result.to_string().len() < 10_000, "codex's page");
+    client.cancel().await.unwrap();
+
+    // The server's own error, as it wrote it: code, message and data.
+    let http = http_client();
+    let body = tools_call(json!(5), "nope", json!({}), "x");
+    let (_, answer) = message(
+        post(&http, &url, "tools/call", Some("nope"), body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer["id"], 5);
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert_eq!(answer["error"]["message"], "unknown tool nope");
+    assert_eq!(answer["error"]["data"]["tool"], "nope");
+}
+
+#[tokio::test]
+async fn an_http_upstreams_error_status_passes_with_its_json_rpc_error() {
+    use wiremock::matchers::{header, method};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("mcp-protocol-version", "2026-07-28"))
+        .and(header("mcp-method", "tools/call"))
+        .and(header("mcp-name", "fleet_show"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({
+            "jsonrpc": "2.0",
+            "id": "mcp-budget-s1",
+            "error": {"code": -32022, "message": "Unsupported protocol version",
+                      "data": {"supported": ["2025-11-25"], "requested": "2026-07-28"}}
+        })))
+        .mount(&server)
+        .await;
+    let upstream = format!("{}/mcp", server.uri());
+    let (_proxy, url) = common::listen(&["--policy", "none", "--upstream", &upstream], &[]).await;
+    let http = http_client();
+    let body = tools_call(json!("c1"), "fleet_show", json!({}), "x");
+    let (_, answer) = message(
+        post(&http, &url, "tools/call", Some("fleet_show"), body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer["id"], "c1", "{answer}");
+    assert_eq!(answer["error"]["code"], -32022, "{answer}");
+    assert_eq!(answer["error"]["data"]["supported"][0], "2025-11-25");
+}
