@@ -143,17 +143,67 @@ pub struct Headers {
     pub method: String,
     /// `Mcp-Name`, for the methods that name something (see [`name_of`]).
     pub name: Option<String>,
+    /// `Mcp-Param-{name}`: the arguments a tool's descriptor marks with `x-mcp-header`.
+    pub params: Vec<(String, String)>,
 }
 
 impl Headers {
     /// The headers of a modern request (`bytes`: as it goes upstream).
-    pub fn of(version: &str, method: &str, bytes: &[u8]) -> Headers {
+    /// `annotated`: the tool's arguments that travel as headers (header, argument).
+    pub fn of(
+        version: &str,
+        method: &str,
+        bytes: &[u8],
+        annotated: &[(String, String)],
+    ) -> Headers {
+        let params = match annotated.is_empty() {
+            true => Vec::new(),
+            false => param_values(bytes, annotated)
+                .into_iter()
+                .filter_map(|(header, value)| Some((header, value?)))
+                .collect(),
+        };
         Headers {
             version: version.to_string(),
             method: method.to_string(),
             name: name_of(method, bytes),
+            params,
         }
     }
+}
+
+/// The text each annotated argument of a `tools/call` (`bytes`) carries in its header: a
+/// string as it is, a number as written, a boolean as `true`/`false`; `None` where the call
+/// does not give the argument (or gives a value no header carries).
+pub fn param_values(bytes: &[u8], annotated: &[(String, String)]) -> Vec<(String, Option<String>)> {
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        params: Option<CallParams<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct CallParams<'a> {
+        #[serde(borrow)]
+        arguments: Option<std::collections::HashMap<std::borrow::Cow<'a, str>, &'a RawValue>>,
+    }
+    let arguments = serde_json::from_slice::<Call<'_>>(bytes)
+        .ok()
+        .and_then(|c| c.params?.arguments)
+        .unwrap_or_default();
+    annotated
+        .iter()
+        .map(|(header, argument)| {
+            let value = arguments.get(argument.as_str()).and_then(|raw| {
+                let text = raw.get();
+                match text.as_bytes().first() {
+                    Some(b'"') => serde_json::from_str::<String>(text).ok(),
+                    Some(b't' | b'f' | b'-' | b'0'..=b'9') => Some(text.to_string()),
+                    _ => None,
+                }
+            });
+            (header.clone(), value)
+        })
+        .collect()
 }
 
 /// The member of `params` that `Mcp-Name` carries for `method`, if it carries one.
@@ -277,7 +327,7 @@ mod tests {
     #[test]
     fn headers_come_from_the_body_sent() {
         let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r\u00e9sum\u00e9","arguments":{}}}"#;
-        let headers = Headers::of(MODERN, "tools/call", call);
+        let headers = Headers::of(MODERN, "tools/call", call, &[]);
         assert_eq!(headers.name.as_deref(), Some("résumé"));
         assert_eq!(header_value("résumé"), "=?base64?csOpc3Vtw6k=?=");
         assert_eq!(

@@ -93,6 +93,9 @@ struct ToolInfo {
     own_after: bool,
     /// Its arguments that can narrow a result, for a refusal.
     narrowing: Vec<String>,
+    /// Its arguments that travel as HTTP headers too (2026-07-28, `x-mcp-header`): (the
+    /// header's name after `Mcp-Param-`, the argument).
+    headers: Vec<(String, String)>,
 }
 
 /// What the relay remembers about a `tools/call` until its response arrives.
@@ -105,6 +108,13 @@ pub struct CallContext {
     auto: Option<AutoCall>,
     /// The call was a modern request: what the proxy writes for it carries `resultType`.
     modern: bool,
+}
+
+impl CallContext {
+    /// The tool called.
+    pub fn tool(&self) -> &str {
+        &self.plan.tool
+    }
 }
 
 /// An automatically paged call: the upstream arguments (for the cursor's digest, computed
@@ -458,6 +468,17 @@ impl Interceptor {
         }
     }
 
+    /// The arguments of `tool` that travel as `Mcp-Param-*` headers: (header name, argument),
+    /// as its listed descriptor says (nothing for a tool not listed in this session).
+    pub fn param_headers(&self, tool: &str) -> Vec<(String, String)> {
+        self.tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tool)
+            .map(|info| info.headers.clone())
+            .unwrap_or_default()
+    }
+
     fn tool_info(&self, tool: &str) -> ToolInfo {
         self.tools
             .lock()
@@ -563,6 +584,16 @@ impl Interceptor {
                         == Some(&Value::Bool(true)),
                     own_after: names.iter().any(|n| n == "after"),
                     narrowing,
+                    headers: properties
+                        .map(|p| {
+                            p.iter()
+                                .filter_map(|(argument, schema)| {
+                                    let header = schema.get("x-mcp-header")?.as_str()?;
+                                    Some((header.to_string(), argument.clone()))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 },
             );
         }

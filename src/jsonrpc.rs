@@ -19,6 +19,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 /// 2026-07-28: an HTTP header does not match the body it came with.
 pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: the request lacks a client capability the method needs.
+pub const MISSING_CAPABILITY: i64 = -32021;
 /// 2026-07-28: the request's protocol version is not one the proxy serves.
 pub const UNSUPPORTED_VERSION: i64 = -32022;
 /// The upstream server is gone, timed out, or answered with something unusable.

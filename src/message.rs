@@ -618,6 +618,47 @@ struct CancelledParams<'a> {
     request_id: Option<&'a RawValue>,
 }
 
+/// The `_meta` key that names the subscription a notification belongs to (2026-07-28).
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+#[derive(Deserialize)]
+struct Subscribed<'a> {
+    #[serde(borrow)]
+    params: Option<SubscribedParams<'a>>,
+}
+
+#[derive(Deserialize)]
+struct SubscribedParams<'a> {
+    #[serde(borrow, rename = "_meta")]
+    meta: Option<SubscribedMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct SubscribedMeta<'a> {
+    #[serde(borrow, rename = "io.modelcontextprotocol/subscriptionId")]
+    id: Option<&'a RawValue>,
+}
+
+fn subscription_raw(line: &[u8]) -> Option<&RawValue> {
+    memchr::memmem::find(line, META_SUBSCRIPTION_ID.as_bytes())?;
+    serde_json::from_slice::<Subscribed<'_>>(line)
+        .ok()?
+        .params?
+        .meta?
+        .id
+}
+
+/// The subscription a notification names: `params._meta["io.modelcontextprotocol/subscriptionId"]`.
+pub fn subscription_id(line: &[u8]) -> Option<Id> {
+    Id::parse(subscription_raw(line)?.get())
+}
+
+/// A notification with its subscription id replaced by `id_text` (JSON text).
+pub fn with_subscription_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
+    let raw = subscription_raw(line)?;
+    Some(splice(line, raw.get(), id_text.as_bytes()))
+}
+
 /// `line` with the bytes of `part` (a slice of it) replaced by `new`.
 pub fn splice(line: &[u8], part: &str, new: &[u8]) -> Vec<u8> {
     let start = (part.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);

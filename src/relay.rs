@@ -226,8 +226,11 @@ impl Relay {
         self
     }
 
-    /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
-    /// [`Relay::expire`]).
+    /// The session's interceptor (what its `tools/list` said of each tool).
+    pub fn interceptor(&self) -> &Interceptor {
+        &self.interceptor
+    }
+
     /// Changes when a policy reload changed what descriptors say.
     pub fn descriptor_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.interceptor.descriptor_changes()
@@ -238,6 +241,8 @@ impl Relay {
         self.state().initialized
     }
 
+    /// Requests unanswered after `timeout` get an error and are cancelled upstream (see
+    /// [`Relay::expire`]).
     pub fn with_request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = timeout;
         self
@@ -548,10 +553,17 @@ impl Relay {
                         Forward::Rewritten(b) => b.as_slice(),
                         _ => bytes,
                     };
+                    let annotated = match &pending {
+                        Pending::ToolsCall(context) => {
+                            self.interceptor.param_headers(context.tool())
+                        }
+                        _ => Vec::new(),
+                    };
                     out.modern = Some(Box::new(crate::era::Headers::of(
                         &modern.version,
                         &method,
                         sent,
+                        &annotated,
                     )));
                 }
                 let key: Box<str> = match &upstream {
@@ -837,6 +849,14 @@ impl Relay {
                 }
                 None => Delivery::Drop,
             },
+            // An id that is no id answers nothing and asks nothing a client could answer.
+            Parsed::Single(Kind::Malformed {
+                problem: message::Problem::BadId,
+                ..
+            }) => {
+                tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), "the server sent a message whose id is not a string or a number; dropped");
+                Delivery::Drop
+            }
             Parsed::Single(_) => Delivery::Unchanged,
             Parsed::Batch(kinds) => self.server_batch(kinds, &line, &mut restored),
         };

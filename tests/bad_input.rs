@@ -223,7 +223,7 @@ proptest! {
 #[test]
 fn deep_nesting_huge_numbers_and_invalid_utf8_get_clear_errors() {
     let relay = fleet_relay();
-    // A 10,000-deep JSON array: refused as an invalid request, no stack overflow.
+    // A 10,000-deep JSON array: refused as an invalid request before anything parses it.
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     let routed = relay.from_client(Frame::Line(deep.into_bytes()));
     assert!(routed.to_server.is_none());
@@ -231,10 +231,10 @@ fn deep_nesting_huge_numbers_and_invalid_utf8_get_clear_errors() {
     assert_eq!(answer["error"]["code"], -32600);
     assert_eq!(
         answer["error"]["message"],
-        "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)"
+        "Invalid Request: the message nests deeper than 128 levels; send a flatter value"
     );
-    // Deep arguments of a budgeted tool: the budget cannot read them, so it refuses the call
-    // instead of passing it through unbudgeted.
+    // Deep arguments of a budgeted tool: refused before the budget (or the server) reads them,
+    // under the request's id.
     let deep_arguments = format!(
         r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"fleet_show","arguments":{{"x":{}1{}}}}}}}"#,
         "[".repeat(10_000),
@@ -245,12 +245,13 @@ fn deep_nesting_huge_numbers_and_invalid_utf8_get_clear_errors() {
     let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
     assert_eq!(
         (answer["id"].clone(), answer["error"]["code"].clone()),
-        (json!(7), json!(-32700))
+        (json!(7), json!(-32600))
     );
     assert!(
-        answer["error"]["message"].as_str().unwrap().starts_with(
-            "Parse error: the tools/call request could not be read (recursion limit exceeded"
-        ),
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nests deeper than 128 levels"),
         "{answer}"
     );
     // Huge numbers as limits.

@@ -253,8 +253,13 @@ async fn modern_headers_are_checked_against_the_body() {
     // An unsupported version: -32022 with the versions to try.
     let body = call().replace("2026-07-28", "2099-01-01");
     let (status, answer) = message(
-        post(&http, &url, "tools/call", Some("fleet_show"), body)
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
             .header("mcp-protocol-version", "2099-01-01")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "fleet_show")
+            .body(body)
             .send()
             .await
             .unwrap(),

@@ -624,7 +624,7 @@ fn rewritten_descriptors_keep_the_servers_bytes_elsewhere() {
     let interceptor = mcp_budget::intercept::Interceptor::new(budget(POLICY));
     let message = r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"list_things","description":"Th\u00e9 things \/ all","inputSchema":{"type":"object","properties":{"q":{"type":"string","x-weight":1e3}}},"x-cost":1.50},{"name":"other","inputSchema":{"type":"object","x-limit":2.5E-7}}],"x-list":-0}}"#;
     let out = interceptor
-        .tools_list_response(message.as_bytes())
+        .tools_list_response(message.as_bytes(), None)
         .expect("rewritten");
     let out = String::from_utf8(out).unwrap();
     for kept in [

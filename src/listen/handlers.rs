@@ -163,21 +163,6 @@ fn check_modern(
             None,
         ));
     };
-    if !crate::era::is_modern(&modern.version) {
-        let data = serde_json::json!({
-            "supported": crate::era::SUPPORTED,
-            "requested": modern.version,
-        });
-        return Err(refuse(
-            jsonrpc::UNSUPPORTED_VERSION,
-            &format!(
-                "Unsupported protocol version {:?}: without a session this proxy serves {}; earlier revisions send initialize first",
-                modern.version,
-                crate::era::MODERN
-            ),
-            Some(&data),
-        ));
-    }
     if !modern.capabilities {
         return Err(refuse(
             jsonrpc::INVALID_PARAMS,
@@ -203,11 +188,27 @@ fn check_modern(
     // A header sent twice says two things: neither is taken.
     let one = |name: &str| match headers.get_all(name).iter().count() {
         1 => header_str(headers, name),
-        _ => None,
+        0 => None,
+        _ => Some("(sent more than once)"),
     };
     let version = one(VERSION_HEADER);
     if version != Some(modern.version.as_str()) {
         return Err(mismatch("MCP-Protocol-Version", &modern.version, version));
+    }
+    if !crate::era::is_modern(&modern.version) {
+        let data = serde_json::json!({
+            "supported": [crate::era::MODERN],
+            "requested": modern.version,
+        });
+        return Err(refuse(
+            jsonrpc::UNSUPPORTED_VERSION,
+            &format!(
+                "Unsupported protocol version {:?}: without a session this proxy serves {}; earlier revisions send initialize first",
+                modern.version,
+                crate::era::MODERN
+            ),
+            Some(&data),
+        ));
     }
     let sent_method = one("mcp-method");
     if sent_method.and_then(crate::era::header_text).as_deref() != Some(method) {
@@ -218,6 +219,70 @@ fn check_modern(
         let expected = crate::era::name_of(method, body).unwrap_or_default();
         if sent_name.and_then(crate::era::header_text) != Some(expected.clone()) {
             return Err(mismatch("Mcp-Name", &expected, sent_name));
+        }
+    }
+    Ok(())
+}
+
+/// The `Mcp-Param-*` headers of a modern request: each one readable (its base64 form too),
+/// and for a `tools/call`, one for each argument the tool's descriptor marks with
+/// `x-mcp-header`, carrying the argument's value (-32020 otherwise).
+fn check_params(
+    headers: &HeaderMap,
+    id: &Id,
+    session: &Session,
+    method: &str,
+    body: &[u8],
+) -> Result<(), Refusal> {
+    let mismatch = |message: String| {
+        tracing::debug!(id = id.raw(), %message, "modern request refused");
+        rpc_refusal(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            jsonrpc::HEADER_MISMATCH,
+            &message,
+            None,
+        )
+    };
+    for (name, value) in headers {
+        if name.as_str().starts_with("mcp-param-")
+            && value
+                .to_str()
+                .ok()
+                .and_then(crate::era::header_text)
+                .is_none()
+        {
+            return Err(mismatch(format!(
+                "Header mismatch: {name} is not a header value the revision allows (visible ASCII, or =?base64?…?= around valid Base64 of UTF-8 text)"
+            )));
+        }
+    }
+    if method != "tools/call" {
+        return Ok(());
+    }
+    let tool = crate::era::name_of(method, body).unwrap_or_default();
+    let annotated = session.relay.interceptor().param_headers(&tool);
+    for (header, value) in crate::era::param_values(body, &annotated) {
+        let name = format!("mcp-param-{}", header.to_ascii_lowercase());
+        let sent: Vec<&HeaderValue> = headers.get_all(name.as_str()).iter().collect();
+        let sent = match sent.as_slice() {
+            [] => None,
+            [one] => one.to_str().ok().and_then(crate::era::header_text),
+            _ => {
+                return Err(mismatch(format!(
+                    "Header mismatch: Mcp-Param-{header} is sent twice"
+                )));
+            }
+        };
+        if sent != value {
+            return Err(mismatch(match value {
+                Some(value) => format!(
+                    "Header mismatch: Mcp-Param-{header} must carry the {tool} argument's value {value:?} (its descriptor marks it with x-mcp-header)"
+                ),
+                None => format!(
+                    "Header mismatch: Mcp-Param-{header} is sent but the call gives no value for the argument it carries"
+                ),
+            }));
         }
     }
     Ok(())
@@ -616,19 +681,29 @@ async fn handle_post(
     }
     let header_version = header_str(headers, VERSION_HEADER);
     let stateless = existing.is_none()
-        && initialize.is_none()
-        && (modern.is_some() || header_version.is_some_and(crate::era::is_modern));
+        && (header_version.is_some_and(crate::era::is_modern)
+            || (initialize.is_none() && modern.is_some()));
+    if stateless && let Some(id) = &initialize {
+        // 2026-07-28 has no initialize: a modern client that sends one is told so.
+        return Err(rpc_refusal(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            jsonrpc::METHOD_NOT_FOUND,
+            "Method not found: initialize is not part of MCP 2026-07-28 (send requests with their _meta; for an earlier revision, send initialize with that revision's MCP-Protocol-Version or none)",
+            None,
+        ));
+    }
     // A modern request goes upstream under an id of the proxy's, and its answer comes back
     // under the client's own.
     let mut restore: Option<(Id, Id)> = None;
     let (session, opened, body, parsed) = match (existing, &initialize) {
         (Some(session), _) => (session, false, body, parsed),
-        (None, Some(init)) => {
+        (None, Some(init)) if !stateless => {
             let session = listener.sessions.open(client).await.map_err(open_refusal)?;
             session.set_initialize_key(init.key());
             (session, true, body, parsed)
         }
-        (None, None) if stateless => {
+        (None, _) if stateless => {
             let message::Parsed::Single(kind) = parsed else {
                 return Err(rpc_refusal(
                     StatusCode::BAD_REQUEST,
@@ -651,6 +726,7 @@ async fn handle_post(
                         .stateless(client)
                         .await
                         .map_err(open_refusal)?;
+                    check_params(headers, id, &session, method, &body)?;
                     let fresh = session.fresh_id();
                     let Some(line) = message::with_id(&body, fresh.raw()) else {
                         return Err(rpc_refusal(
@@ -691,7 +767,7 @@ async fn handle_post(
             };
             (session.0, false, session.1, session.2)
         }
-        (None, None) => {
+        (None, _) => {
             let id = parsed.kinds().iter().find_map(|kind| match kind {
                 Kind::Request { id, .. } => Some(id.clone()),
                 _ => None,
@@ -774,15 +850,31 @@ async fn handle_post(
         drop(guard);
         return Ok((StatusCode::ACCEPTED, response_headers).into_response());
     }
+    let stateless = guard.restore.is_some();
     if sse {
         let options = listener.sessions.options();
         let resumable = session.resumable();
         let stop = session.stop_signal(number);
+        // A modern request's answer, when it comes before anything else, is the response
+        // itself, with the HTTP status its error calls for (2026-07-28: 404 for an unknown
+        // method, 400 for bad params or headers); anything before it opens the stream.
+        let mut first = VecDeque::new();
+        if stateless {
+            let Some(message) = guard.next().await else {
+                return Ok(json_response(StatusCode::OK, response_headers, Vec::new()));
+            };
+            if guard.answered() {
+                let status = modern_status(&message);
+                return Ok(json_response(status, response_headers, message));
+            }
+            first.push_back(guard.event(&message));
+        }
         let writer = Writer {
             // A client that can resume gets a first event with an id, to resume from.
             replay: resumable
                 .then(|| priming(number, options.retry))
                 .into_iter()
+                .chain(first)
                 .collect(),
             deadline: options
                 .stream_limit
@@ -813,7 +905,40 @@ async fn handle_post(
         body.push(b']');
         body
     };
-    Ok(json_response(StatusCode::OK, response_headers, body))
+    let status = match stateless {
+        true => modern_status(&body),
+        false => StatusCode::OK,
+    };
+    Ok(json_response(status, response_headers, body))
+}
+
+/// The HTTP status of a modern request's answer: an error names it (2026-07-28, Streamable
+/// HTTP): an unknown method 404, a request the server refused as malformed 400.
+fn modern_status(answer: &[u8]) -> StatusCode {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    let code = serde_json::from_slice::<Answer>(answer)
+        .ok()
+        .and_then(|a| a.error)
+        .map(|e| e.code);
+    match code {
+        Some(jsonrpc::METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(
+            jsonrpc::PARSE_ERROR
+            | jsonrpc::INVALID_REQUEST
+            | jsonrpc::INVALID_PARAMS
+            | jsonrpc::HEADER_MISMATCH
+            | jsonrpc::MISSING_CAPABILITY
+            | jsonrpc::UNSUPPORTED_VERSION,
+        ) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
 }
 
 /// The messages of one line: a batch's elements, or the message itself.
@@ -868,11 +993,25 @@ impl StreamGuard {
         for key in message.response_keys() {
             state.awaiting.remove(&key);
         }
-        if let (Some((fresh, client)), Some(Kind::Response { id: Some(id), .. })) =
-            (&self.restore, &message.kind)
-            && id.key() == fresh.key()
-        {
-            return Some(message::with_id(&message.bytes, client.raw()).unwrap_or(message.bytes));
+        if let Some((fresh, client)) = &self.restore {
+            match &message.kind {
+                Some(Kind::Response { id: Some(id), .. }) if id.key() == fresh.key() => {
+                    return Some(
+                        message::with_id(&message.bytes, client.raw()).unwrap_or(message.bytes),
+                    );
+                }
+                // A subscription's notifications name it by the client's id.
+                Some(Kind::Notification { .. })
+                    if message::subscription_id(&message.bytes)
+                        .is_some_and(|id| id.key() == fresh.key()) =>
+                {
+                    return Some(
+                        message::with_subscription_id(&message.bytes, client.raw())
+                            .unwrap_or(message.bytes),
+                    );
+                }
+                _ => {}
+            }
         }
         Some(message.bytes)
     }
@@ -890,6 +1029,11 @@ impl StreamGuard {
 
     fn number(&self) -> u64 {
         self.state.as_ref().map_or(0, |s| s.number)
+    }
+
+    /// Whether every request of this POST is answered.
+    fn answered(&self) -> bool {
+        self.state.as_ref().is_none_or(|s| s.awaiting.is_empty())
     }
 }
 

@@ -668,6 +668,11 @@ impl Session {
             }
         }
         message.directed = false;
+        if self.is_stateless() {
+            // No GET stream, and no stream of another request takes what is not its own.
+            tracing::debug!(session = %self.id, "a server message for no open request of this principal was not delivered");
+            return;
+        }
         if let Some(Kind::Response { id, .. }) = &message.kind {
             // Its request's stream is gone (given up, and the request cancelled): an answer
             // goes on no other stream.
@@ -734,6 +739,7 @@ impl Session {
                 tracing::info!(session = %self.id, "an answer for a stream the client gave up was not delivered");
                 return;
             }
+            None if self.is_stateless() => return,
             None => {
                 message.directed = false;
                 fallback(&routes)
@@ -814,6 +820,15 @@ fn directed(
         }
         Some(Kind::Request { .. } | Kind::Notification { .. })
             if let Some(n) = related.and_then(|r| routes.waiting.get(r.key()).map(|w| w.0))
+                && let Some(tx) = stream(routes, n) =>
+        {
+            Some(tx)
+        }
+        // A subscription's notification goes to the stream of the `subscriptions/listen` it
+        // names (2026-07-28: `_meta["io.modelcontextprotocol/subscriptionId"]`, the request's id).
+        Some(Kind::Notification { .. })
+            if let Some(n) = message::subscription_id(bytes)
+                .and_then(|id| routes.waiting.get(id.key()).map(|w| w.0))
                 && let Some(tx) = stream(routes, n) =>
         {
             Some(tx)

@@ -166,6 +166,13 @@ impl Shared {
         if let Some(name) = &modern.name {
             set("mcp-name", &crate::era::header_value(name));
         }
+        for (header, value) in &modern.params {
+            if let Ok(name) = axum::http::HeaderName::try_from(format!("mcp-param-{header}"))
+                && let Ok(value) = HeaderValue::try_from(crate::era::header_value(value))
+            {
+                headers.insert(name, value);
+            }
+        }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(
             ACCEPT,
