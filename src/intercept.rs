@@ -93,6 +93,9 @@ struct ToolInfo {
     own_after: bool,
     /// Its arguments that can narrow a result, for a refusal.
     narrowing: Vec<String>,
+    /// Its input schema cannot take the budget's arguments (see
+    /// [`descriptor::not_extensible`]): the tool is left unbudgeted.
+    closed: bool,
     /// Its arguments that travel as HTTP headers too (2026-07-28, `x-mcp-header`): (the
     /// header's name after `Mcp-Param-`, the argument).
     headers: Vec<(String, String)>,
@@ -128,6 +131,8 @@ struct AutoCall {
 
 /// What to do with a client's `tools/call` request.
 #[derive(Debug)]
+// Forward is the common case: boxing its context would cost an allocation per call.
+#[allow(clippy::large_enum_variant)]
 pub enum CallDecision {
     /// Forward it upstream (rewritten when `Some`), and pass the context to the response hook.
     Forward {
@@ -577,9 +582,17 @@ impl Interceptor {
                 })
                 .cloned()
                 .collect();
+            let closed = tool.get("inputSchema").and_then(descriptor::not_extensible);
+            let was_closed = known.get(name).is_some_and(|info| info.closed);
+            if let Some(why) = &closed
+                && !was_closed
+            {
+                tracing::warn!(tool = %name, why = %why, "this tool's input schema cannot take the budget's arguments safely: it is left as the server wrote it and its results are not paged (the byte cap still holds)");
+            }
             known.insert(
                 name.to_string(),
                 ToolInfo {
+                    closed: closed.is_some(),
                     read_only: tool.pointer("/annotations/readOnlyHint")
                         == Some(&Value::Bool(true)),
                     own_after: names.iter().any(|n| n == "after"),
@@ -681,6 +694,10 @@ impl Interceptor {
                     "{name} is not available through this proxy (its policy hides it); call one of the tools tools/list returns"
                 ),
             ));
+        }
+        if self.tool_info(&name).closed {
+            // Its descriptor was left as the server wrote it: so is the call.
+            return forward(budget.plan_unpaged(name), None, None);
         }
         if budget.auto_for(&name) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);

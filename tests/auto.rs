@@ -175,6 +175,10 @@ async fn tools_gain_only_after_spliced_into_the_servers_bytes() {
     );
     let tools: Value = serde_json::from_str(&proxied).unwrap();
     for tool in tools["result"]["tools"].as_array().unwrap() {
+        if tool["name"] == "closed" {
+            // Its schema takes no other argument: left as the server wrote it.
+            continue;
+        }
         // `history` has an `after` of its own: the proxy's is called mcp_budget_after there.
         let name = if tool["name"] == "history" {
             "mcp_budget_after"
@@ -619,4 +623,90 @@ async fn refusals_name_the_right_size_and_line_ranges_do_not_overlap() {
         expected_first = last + 1;
     }
     assert_eq!(expected_first, 6_001);
+}
+
+#[tokio::test]
+async fn a_structured_array_is_paged_as_the_list_and_stays_valid_against_its_schema() {
+    let mut client = Client::start(&["--policy", "none"]).await;
+    let (list, _) = client.request("tools/list", json!({})).await;
+    let tool = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "rows")
+        .unwrap()
+        .clone();
+    // The list's schema is the server's: an array has no room for the proxy's fields.
+    assert_eq!(tool["outputSchema"]["type"], "array");
+    assert!(tool["outputSchema"].get("properties").is_none());
+    assert!(tool["inputSchema"]["properties"]["after"].is_object());
+    let schema = jsonschema::validator_for(&tool["outputSchema"]).unwrap();
+    let mut rows = Vec::new();
+    let mut arguments = json!({"rows": 5000});
+    let mut pages = 0;
+    loop {
+        let (result, line) = client.call("rows", arguments.clone()).await;
+        pages += 1;
+        assert!(line.len() < 200_000, "page {pages}: {} bytes", line.len());
+        let structured = &result["structuredContent"];
+        assert!(
+            schema.is_valid(structured),
+            "page {pages} breaks the outputSchema"
+        );
+        rows.extend(structured.as_array().unwrap().iter().cloned());
+        let continuation = &result["_meta"]["mcp-budget/continuation"];
+        assert_eq!(continuation["total_count"], 5000);
+        // The text says so too, for a client that reads only the text.
+        let notice = result["content"].as_array().unwrap().last().unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        match continuation["next_after"].as_str() {
+            Some(next) => {
+                assert!(notice.contains(next), "{notice}");
+                arguments = json!({"rows": 5000, "after": next});
+            }
+            None => break,
+        }
+        assert!(pages < 20, "the chain does not end");
+    }
+    assert!(pages > 1);
+    assert_eq!(rows.len(), 5000);
+    for (n, row) in rows.iter().enumerate() {
+        assert_eq!(row["n"], n as u64, "every row once, in order");
+    }
+    // The tool ran once for the whole chain.
+    assert_eq!(client.executions().await["rows"], 1);
+}
+
+#[tokio::test]
+async fn a_schema_closed_to_other_arguments_leaves_its_tool_unbudgeted() {
+    let mut client = Client::start(&["--policy", "none"]).await;
+    let (list, _) = client.request("tools/list", json!({})).await;
+    let tools = list["result"]["tools"].as_array().unwrap();
+    let closed = tools.iter().find(|t| t["name"] == "closed").unwrap();
+    // Not a byte of its descriptor changed: a client validating against the $ref'd schema
+    // (additionalProperties: false) would refuse an `after`.
+    assert_eq!(
+        closed["inputSchema"],
+        json!({"$ref":"#/$defs/Args","$defs":{"Args":{"type":"object","properties":{"bytes":{"type":"integer"}},"additionalProperties":false}}})
+    );
+    let big = tools.iter().find(|t| t["name"] == "big").unwrap();
+    assert!(big["inputSchema"]["properties"]["after"].is_object());
+    // Not paged (no `after` to continue with): a small result passes as it is, and the cap
+    // still refuses one over the budget rather than let it through.
+    let (result, line) = client.call("closed", json!({"bytes": 3_000})).await;
+    assert_eq!(
+        result["content"][0]["text"].as_str().unwrap().len(),
+        3_000,
+        "{line:.200}"
+    );
+    let (result, _) = client.call("closed", json!({"bytes": 300_000})).await;
+    assert_eq!(result["isError"], true);
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("result-too-large: closed")
+    );
 }

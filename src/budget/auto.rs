@@ -189,8 +189,11 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
             });
         }
     }
-    let structured =
-        member("structuredContent").filter(|r| result[r.clone()].trim_start().starts_with('{'));
+    // An object, or (since 2025-06-18 any JSON value may be) an array: the list itself.
+    let structured = member("structuredContent").filter(|r| {
+        let text = result[r.clone()].trim_start();
+        text.starts_with('{') || text.starts_with('[')
+    });
     let mirror = match &structured {
         Some(range) => mirror(&result, &result[range.clone()], &blocks, room),
         None => Mirror::None,
@@ -878,6 +881,13 @@ impl Prepared {
             };
             decorate(&body, cursor.as_deref(), total_count, &notice)
         });
+        // An array has no room for the continuation: it goes in the result's `_meta`, under
+        // the proxy's own key (and in the notice block, as always).
+        let meta_continuation = structured
+            .as_deref()
+            .filter(|s| s.trim_start().starts_with('['))
+            .map(|_| continuation(cursor.as_deref(), total_count, &notice));
+        let mut wrote_meta = false;
         let mut out = String::with_capacity(self.result.len().min(1 << 20));
         out.push('{');
         let mut first = true;
@@ -900,8 +910,34 @@ impl Prepared {
                     Some(s) => out.push_str(s),
                     None => out.push_str(&self.result[range.clone()]),
                 },
+                "_meta" if meta_continuation.is_some() => {
+                    let meta = &self.result[range.clone()];
+                    let added = meta_continuation.as_deref().unwrap_or_default();
+                    match meta.trim_start().strip_prefix('{') {
+                        Some(rest) => {
+                            let comma = if rest.trim_start().starts_with('}') {
+                                ""
+                            } else {
+                                ","
+                            };
+                            out.push('{');
+                            out.push_str(added);
+                            out.push_str(comma);
+                            out.push_str(rest);
+                        }
+                        None => out.push_str(meta),
+                    }
+                    wrote_meta = true;
+                }
                 _ => out.push_str(&self.result[range.clone()]),
             }
+        }
+        if let Some(added) = meta_continuation.as_deref()
+            && !wrote_meta
+        {
+            out.push_str(",\"_meta\":{");
+            out.push_str(added);
+            out.push('}');
         }
         if !wrote_content {
             if !first {
@@ -1008,6 +1044,25 @@ fn cut(doc: &str, array: &FoundArray, from: usize, to: usize) -> String {
     out.push(']');
     out.push_str(&doc[array.span.end..]);
     out
+}
+
+/// The `_meta` key under which a page whose structuredContent is an array carries its
+/// continuation.
+pub const META_CONTINUATION: &str = "mcp-budget/continuation";
+
+/// `"mcp-budget/continuation":{next_after, total_count, notice}`, a member to put in `_meta`.
+fn continuation(cursor: Option<&str>, total_count: usize, notice: &str) -> String {
+    let mut fields = serde_json::Map::new();
+    if let Some(cursor) = cursor {
+        fields.insert("next_after".into(), cursor.into());
+    }
+    fields.insert("total_count".into(), total_count.into());
+    fields.insert("notice".into(), notice.into());
+    format!(
+        "{}:{}",
+        serde_json::Value::from(META_CONTINUATION),
+        serde_json::Value::Object(fields)
+    )
 }
 
 /// The structured document with the continuation added at its end.

@@ -14,6 +14,12 @@ const META_KEY: &str = "anthropic/maxResultSizeChars";
 
 /// Rewrites one tool descriptor in place under `rule`.
 pub fn rewrite(tool: &mut Map<String, Value>, rule: &Rule, policy: &Policy) {
+    if let Some(schema) = tool.get("inputSchema")
+        && not_extensible(schema).is_some()
+    {
+        // Left unbudgeted (the interceptor said why, once).
+        return;
+    }
     let meta = tool.entry("_meta").or_insert_with(|| json!({}));
     if let Value::Object(meta) = meta {
         meta.insert(META_KEY.into(), json!(policy.max_result_size_chars));
@@ -55,6 +61,94 @@ fn append_description(tool: &mut Map<String, Value>, addition: &str) {
         format!("{description}\n\n{addition}")
     };
     tool.insert("description".into(), json!(joined));
+}
+
+/// Why an input schema cannot take the budget's arguments without a client rejecting them,
+/// or `None` when it can (JSON Schema 2020-12): added arguments go into the root's
+/// `properties`, which its own `additionalProperties: false` and `unevaluatedProperties: false`
+/// respect; but a root that refers elsewhere (`$ref`, `allOf`, …) to a schema closed to other
+/// properties, one that bounds or names its properties (`maxProperties`, `propertyNames`),
+/// or one that is not an object schema, would refuse them.
+pub fn not_extensible(schema: &Value) -> Option<String> {
+    let Value::Object(root) = schema else {
+        return Some("the input schema is not an object".into());
+    };
+    match root.get("type") {
+        None => {}
+        Some(Value::String(kind)) if kind == "object" => {}
+        Some(Value::Array(kinds)) if kinds.iter().any(|k| k == "object") => {}
+        Some(other) => return Some(format!("the input schema's type is {other}, not object")),
+    }
+    for key in ["maxProperties", "propertyNames", "$dynamicRef"] {
+        if root.contains_key(key) {
+            return Some(format!("the input schema has {key}"));
+        }
+    }
+    // Every schema the root combines with must leave other properties open.
+    let mut pending: Vec<&Value> = Vec::new();
+    let mut seen = 0usize;
+    fn composed<'a>(node: &'a serde_json::Map<String, Value>, out: &mut Vec<&'a Value>) {
+        for key in ["allOf", "anyOf", "oneOf"] {
+            if let Some(Value::Array(parts)) = node.get(key) {
+                out.extend(parts.iter());
+            }
+        }
+        for key in ["if", "then", "else", "not"] {
+            if let Some(part) = node.get(key) {
+                out.push(part);
+            }
+        }
+    }
+    let reference = |node: &serde_json::Map<String, Value>| -> Result<Option<&Value>, String> {
+        let Some(target) = node.get("$ref") else {
+            return Ok(None);
+        };
+        let Some(pointer) = target.as_str().and_then(|t| t.strip_prefix('#')) else {
+            return Err(format!(
+                "the input schema refers to {target}, outside itself"
+            ));
+        };
+        schema
+            .pointer(pointer)
+            .map(Some)
+            .ok_or_else(|| format!("the input schema's $ref {target} does not resolve"))
+    };
+    match reference(root) {
+        Ok(Some(target)) => pending.push(target),
+        Ok(None) => {}
+        Err(why) => return Some(why),
+    }
+    composed(root, &mut pending);
+    while let Some(node) = pending.pop() {
+        seen += 1;
+        if seen > 256 {
+            return Some("the input schema's references go too deep to check".into());
+        }
+        let Value::Object(node) = node else { continue };
+        for key in ["additionalProperties", "unevaluatedProperties"] {
+            if node
+                .get(key)
+                .is_some_and(|v| v != &Value::Bool(true) && !v.is_object())
+            {
+                return Some(format!(
+                    "a schema the input schema combines with has {key}: {}",
+                    node[key]
+                ));
+            }
+        }
+        for key in ["maxProperties", "propertyNames"] {
+            if node.contains_key(key) {
+                return Some(format!("a schema the input schema combines with has {key}"));
+            }
+        }
+        match reference(node) {
+            Ok(Some(target)) => pending.push(target),
+            Ok(None) => {}
+            Err(why) => return Some(why),
+        }
+        composed(node, &mut pending);
+    }
+    None
 }
 
 /// Adds properties to a tool's input schema (creating the schema if it has none).
@@ -415,9 +509,20 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
         if !wants(&name) {
             continue;
         }
+        let closed = find(&members, "inputSchema")
+            .and_then(|at| serde_json::from_str::<Value>(&tool[at]).ok())
+            .is_some_and(|schema| not_extensible(&schema).is_some());
+        if closed {
+            continue;
+        }
         for (schema, properties) in [("inputSchema", &after), ("outputSchema", &continuation)] {
             if let Some(schema_at) = find(&members, schema) {
                 let text = &tool[schema_at.clone()];
+                // An output that is not an object (a list, say) carries the continuation in
+                // `_meta`: its schema is left as the server wrote it.
+                if schema == "outputSchema" && !object_schema(text) {
+                    continue;
+                }
                 let insert = insert_properties(text, properties).or_else(|| {
                     (schema == "inputSchema")
                         .then(|| insert_properties(text, &own))
@@ -443,6 +548,22 @@ pub fn add_auto_after(result: &str, wants: impl Fn(&str) -> bool) -> Option<Stri
     }
     out.push_str(&result[from..]);
     Some(out)
+}
+
+/// Whether a schema's text describes objects (its `type` is absent, `object`, or a list
+/// naming `object`).
+fn object_schema(schema: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        kind: Option<Value>,
+    }
+    match serde_json::from_str::<Typed>(schema).map(|t| t.kind) {
+        Ok(None) => true,
+        Ok(Some(Value::String(kind))) => kind == "object",
+        Ok(Some(Value::Array(kinds))) => kinds.iter().any(|k| k == "object"),
+        _ => false,
+    }
 }
 
 /// Where to splice `properties` into the object schema `schema` (its own text), and what:
@@ -521,5 +642,33 @@ mod tests {
         relax(&mut schema, &Selection::from_paths(&paths));
         assert_eq!(schema["required"], json!(["id", "g"]));
         assert_eq!(schema["properties"]["g"]["required"], json!(["a"]));
+    }
+
+    #[test]
+    fn schemas_closed_to_other_arguments_are_not_extended() {
+        let open = [
+            json!({"type": "object", "properties": {"a": {}}}),
+            json!({"type": "object", "properties": {"a": {}}, "additionalProperties": false}),
+            json!({"type": "object", "unevaluatedProperties": false}),
+            json!({"$ref": "#/$defs/A", "$defs": {"A": {"type": "object", "properties": {"a": {}}}}}),
+            json!({"allOf": [{"type": "object"}, {"required": ["a"]}]}),
+            json!({}),
+        ];
+        for schema in open {
+            assert_eq!(not_extensible(&schema), None, "{schema}");
+        }
+        let closed = [
+            json!({"$ref": "#/$defs/A", "$defs": {"A": {"type": "object", "additionalProperties": false}}}),
+            json!({"allOf": [{"$ref": "#/definitions/B"}], "definitions": {"B": {"unevaluatedProperties": false}}}),
+            json!({"type": "object", "maxProperties": 2}),
+            json!({"type": "object", "propertyNames": {"pattern": "^[a-z]$"}}),
+            json!({"type": "array"}),
+            json!({"$ref": "https://example.com/schema.json"}),
+            json!({"$ref": "#/$defs/missing"}),
+            json!("not a schema"),
+        ];
+        for schema in closed {
+            assert!(not_extensible(&schema).is_some(), "{schema}");
+        }
     }
 }
