@@ -111,6 +111,10 @@ pub struct CallContext {
     auto: Option<AutoCall>,
     /// The call was a modern request: what the proxy writes for it carries `resultType`.
     modern: bool,
+    /// The request itself, kept while the server has not named itself (its `initialize`
+    /// answer, or a modern result's `serverInfo`, still to come): once it has, the call is
+    /// planned again under the server's built-in policy before its answer is budgeted.
+    unsettled: Option<(Id, Arc<[u8]>, Option<Box<Modern>>)>,
 }
 
 impl CallContext {
@@ -418,6 +422,50 @@ impl Interceptor {
         }
     }
 
+    /// Whether this session's budget may still change when the server names itself (no
+    /// `--policy`, and no name yet).
+    pub fn unsettled(&self) -> bool {
+        self.base.get().choice().pick_policy
+            && self
+                .chosen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .server
+                .is_none()
+    }
+
+    /// A call planned before the server named itself, planned again if it has since (by its
+    /// `initialize` answer, or by this very answer's `serverInfo`): a call sent before the
+    /// server was known is budgeted under the server's built-in policy all the same.
+    fn settled(&self, context: CallContext, message: &[u8]) -> CallContext {
+        let Some((id, request, modern)) = &context.unsettled else {
+            return context;
+        };
+        if self.unsettled()
+            && let Some(name) = server_info_in_meta(message)
+        {
+            self.server_named(&name);
+        }
+        if self.unsettled() {
+            return context;
+        }
+        let budget = self.budget_for(modern.as_deref());
+        if Arc::ptr_eq(&budget, &context.budget) {
+            return context;
+        }
+        match self.call_request(id, request, budget) {
+            CallDecision::Forward {
+                context: mut again, ..
+            } => {
+                tracing::debug!(tool = %again.plan.tool, "a call sent before the server named itself is budgeted under its built-in policy");
+                again.modern = context.modern;
+                again
+            }
+            // Its arguments do not suit the new policy: the answer is budgeted as planned.
+            CallDecision::Answer(_) => context,
+        }
+    }
+
     /// The server is `name`: with no `--policy`, its built-in policy, once per session.
     fn server_named(&self, name: &str) {
         if !self.base.get().choice().pick_policy {
@@ -631,6 +679,13 @@ impl Interceptor {
                 mut context,
             } => {
                 context.modern = modern.is_some();
+                if self.unsettled() {
+                    context.unsettled = Some((
+                        id.clone(),
+                        Arc::from(message),
+                        modern.map(|m| Box::new(m.clone())),
+                    ));
+                }
                 CallDecision::Forward { rewritten, context }
             }
             answer => answer,
@@ -646,6 +701,7 @@ impl Interceptor {
                     plan,
                     auto,
                     modern: false,
+                    unsettled: None,
                 },
             }
         };
@@ -783,6 +839,7 @@ impl Interceptor {
                     at: None,
                 }),
                 modern: false,
+                unsettled: None,
             },
         };
         let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
@@ -816,6 +873,7 @@ impl Interceptor {
                             at: None,
                         }),
                         modern: false,
+                        unsettled: None,
                     },
                 };
             }
@@ -915,6 +973,7 @@ impl Interceptor {
                     at: Some(at),
                 }),
                 modern: false,
+                unsettled: None,
             },
         }
     }
@@ -979,6 +1038,7 @@ impl Interceptor {
         if !crate::era::is_complete(raw) {
             return None;
         }
+        let context = self.settled(context, message);
         let modern = context.modern;
         let complete = |rewritten: Option<Vec<u8>>| match modern {
             true => rewritten.map(|m| crate::era::completed_message(m, Some(raw))),

@@ -36,6 +36,10 @@ pub struct Routed {
     pub to_client: Vec<Vec<u8>>,
     /// The requests now in flight, waiting for the server's answer.
     pub accepted: Vec<Id>,
+    /// The proxy's own `server/discover`, to send before `to_server`: a modern client's
+    /// first request, while the server has not named itself, asks it who it is (for its
+    /// built-in policy) on the way.
+    pub probe: Option<Outgoing>,
 }
 
 /// What happens to one client message.
@@ -52,6 +56,8 @@ enum Forward {
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// How long `initialize` may go unanswered by default (the server never came up).
 pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the proxy's own `server/discover` may go unanswered.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many ids of finished requests are remembered (not reused; their late answers dropped).
 const RETIRED: usize = 4096;
 
@@ -63,6 +69,8 @@ enum Pending {
     ToolsCall(CallContext),
     /// `server/discover`: its answer names the server (for the built-in policy).
     Discover,
+    /// The proxy's own `server/discover` (see [`Routed::probe`]): its answer is the proxy's.
+    Probe,
     Other,
 }
 
@@ -121,6 +129,8 @@ struct State {
     retired: Retired,
     /// Whether the client sent `initialize` in this session.
     initialized: bool,
+    /// Whether the proxy asked the server who it is (`server/discover`).
+    probed: bool,
     /// Set once the upstream is gone: new requests are answered with this reason.
     closed: Option<String>,
 }
@@ -262,6 +272,14 @@ impl Relay {
         };
         let mut out = Expired::default();
         for flight in expired {
+            if matches!(flight.pending, Pending::Probe) {
+                tracing::info!(
+                    "the server did not answer the proxy's server/discover; its built-in policy, if any, is not known yet"
+                );
+                out.to_server
+                    .push(jsonrpc::cancelled(&flight.id, "mcp-budget: no answer"));
+                continue;
+            }
             let (seconds, flag) = match (flight.method.as_str(), self.request_timeout) {
                 ("initialize", _) | (_, None) => (
                     self.initialize_timeout.as_secs_f64(),
@@ -312,6 +330,7 @@ impl Relay {
             .state()
             .finish_all()
             .into_iter()
+            .filter(|f| !matches!(f.pending, Pending::Probe))
             .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
             .collect();
         self.record_answers(&errors);
@@ -482,6 +501,14 @@ impl Relay {
                         return Forward::Drop;
                     }
                 };
+                if let Some(meta) = &modern
+                    && !state.probed
+                    && method != "server/discover"
+                    && self.interceptor.unsettled()
+                {
+                    state.probed = true;
+                    routed.probe = Some(self.probe(&mut state, &meta.version));
+                }
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
@@ -642,6 +669,50 @@ impl Relay {
                 Forward::Drop
             }
             Kind::Response { .. } | Kind::Other | Kind::Invalid => Forward::Unchanged,
+        }
+    }
+
+    /// The proxy's own `server/discover`, in flight (see [`Routed::probe`]).
+    fn probe(&self, state: &mut State, version: &str) -> Outgoing {
+        state.fresh += 1;
+        let id = Id::from_json_text(&format!("\"mcp-budget-discover-{}\"", state.fresh));
+        let meta = serde_json::json!({
+            message::META_VERSION: version,
+            message::META_CLIENT_CAPABILITIES: {},
+            message::META_CLIENT_INFO: {"name": "mcp-budget", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let bytes = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"server/discover","params":{{"_meta":{meta}}}}}"#,
+            id.raw()
+        )
+        .into_bytes();
+        tracing::debug!(
+            "asking the server who it is (server/discover) before the first modern request is budgeted"
+        );
+        state.pending.insert(
+            id.key().into(),
+            InFlight {
+                id: id.clone(),
+                upstream: None,
+                method: "server/discover".into(),
+                pending: Pending::Probe,
+                deadline: Some(Instant::now() + PROBE_TIMEOUT),
+                progress_token: None,
+                sent: None,
+                span: None,
+            },
+        );
+        self.deadline_added.notify_one();
+        Outgoing {
+            modern: Some(Box::new(crate::era::Headers::of(
+                version,
+                "server/discover",
+                &bytes,
+                &[],
+            ))),
+            requests: vec![id],
+            bytes,
+            ..Outgoing::default()
         }
     }
 
@@ -962,6 +1033,10 @@ impl Relay {
                 self.interceptor.discover_response(bytes);
                 changed(None)
             }
+            Ok(Pending::Probe) => {
+                self.interceptor.discover_response(bytes);
+                Delivery::Drop
+            }
             Ok(Pending::Initialize) => {
                 self.interceptor.initialize_response(bytes);
                 changed(None)
@@ -1079,6 +1154,7 @@ impl Relay {
             state
                 .finish_all()
                 .into_iter()
+                .filter(|f| !matches!(f.pending, Pending::Probe))
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()
         };

@@ -201,6 +201,11 @@ async fn client_to_server<R: AsyncRead + Unpin>(
                 return ClientEnd::Eof;
             }
         }
+        if let Some(probe) = routed.probe
+            && to_server.send(probe).await.is_err()
+        {
+            return ClientEnd::ServerGone;
+        }
         if let Some(message) = routed.to_server
             && to_server.send(message).await.is_err()
         {

@@ -533,3 +533,45 @@ async fn an_http_upstreams_error_status_passes_with_its_json_rpc_error() {
     assert_eq!(answer["error"]["code"], -32022, "{answer}");
     assert_eq!(answer["error"]["data"]["supported"][0], "2025-11-25");
 }
+
+#[tokio::test]
+async fn a_modern_call_before_any_discover_is_budgeted_under_the_servers_builtin_policy() {
+    let fleet = example("fleet_server");
+    // No --policy: the proxy asks the server who it is on the way (its own server/discover),
+    // and the fleet server's built-in policy pages the call; the client sees only its answer.
+    let mut peer = Peer::proxy(&[], &[fleet.to_str().unwrap(), "--streams", "240"]);
+    peer.send(&tools_call(json!("m1"), "fleet_show", json!({}), "x"))
+        .await;
+    let answer = peer.recv_json().await;
+    assert_eq!(answer["id"], "m1", "{answer:.300}");
+    let structured = &answer["result"]["structuredContent"];
+    assert_eq!(structured["total_count"], 240);
+    assert_eq!(structured["streams"].as_array().unwrap().len(), 25);
+    peer.send(&request(json!("m2"), "ping", json!({}), "x"))
+        .await;
+    let answer = peer.recv_json().await;
+    assert_eq!(
+        answer["id"], "m2",
+        "nothing of the proxy's own reached the client: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_call_sent_before_the_initialize_answer_gets_the_builtin_policy() {
+    let fleet = example("fleet_server");
+    let mut peer = Peer::proxy(&[], &[fleet.to_str().unwrap(), "--streams", "240"]);
+    peer.send(common::INITIALIZE).await;
+    peer.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fleet_show","arguments":{}}}"#).await;
+    peer.send(common::INITIALIZED).await;
+    let mut call = Value::Null;
+    for _ in 0..2 {
+        let answer = peer.recv_json().await;
+        if answer["id"] == 2 {
+            call = answer;
+        }
+    }
+    let structured = &call["result"]["structuredContent"];
+    assert_eq!(structured["total_count"], 240, "{call:.300}");
+    assert_eq!(structured["streams"].as_array().unwrap().len(), 25);
+    assert!(structured["notices"].is_array());
+}

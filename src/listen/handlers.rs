@@ -836,6 +836,11 @@ async fn handle_post(
             rx,
         }),
     };
+    if let Some(probe) = routed.probe
+        && session.to_server.send(probe).await.is_err()
+    {
+        tracing::warn!(session = %session.id, "upstream no longer takes messages");
+    }
     if let Some(message) = routed.to_server
         && session.to_server.send(message).await.is_err()
     {
