@@ -114,7 +114,15 @@ pub struct CallContext {
     /// The request itself, kept while the server has not named itself (its `initialize`
     /// answer, or a modern result's `serverInfo`, still to come): once it has, the call is
     /// planned again under the server's built-in policy before its answer is budgeted.
-    unsettled: Option<(Id, Arc<[u8]>, Option<Box<Modern>>)>,
+    unsettled: Option<Box<Unsettled>>,
+}
+
+/// A `tools/call` as it arrived, while the server had not named itself.
+#[derive(Debug)]
+struct Unsettled {
+    id: Id,
+    request: Arc<[u8]>,
+    modern: Option<Modern>,
 }
 
 impl CallContext {
@@ -438,7 +446,12 @@ impl Interceptor {
     /// `initialize` answer, or by this very answer's `serverInfo`): a call sent before the
     /// server was known is budgeted under the server's built-in policy all the same.
     fn settled(&self, context: CallContext, message: &[u8]) -> CallContext {
-        let Some((id, request, modern)) = &context.unsettled else {
+        let Some(Unsettled {
+            id,
+            request,
+            modern,
+        }) = context.unsettled.as_deref()
+        else {
             return context;
         };
         if self.unsettled()
@@ -449,7 +462,7 @@ impl Interceptor {
         if self.unsettled() {
             return context;
         }
-        let budget = self.budget_for(modern.as_deref());
+        let budget = self.budget_for(modern.as_ref());
         if Arc::ptr_eq(&budget, &context.budget) {
             return context;
         }
@@ -680,11 +693,11 @@ impl Interceptor {
             } => {
                 context.modern = modern.is_some();
                 if self.unsettled() {
-                    context.unsettled = Some((
-                        id.clone(),
-                        Arc::from(message),
-                        modern.map(|m| Box::new(m.clone())),
-                    ));
+                    context.unsettled = Some(Box::new(Unsettled {
+                        id: id.clone(),
+                        request: Arc::from(message),
+                        modern: modern.cloned(),
+                    }));
                 }
                 CallDecision::Forward { rewritten, context }
             }

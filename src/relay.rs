@@ -61,6 +61,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many ids of finished requests are remembered (not reused; their late answers dropped).
 const RETIRED: usize = 4096;
 
+// Most requests in flight are calls: boxing their context would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 enum Pending {
     Initialize,
     /// `modern`: the request's 2026-07-28 `_meta`, when it had one (its list is fitted to its
