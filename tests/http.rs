@@ -1265,3 +1265,27 @@ async fn past_max_children_a_new_session_gets_503_and_the_open_one_goes_on() {
     .unwrap();
     assert_eq!(ping.status(), 200);
 }
+
+#[tokio::test]
+async fn the_rate_limit_counts_get_and_delete_too() {
+    let (_proxy, url) = listen_fleet(&["--rate-limit", "5"]).await;
+    let session = initialize(&url).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    // Burst of 10, 2 taken by the handshake: 40 GET streams opened (and dropped) in a row
+    // cannot all pass.
+    let mut statuses = Vec::new();
+    for _ in 0..40 {
+        let response = common::mcp_get(&http, &url, &session, None).await;
+        statuses.push(response.status().as_u16());
+    }
+    assert!(statuses.contains(&429), "GET is not limited: {statuses:?}");
+    let response = http
+        .delete(&url)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429, "DELETE is not limited");
+    assert!(response.headers().contains_key("retry-after"));
+}

@@ -413,6 +413,26 @@ fn find_session(
     Ok(session)
 }
 
+/// Takes one request from `client`'s `--rate-limit` budget: every POST, GET and DELETE of
+/// the MCP endpoint counts; past it, 429 with `Retry-After`.
+fn rate_limit(listener: &Listener, client: &Client) -> Result<(), Refusal> {
+    let Err(seconds) = listener.admit(client) else {
+        return Ok(());
+    };
+    tracing::warn!(?client, "request refused: over --rate-limit");
+    let mut response = refuse(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!(
+            "too many requests from this client (at most {} a second, --rate-limit); retry after {seconds} s",
+            listener.sessions.options().rate_limit
+        ),
+    );
+    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    Err(response)
+}
+
 /// Access checks, then the session the request names (GET and DELETE). A 2026-07-28 client
 /// has neither: 405, as that revision says.
 fn checked_session(
@@ -421,6 +441,7 @@ fn checked_session(
     peer: SocketAddr,
 ) -> Result<Arc<Session>, Refusal> {
     let client = check_access(listener, headers, peer)?;
+    rate_limit(listener, &client)?;
     if header_str(headers, SESSION_HEADER).is_none()
         && header_str(headers, VERSION_HEADER).is_some_and(crate::era::is_modern)
     {
@@ -586,20 +607,7 @@ async fn handle_post(
     body: Body,
 ) -> Result<Response, Refusal> {
     let client = check_access(listener, headers, peer)?;
-    if let Err(seconds) = listener.admit(&client) {
-        tracing::warn!(?client, "request refused: over --rate-limit");
-        let mut response = refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "too many requests from this client (at most {} a second, --rate-limit); retry after {seconds} s",
-                listener.sessions.options().rate_limit
-            ),
-        );
-        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        return Err(response);
-    }
+    rate_limit(listener, &client)?;
     if !accepts(headers, "application/json") && !accepts(headers, "text/event-stream") {
         return Err(refuse(
             StatusCode::NOT_ACCEPTABLE,
