@@ -5,7 +5,11 @@
 //! server (and the proxy) the whole result again, so a chain of pages grows with the square
 //! of its size. Entries are scoped: each session gets its own scope, and no lookup crosses
 //! scopes. Memory is bounded in bytes: the least recently used entries are evicted to stay
-//! under the limit, and an entry older than the TTL is never served.
+//! under the limit, and an entry older than the TTL is never served. The limit is shared
+//! fairly: when it is reached, a scope (a session, or one principal's modern requests) over
+//! its fair share — the limit divided among the scopes that hold entries — loses its own
+//! oldest entries first, so one client's large results never evict another's chain while
+//! it holds no more than its share.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +41,24 @@ struct Inner {
     order: BTreeMap<u64, (u64, EntryKey)>,
     tick: u64,
     bytes: usize,
+    /// Bytes held by each scope that holds any.
+    held: HashMap<u64, usize>,
+}
+
+impl Inner {
+    /// The entry to evict to make room for `bytes` more in `scope`: the oldest of a scope over
+    /// its fair share (counting what `scope` is about to store), else the oldest of all.
+    fn victim(&self, limit: usize, scope: u64, bytes: usize) -> Option<(u64, EntryKey)> {
+        let scopes = self.held.len() + usize::from(!self.held.contains_key(&scope));
+        let share = limit / scopes.max(1);
+        let usage =
+            |s: u64| self.held.get(&s).copied().unwrap_or(0) + if s == scope { bytes } else { 0 };
+        self.order
+            .values()
+            .find(|(s, _)| usage(*s) > share)
+            .or_else(|| self.order.values().next())
+            .copied()
+    }
 }
 
 /// Counters, for logs and metrics.
@@ -137,20 +159,19 @@ impl ResultCache {
         let inner = &mut *inner;
         remove(inner, &(scope, key));
         while inner.bytes + bytes > self.limit {
-            let Some((_, oldest)) = inner.order.pop_first() else {
+            let Some(victim) = inner.victim(self.limit, scope, bytes) else {
                 break;
             };
-            if let Some(entry) = inner.entries.remove(&oldest) {
-                inner.bytes -= entry.bytes;
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-                if let Some(metrics) = crate::metrics::get() {
-                    metrics.cache_evictions.inc();
-                }
+            remove(inner, &victim);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+            if let Some(metrics) = crate::metrics::get() {
+                metrics.cache_evictions.inc();
             }
         }
         inner.tick += 1;
         let tick = inner.tick;
         inner.bytes += bytes;
+        *inner.held.entry(scope).or_insert(0) += bytes;
         inner.order.insert(tick, (scope, key));
         inner.entries.insert(
             (scope, key),
@@ -194,6 +215,12 @@ fn remove(inner: &mut Inner, key: &(u64, EntryKey)) {
     if let Some(entry) = inner.entries.remove(key) {
         inner.order.remove(&entry.tick);
         inner.bytes -= entry.bytes;
+        if let Some(held) = inner.held.get_mut(&key.0) {
+            *held = held.saturating_sub(entry.bytes);
+            if *held == 0 {
+                inner.held.remove(&key.0);
+            }
+        }
     }
 }
 
@@ -238,5 +265,28 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         assert!(cache.get(scope, &[1; 16]).is_none());
         assert_eq!(cache.stats().bytes, 0);
+    }
+
+    #[test]
+    fn one_scope_over_its_share_evicts_its_own_entries_first() {
+        let cache = ResultCache::new(1000, Duration::from_secs(60));
+        let (a, b) = (cache.scope(), cache.scope());
+        assert!(cache.put(b, [0; 16], result(100)));
+        for n in 1..=40u8 {
+            assert!(cache.put(a, [n; 16], result(100)));
+            assert!(cache.stats().bytes <= 1000);
+        }
+        // b holds less than its share (half): its chain survives a's forty results.
+        assert!(
+            cache.get(b, &[0; 16]).is_some(),
+            "another scope's entry was evicted"
+        );
+        assert!(cache.get(a, &[40; 16]).is_some());
+        assert!(cache.get(a, &[1; 16]).is_none());
+        // A scope over its share gives way to one under it, oldest first.
+        let c = cache.scope();
+        assert!(cache.put(c, [9; 16], result(300)));
+        assert!(cache.get(b, &[0; 16]).is_some());
+        assert!(cache.get(c, &[9; 16]).is_some());
     }
 }

@@ -1289,3 +1289,75 @@ async fn the_rate_limit_counts_get_and_delete_too() {
     assert_eq!(response.status(), 429, "DELETE is not limited");
     assert!(response.headers().contains_key("retry-after"));
 }
+
+/// The result of a `tools/call` answered in a POST's body (JSON or SSE).
+async fn call_result(url: &str, session: &str, id: u64, tool: &str, arguments: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+    let text = post(url, Some(session), &body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let message: Value = match serde_json::from_str(&text) {
+        Ok(value) => value,
+        Err(_) => text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no answer in {text:.300}")),
+    };
+    message["result"].clone()
+}
+
+/// The cursor of an automatically paged result (in its last text block).
+fn auto_cursor(result: &Value) -> String {
+    let notice = result["content"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let start = notice.find("after:\"").expect("a cursor") + 7;
+    notice[start..start + notice[start..].find('"').unwrap()].to_string()
+}
+
+#[tokio::test]
+async fn one_session_flooding_the_cache_never_evicts_another_sessions_chain() {
+    tls();
+    let quirky = example("quirky_server");
+    let (_proxy, url) = listen(
+        &["--policy", "none", "--cache-bytes", "8000000"],
+        &[quirky.to_str().unwrap()],
+    )
+    .await;
+    let (victim, flood) = (initialize(&url).await, initialize(&url).await);
+    // `journal` has a side effect: a page that left the cache is refused, never re-run.
+    let first = call_result(&url, &victim, 2, "journal", json!({"lines": 20_000})).await;
+    let cursor = auto_cursor(&first);
+    // Twelve results of about a megabyte each from another session: 1.5 times the cache.
+    for n in 0..12u64 {
+        let page = call_result(
+            &url,
+            &flood,
+            10 + n,
+            "journal",
+            json!({"lines": 30_000 + n}),
+        )
+        .await;
+        assert!(page["content"].is_array());
+    }
+    let next = call_result(
+        &url,
+        &victim,
+        3,
+        "journal",
+        json!({"lines": 20_000, "after": cursor}),
+    )
+    .await;
+    let text = next["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("entry "),
+        "the victim's next page was lost: {text:.300}"
+    );
+}
