@@ -319,6 +319,12 @@ fn main() {
                 );
             }
             (Some(_), None) => {} // other notifications
+            // How a legacy server may take a method it does not know (QUIRKY_UNKNOWN): it
+            // answers with an error (the default), never answers, or exits.
+            (Some(_), Some(_)) if std::env::var("QUIRKY_UNKNOWN").as_deref() == Ok("silent") => {}
+            (Some(_), Some(_)) if std::env::var("QUIRKY_UNKNOWN").as_deref() == Ok("exit") => {
+                std::process::exit(4)
+            }
             (Some(other), Some(id)) => send(
                 &mut out,
                 &format!(

@@ -575,3 +575,37 @@ async fn a_legacy_call_sent_before_the_initialize_answer_gets_the_builtin_policy
     assert_eq!(structured["streams"].as_array().unwrap().len(), 25);
     assert!(structured["notices"].is_array());
 }
+
+/// A modern client's first call through the proxy (no --policy, so the proxy asks the server
+/// who it is on the way) to the legacy quirky server, which takes unknown methods as `mode`
+/// says; the client's next line.
+async fn first_call_to_a_legacy_server(mode: &str) -> Value {
+    let quirky = example("quirky_server");
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command.arg("--").arg(&quirky).env("QUIRKY_UNKNOWN", mode);
+    let mut peer = Peer::from_command(command);
+    peer.send(&tools_call(json!("q1"), "big", json!({"bytes": 100}), "x"))
+        .await;
+    peer.recv_json().await
+}
+
+#[tokio::test]
+async fn the_proxys_discover_never_reaches_the_client_whatever_a_legacy_server_makes_of_it() {
+    // An error for the unknown method, or silence: the client's own call is answered, and
+    // nothing else comes first.
+    for mode in ["error", "silent"] {
+        let answer = first_call_to_a_legacy_server(mode).await;
+        assert_eq!(answer["id"], "q1", "{mode}: {answer}");
+        assert_eq!(
+            answer["result"]["content"][0]["text"]
+                .as_str()
+                .map(str::len),
+            Some(100),
+            "{mode}: {answer}"
+        );
+    }
+    // A server that exits on it: the client's call gets an error, not silence.
+    let answer = first_call_to_a_legacy_server("exit").await;
+    assert_eq!(answer["id"], "q1", "{answer}");
+    assert!(answer["error"]["message"].is_string(), "{answer}");
+}
