@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{SERVE_ENV, Session, percentile, request};
+use support::{SERVE_ENV, Session, modern_request, percentile, request};
 
 const ROUNDS: usize = 4;
 const CALLS: usize = 2000;
@@ -116,6 +116,8 @@ struct HttpClient {
     url: String,
     session: Option<String>,
     next_id: u64,
+    /// Speaks 2026-07-28: the request's `_meta` and headers, no session.
+    modern: bool,
 }
 
 impl HttpClient {
@@ -127,8 +129,15 @@ impl HttpClient {
             .client
             .post(&self.url)
             .header("content-type", "application/json")
-            .header("accept", "application/json")
-            .body(request(id));
+            .header("accept", "application/json");
+        post = if self.modern {
+            post.header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "stream_detail")
+                .body(modern_request(id))
+        } else {
+            post.body(request(id))
+        };
         if let Some(session) = &self.session {
             post = post.header("mcp-session-id", session);
         }
@@ -179,9 +188,59 @@ async fn through(mut command: tokio::process::Command) -> (HttpClient, tokio::pr
             url,
             session: Some(session),
             next_id: 1,
+            modern: false,
         },
         proxy,
     )
+}
+
+/// `bin --listen … --upstream url` with a 2026-07-28 client: no session, nothing before the
+/// first call.
+async fn modern_http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process::Child) {
+    use tokio::io::AsyncBufReadExt;
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .args(["--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream])
+        .args(["--rate-limit", "0"])
+        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    let mut proxy = command.spawn().expect("start the proxy");
+    let mut lines = tokio::io::BufReader::new(proxy.stdout.take().expect("stdout")).lines();
+    let line = lines.next_line().await.expect("read").expect("a line");
+    let url = line.trim_start_matches("listening on ").to_string();
+    (
+        HttpClient {
+            client: reqwest::Client::new(),
+            url,
+            session: None,
+            next_id: 1,
+            modern: true,
+        },
+        proxy,
+    )
+}
+
+/// Calls through `through` and `direct` alternately; (p50 added in µs, the proxy's CPU per
+/// call in µs).
+async fn added_and_cpu(
+    through: &mut HttpClient,
+    direct: &mut HttpClient,
+    proxy: &tokio::process::Child,
+) -> (f64, f64) {
+    for _ in 0..WARMUP {
+        through.call().await;
+    }
+    let pid = proxy.id().unwrap_or(0);
+    let before = cpu(pid);
+    let (mut d, mut t) = (Vec::new(), Vec::new());
+    for _ in 0..CALLS {
+        d.push(direct.call().await);
+        t.push(through.call().await);
+    }
+    let spent = (cpu(pid) - before).as_secs_f64() * 1e6 / CALLS as f64;
+    let added = (p50(&mut t).as_secs_f64() - p50(&mut d).as_secs_f64()) * 1e6;
+    (added, spent)
 }
 
 fn p50(samples: &mut [Duration]) -> Duration {
@@ -462,10 +521,22 @@ async fn run() {
         url: upstream.clone(),
         session: None,
         next_id: 1,
+        modern: false,
+    };
+    let mut direct_modern = HttpClient {
+        client: reqwest::Client::new(),
+        url: upstream.clone(),
+        session: None,
+        next_id: 1,
+        modern: true,
     };
     for _ in 0..WARMUP {
         direct.call().await;
+        direct_modern.call().await;
     }
+    // This build's HTTP→HTTP, per round: legacy (a session) and modern (stateless) calls, p50
+    // added and the proxy's CPU per call.
+    let mut eras: [Vec<f64>; 4] = Default::default();
     // The bare relays' CPU per call: stdio→stdio, stdio→HTTP, per round.
     let mut bare: [Vec<f64>; 3] = Default::default();
     for round in 0..ROUNDS {
@@ -492,6 +563,25 @@ async fn run() {
             let added = (p50(&mut t).as_secs_f64() - p50(&mut d).as_secs_f64()) * 1e6;
             eprintln!("round {round} bare HTTP→HTTP relay: +{added:.1} µs p50");
             bare[2].push(added);
+        }
+        {
+            let bin = &builds[0].1;
+            let (mut legacy, proxy) = http_to_http(bin, &upstream).await;
+            let (legacy_added, legacy_cpu) = added_and_cpu(&mut legacy, &mut direct, &proxy).await;
+            drop(proxy);
+            let (mut modern, proxy) = modern_http_to_http(bin, &upstream).await;
+            let (modern_added, modern_cpu) =
+                added_and_cpu(&mut modern, &mut direct_modern, &proxy).await;
+            drop(proxy);
+            eprintln!(
+                "round {round} HTTP→HTTP by era: legacy +{legacy_added:.1} µs p50, {legacy_cpu:.1} µs CPU/call; 2026-07-28 +{modern_added:.1} µs p50, {modern_cpu:.1} µs CPU/call"
+            );
+            for (figure, value) in eras
+                .iter_mut()
+                .zip([legacy_added, legacy_cpu, modern_added, modern_cpu])
+            {
+                figure.push(value);
+            }
         }
         for (k, (_, bin)) in builds.iter().enumerate() {
             let stdio = stdio_cpu_per_call(bin, &[], &me);
@@ -531,6 +621,19 @@ async fn run() {
     println!(
         "    HTTP→HTTP p50 added         {d0:.1} / {d1:.1} / {d2:.1} µs over the server direct"
     );
+    let ratio = |a: &[f64], b: &[f64]| {
+        let mut ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        spread(&mut ratios)
+    };
+    let (m0, m1, m2) = ratio(&eras[2], &eras[0]);
+    let (n0, n1, n2) = ratio(&eras[3], &eras[1]);
+    let [la, lc, ma, mc] = &mut eras;
+    let ((la0, la1, la2), (lc0, lc1, lc2)) = (spread(la), spread(lc));
+    let ((ma0, ma1, ma2), (mc0, mc1, mc2)) = (spread(ma), spread(mc));
+    println!("  HTTP→HTTP by era, this build (the same call, each against the server direct in its era):");
+    println!("    legacy (session) p50 added  {la0:.1} / {la1:.1} / {la2:.1} µs, CPU/call {lc0:.1} / {lc1:.1} / {lc2:.1} µs");
+    println!("    2026-07-28 p50 added        {ma0:.1} / {ma1:.1} / {ma2:.1} µs, CPU/call {mc0:.1} / {mc1:.1} / {mc2:.1} µs");
+    println!("    modern ÷ legacy             added {m0:.2} / {m1:.2} / {m2:.2}×, CPU {n0:.2} / {n1:.2} / {n2:.2}×  (target ≤ 1×)");
     for (k, (name, _)) in builds.iter().enumerate() {
         let over_floor = |mine: &[f64], floor: &[f64]| {
             let mut ratios: Vec<f64> = mine.iter().zip(floor).map(|(m, f)| m / f).collect();

@@ -18,6 +18,14 @@ pub fn request(id: u64) -> String {
     )
 }
 
+/// The same request as [`request`], in the 2026-07-28 era: its `_meta` says the version, the
+/// client's capabilities and name (no session).
+pub fn modern_request(id: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"stream_detail","arguments":{{"stream_id":"st-0042"}},"_meta":{{"progressToken":{id},"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"bench","version":"1"}}}}}}}}"#
+    )
+}
+
 /// Server mode: answer every request with a small tool result carrying its id.
 pub fn serve() {
     let stdin = std::io::stdin();
