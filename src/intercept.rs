@@ -127,6 +127,9 @@ struct AutoCall {
 }
 
 /// What to do with a client's `tools/call` request.
+// Made once per call and taken apart at once: boxing the context would cost an allocation
+// per call for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum CallDecision {
     /// Forward it upstream (rewritten when `Some`), and pass the context to the response hook.

@@ -133,7 +133,7 @@ async fn two_requests_with_ids_equal_as_values_never_share_an_answer() {
     peer.send(r#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"fleet_show","arguments":{}}}"#).await;
     peer.send(r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#)
         .await;
-    let mut lines = vec![peer.recv().await, peer.recv().await];
+    let mut lines = [peer.recv().await, peer.recv().await];
     lines.sort_by_key(String::len);
     // The second is refused as an id in flight (they are one id), the first is paged.
     assert!(
