@@ -61,12 +61,19 @@ pub struct RunArgs {
     pub watch: bool,
 
     /// Serve Prometheus metrics at http://ADDR/metrics (its own address, no token: bind it to
-    /// loopback or a private network), or with `listen`, at /metrics on the --listen address
+    /// loopback or a private network; the Host header is checked as for --listen, with
+    /// --allow-host, and connections are capped by --metrics-max-connections and closed after
+    /// --header-timeout-secs idle), or with `listen`, at /metrics on the --listen address
     /// behind its token. Per tool: calls, upstream and delivered bytes, tokens saved (estimated
     /// as bytes / 4), pages, refusals by class, cache hits and misses; per proxy: sessions,
     /// upstream latency, restarts, cache evictions, bad input.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+
+    /// With --metrics ADDR: at most this many open connections to it; more are refused at once
+    /// (503). Its connections also close after --header-timeout-secs without a request.
+    #[arg(long, value_name = "N", default_value_t = crate::metrics::DEFAULT_MAX_CONNECTIONS)]
+    pub metrics_max_connections: usize,
 
     /// Fit results to this client's profile (claude-code, codex, opencode, copilot-cli,
     /// gemini-cli, vscode, claude-desktop, or a policy's [client."NAME"]) whatever
@@ -145,8 +152,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub auth_token_env: Vec<String>,
 
-    /// With --listen: another Host header value to accept (besides localhost, 127.0.0.1, `[::1]`
-    /// and the listen address). Repeatable.
+    /// With --listen or --metrics ADDR: another Host header value to accept (besides localhost,
+    /// 127.0.0.1, `[::1]` and the bound address). Repeatable.
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
 
@@ -178,8 +185,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub max_connections: usize,
 
-    /// With --listen: a connection must send a request's headers within this many seconds,
-    /// and an idle connection is closed after it.
+    /// With --listen (and --metrics ADDR): a connection must send a request's headers within
+    /// this many seconds, and an idle connection is closed after it.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub header_timeout_secs: f64,
 

@@ -142,6 +142,9 @@ struct AutoCall {
 }
 
 /// What to do with a client's `tools/call` request.
+// Made once per call and taken apart at once: boxing the context would cost an allocation
+// per call for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 // Forward is the common case: boxing its context would cost an allocation per call.
 #[allow(clippy::large_enum_variant)]

@@ -32,6 +32,7 @@
 //!   parked streams) and the handlers with the security checks.
 //! - [`heavy`]: a pool for the budget's heavy work (large results) off the I/O threads.
 //! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
+//! - [`regular`]: policies and recordings are read only from regular files, within bounds.
 //! - [`replay`]: a recording answering requests like the server did.
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
 //! - [`suggest`]: a starting policy proposed from a recording.
@@ -84,6 +85,7 @@ pub mod metrics;
 pub mod policy;
 pub mod queue;
 pub mod recording;
+pub mod regular;
 pub mod relay;
 pub mod reload;
 pub mod replay;

@@ -452,12 +452,17 @@ async fn proxy(
             let local = listener.local_addr()?;
             mcp_budget::metrics::enable();
             tracing::info!(url = %format!("http://{local}/metrics"), "serving metrics");
+            let options = mcp_budget::metrics::ServeOptions {
+                allow_hosts: run.allow_host.clone(),
+                max_connections: run.metrics_max_connections,
+                header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
+            };
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let task = tokio::spawn(async move {
                 let shutdown = async {
                     let _ = stopped.await;
                 };
-                if let Err(err) = mcp_budget::metrics::serve(listener, shutdown).await {
+                if let Err(err) = mcp_budget::metrics::serve(listener, options, shutdown).await {
                     tracing::error!(%err, "the metrics server stopped");
                 }
             });

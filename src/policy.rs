@@ -19,6 +19,9 @@ pub const DEFAULT_MAX_BYTES: usize = 200_000;
 pub const DEFAULT_LIMIT: usize = 25;
 pub const DEFAULT_MAX_LIMIT: usize = 100;
 
+/// A policy file is read only up to this many bytes (1 MiB): a larger one is refused.
+pub const MAX_POLICY_BYTES: usize = 1024 * 1024;
+
 /// A policy file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -27,6 +30,10 @@ pub enum PolicyError {
         path: PathBuf,
         cause: std::io::Error,
     },
+    #[error("{path}: not a regular file (it is {kind}); a policy is read only from a regular file")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{path}: the policy file is {bytes} bytes, over the bound of 1 MiB on a policy file")]
+    TooLarge { path: PathBuf, bytes: u64 },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
     #[error(
@@ -285,10 +292,21 @@ impl Policy {
                 return Policy::parse(builtin.text, path);
             }
         }
-        let text = std::fs::read_to_string(path).map_err(|cause| PolicyError::Read {
-            path: path.to_path_buf(),
-            cause,
-        })?;
+        let text = crate::regular::read_bounded(path, MAX_POLICY_BYTES as u64)
+            .map_err(|err| match err {
+                crate::regular::OpenError::NotRegular(kind) => PolicyError::NotRegular {
+                    path: path.to_path_buf(),
+                    kind,
+                },
+                crate::regular::OpenError::Io(cause) => PolicyError::Read {
+                    path: path.to_path_buf(),
+                    cause,
+                },
+            })?
+            .map_err(|bytes| PolicyError::TooLarge {
+                path: path.to_path_buf(),
+                bytes,
+            })?;
         Policy::parse(&text, path)
     }
 

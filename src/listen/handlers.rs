@@ -92,18 +92,7 @@ impl Listener {
 
 impl Listener {
     pub fn new(sessions: Arc<Sessions>, local: SocketAddr) -> Listener {
-        let mut hosts: HashSet<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
-            .iter()
-            .map(|h| h.to_string())
-            .collect();
-        hosts.insert(local.ip().to_string());
-        hosts.extend(
-            sessions
-                .options()
-                .allow_hosts
-                .iter()
-                .map(|h| h.to_lowercase()),
-        );
+        let hosts = super::allowed_hosts(local.ip(), &sessions.options().allow_hosts);
         Listener {
             sessions,
             hosts,
@@ -312,28 +301,8 @@ fn check_access(
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<Client, Refusal> {
-    let mut hosts = headers.get_all(header::HOST).iter();
-    let host = hosts.next().and_then(|v| v.to_str().ok());
-    if hosts.next().is_some() {
-        tracing::warn!("request refused: more than one Host header");
-        return Err(refuse(
-            StatusCode::BAD_REQUEST,
-            "more than one Host header: send exactly one",
-        ));
-    }
-    let host = host.unwrap_or_default().to_lowercase();
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() => name,
-        _ => host.as_str(),
-    };
-    if !listener.hosts.contains(name) && !listener.hosts.contains(&host) {
-        tracing::warn!(%host, "request refused: Host not allowed");
-        return Err(refuse(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "Host {host:?} is not allowed (DNS rebinding protection); allow it with --allow-host"
-            ),
-        ));
+    if let Err((status, message)) = super::check_host(&listener.hosts, headers) {
+        return Err(refuse(status, &message));
     }
     let options = listener.sessions.options();
     if let Some(origin) = header_str(headers, "origin")

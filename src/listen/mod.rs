@@ -17,6 +17,7 @@
 mod handlers;
 mod session;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -278,9 +279,61 @@ pub async fn serve(
     Ok(())
 }
 
+/// The Host header values a listener bound to `local` accepts: the loopback names, `local`
+/// itself and `extra` (`--allow-host`), lower case.
+pub fn allowed_hosts(local: std::net::IpAddr, extra: &[String]) -> HashSet<String> {
+    let mut hosts: HashSet<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    hosts.insert(local.to_string());
+    hosts.extend(extra.iter().map(|h| h.to_lowercase()));
+    hosts
+}
+
+/// The DNS rebinding check: exactly one Host header, whose name (or name:port) is in `hosts`.
+/// `Err`: the status and message to refuse the request with.
+pub fn check_host(
+    hosts: &HashSet<String>,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), (axum::http::StatusCode, String)> {
+    use axum::http::{StatusCode, header};
+    let mut values = headers.get_all(header::HOST).iter();
+    let host = values.next().and_then(|v| v.to_str().ok());
+    if values.next().is_some() {
+        tracing::warn!("request refused: more than one Host header");
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "more than one Host header: send exactly one".into(),
+        ));
+    }
+    let host = host.unwrap_or_default().to_lowercase();
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() => name,
+        _ => host.as_str(),
+    };
+    if !hosts.contains(name) && !hosts.contains(&host) {
+        tracing::warn!(%host, "request refused: Host not allowed");
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host {host:?} is not allowed (DNS rebinding protection); allow it with --allow-host"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Tells a connection over the cap why it is closed (best effort: it is not waited on).
 fn refuse_connection(stream: tokio::net::TcpStream) {
-    let body = "too many connections (--max-connections); try again later";
+    refuse_connection_with(
+        stream,
+        "too many connections (--max-connections); try again later",
+    );
+}
+
+/// Writes a 503 with `body` to a connection over a cap, and closes it.
+pub(crate) fn refuse_connection_with(stream: tokio::net::TcpStream, body: &str) {
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()

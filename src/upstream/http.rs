@@ -13,7 +13,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, StatusCode};
-use tokio::sync::{Mutex, oneshot};
+use std::collections::HashMap;
+
+use tokio::sync::{Mutex, Notify, oneshot};
 use url::Url;
 
 use super::body::{self, BodyError};
@@ -70,9 +72,66 @@ struct Shared {
     events: queue::Sender<Event>,
     max_message_bytes: usize,
     read_timeout: Duration,
+    /// The requests whose POST stream is read or resumed now, by id key, each with the wake-up
+    /// of its reader: removed (and the reader woken) when the request is over.
+    streaming: std::sync::Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+/// Takes a reader's requests out of [`Shared::streaming`] when it ends.
+struct Streaming<'a> {
+    shared: &'a Shared,
+    keys: Vec<String>,
+    over: Arc<Notify>,
+}
+
+impl Drop for Streaming<'_> {
+    fn drop(&mut self) {
+        let mut streaming = self.shared.streaming();
+        for key in &self.keys {
+            if streaming
+                .get(key)
+                .is_some_and(|over| Arc::ptr_eq(over, &self.over))
+            {
+                streaming.remove(key);
+            }
+        }
+    }
 }
 
 impl Shared {
+    fn streaming(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.streaming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers `ids` as read by one stream reader, woken through `over`.
+    fn stream_for(&self, ids: &[Id], over: &Arc<Notify>) -> Streaming<'_> {
+        let keys: Vec<String> = ids.iter().map(|id| id.key().to_string()).collect();
+        let mut streaming = self.streaming();
+        for key in &keys {
+            streaming.insert(key.clone(), over.clone());
+        }
+        Streaming {
+            shared: self,
+            keys,
+            over: over.clone(),
+        }
+    }
+
+    /// The request `key` is over (answered, cancelled, timed out): its stream is no longer
+    /// read nor resumed for it.
+    fn request_over(&self, key: &str) {
+        if let Some(over) = self.streaming().remove(key) {
+            over.notify_one();
+        }
+    }
+
+    /// Whether the request `key` is still being waited for.
+    fn still_streaming(&self, key: &str) -> bool {
+        self.streaming().contains_key(key)
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
         self.state
             .lock()
@@ -242,6 +301,7 @@ pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpE
             events: link.events,
             max_message_bytes,
             read_timeout: spec.read_timeout,
+            streaming: Default::default(),
         });
         run(shared, link.messages, link.stop)
     }))
@@ -308,6 +368,13 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
         initialized,
         modern,
     } = outgoing;
+    // A cancellation (the client's, or the proxy's at a timeout) ends its request: the
+    // request's stream is no longer resumed.
+    if requests.is_empty()
+        && let Some(id) = message::cancelled_request_id(&bytes)
+    {
+        shared.request_over(id.key());
+    }
     if let Some(modern) = modern {
         // 2026-07-28: no session; the headers say what the body is.
         let response = shared.post_modern(bytes.into(), &modern).await;
@@ -419,6 +486,10 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
         _ => None,
     };
     if is_sse {
+        // Woken when a request of this stream is over elsewhere (cancelled, timed out,
+        // answered on another stream): when all are, the stream is dropped, never resumed.
+        let over = Arc::new(Notify::new());
+        let _streaming = shared.stream_for(&unanswered, &over);
         let mut events = body::events(response.body, shared.max_message_bytes, shared.read_timeout);
         // Where to resume the stream from if the server ends it before its answers (SSE
         // polling, or a dropped connection), and how long it asked to wait first.
@@ -429,7 +500,13 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
         let mut idle_resumes = 0;
         let why = loop {
             let mut broken = None;
-            while let Some(event) = events.next().await {
+            loop {
+                let Some(event) = until_over(shared, &over, &mut unanswered, events.next()).await
+                else {
+                    // Every request of the stream is over: nothing more is read for them.
+                    return;
+                };
+                let Some(event) = event else { break };
                 match event {
                     Ok(event) => {
                         if let Some(id) = event.id {
@@ -480,8 +557,18 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
                 );
             }
             idle_resumes += 1;
-            tokio::time::sleep(retry).await;
-            match resume_stream(shared, &last).await {
+            if until_over(shared, &over, &mut unanswered, tokio::time::sleep(retry))
+                .await
+                .is_none()
+            {
+                return;
+            }
+            let Some(resumed) =
+                until_over(shared, &over, &mut unanswered, resume_stream(shared, &last)).await
+            else {
+                return;
+            };
+            match resumed {
                 Ok(resumed) => {
                     events = body::events(resumed, shared.max_message_bytes, shared.read_timeout);
                 }
@@ -512,6 +599,28 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
                     "the upstream server's HTTP response did not contain the answer",
                 )
                 .await;
+        }
+    }
+}
+
+/// Runs `work` until it completes (`Some`), or until every request of `unanswered` is over
+/// (`None`); requests that end meanwhile leave `unanswered`.
+async fn until_over<F: std::future::Future>(
+    shared: &Shared,
+    over: &Notify,
+    unanswered: &mut Vec<Id>,
+    work: F,
+) -> Option<F::Output> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return Some(out),
+            () = over.notified() => {
+                unanswered.retain(|id| shared.still_streaming(id.key()));
+                if unanswered.is_empty() {
+                    return None;
+                }
+            }
         }
     }
 }
@@ -560,6 +669,7 @@ async fn pass_on(
     if let Some(parsed) = &parsed {
         for key in parsed.response_keys() {
             unanswered.retain(|id| id.key() != key);
+            shared.request_over(&key);
         }
         if matches!(
             parsed.kinds().first(),
@@ -735,7 +845,14 @@ fn open_get_stream(shared: &Arc<Shared>) {
                     last_event = Some(id);
                 }
                 if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
-                    shared.emit(data.into_bytes()).await;
+                    // An answer here ends its request's own stream too.
+                    let parsed = message::parse(data.as_bytes()).ok();
+                    if let Some(parsed) = &parsed {
+                        for key in parsed.response_keys() {
+                            shared.request_over(&key);
+                        }
+                    }
+                    shared.emit_read(data.into_bytes(), parsed).await;
                 }
             }
         }
