@@ -576,9 +576,9 @@ async fn run() {
             eprintln!(
                 "round {round} HTTP→HTTP by era: legacy +{legacy_added:.1} µs p50, {legacy_cpu:.1} µs CPU/call; 2026-07-28 +{modern_added:.1} µs p50, {modern_cpu:.1} µs CPU/call"
             );
-            for (figure, value) in eras
-                .iter_mut()
-                .zip([legacy_added, legacy_cpu, modern_added, modern_cpu])
+            for (figure, value) in
+                eras.iter_mut()
+                    .zip([legacy_added, legacy_cpu, modern_added, modern_cpu])
             {
                 figure.push(value);
             }
@@ -630,10 +630,18 @@ async fn run() {
     let [la, lc, ma, mc] = &mut eras;
     let ((la0, la1, la2), (lc0, lc1, lc2)) = (spread(la), spread(lc));
     let ((ma0, ma1, ma2), (mc0, mc1, mc2)) = (spread(ma), spread(mc));
-    println!("  HTTP→HTTP by era, this build (the same call, each against the server direct in its era):");
-    println!("    legacy (session) p50 added  {la0:.1} / {la1:.1} / {la2:.1} µs, CPU/call {lc0:.1} / {lc1:.1} / {lc2:.1} µs");
-    println!("    2026-07-28 p50 added        {ma0:.1} / {ma1:.1} / {ma2:.1} µs, CPU/call {mc0:.1} / {mc1:.1} / {mc2:.1} µs");
-    println!("    modern ÷ legacy             added {m0:.2} / {m1:.2} / {m2:.2}×, CPU {n0:.2} / {n1:.2} / {n2:.2}×  (target ≤ 1×)");
+    println!(
+        "  HTTP→HTTP by era, this build (the same call, each against the server direct in its era):"
+    );
+    println!(
+        "    legacy (session) p50 added  {la0:.1} / {la1:.1} / {la2:.1} µs, CPU/call {lc0:.1} / {lc1:.1} / {lc2:.1} µs"
+    );
+    println!(
+        "    2026-07-28 p50 added        {ma0:.1} / {ma1:.1} / {ma2:.1} µs, CPU/call {mc0:.1} / {mc1:.1} / {mc2:.1} µs"
+    );
+    println!(
+        "    modern ÷ legacy             added {m0:.2} / {m1:.2} / {m2:.2}×, CPU {n0:.2} / {n1:.2} / {n2:.2}×  (target ≤ 1×)"
+    );
     for (k, (name, _)) in builds.iter().enumerate() {
         let over_floor = |mine: &[f64], floor: &[f64]| {
             let mut ratios: Vec<f64> = mine.iter().zip(floor).map(|(m, f)| m / f).collect();

@@ -146,8 +146,6 @@ struct AutoCall {
 // per call for nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-// Forward is the common case: boxing its context would cost an allocation per call.
-#[allow(clippy::large_enum_variant)]
 pub enum CallDecision {
     /// Forward it upstream (rewritten when `Some`), and pass the context to the response hook.
     Forward {
