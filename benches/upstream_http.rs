@@ -459,7 +459,8 @@ async fn run() {
     // For a profiler: `UPSTREAM_HTTP_PROFILE=<calls>` runs only one process for that many
     // calls, its pid on stderr (attach `perf record -p` to it), and nothing else:
     // `UPSTREAM_HTTP_PROFILE_MODE` `http` (default: this build's stdio→HTTP proxy), `stdio`
-    // (its stdio→stdio proxy), `listen` (its HTTP→HTTP proxy) or `bare` (the bare stdio→HTTP
+    // (its stdio→stdio proxy), `listen` (its HTTP→HTTP proxy), `modern` (the same with a
+    // 2026-07-28 client) or `bare` (the bare stdio→HTTP
     // relay); `UPSTREAM_HTTP_PROFILE_BIN` another build (one with frame pointers, say).
     if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
         .ok()
@@ -469,8 +470,11 @@ async fn run() {
         let bin = std::env::var_os("UPSTREAM_HTTP_PROFILE_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")));
-        if mode == "listen" {
-            let (mut through, proxy) = http_to_http(&bin, &upstream).await;
+        if mode == "listen" || mode == "modern" {
+            let (mut through, proxy) = match mode.as_str() {
+                "modern" => modern_http_to_http(&bin, &upstream).await,
+                _ => http_to_http(&bin, &upstream).await,
+            };
             eprintln!("profile: pid {}", proxy.id().unwrap_or(0));
             let started = Instant::now();
             for _ in 0..calls {

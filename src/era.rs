@@ -149,10 +149,12 @@ pub struct Headers {
 
 impl Headers {
     /// The headers of a modern request (`bytes`: as it goes upstream).
-    /// `annotated`: the tool's arguments that travel as headers (header, argument).
+    /// `name`: what `Mcp-Name` carries, as the envelope read it (see [`name_of`] for one to
+    /// read); `annotated`: the tool's arguments that travel as headers (header, argument).
     pub fn of(
         version: &str,
         method: &str,
+        name: Option<String>,
         bytes: &[u8],
         annotated: &[(String, String)],
     ) -> Headers {
@@ -166,7 +168,7 @@ impl Headers {
         Headers {
             version: version.to_string(),
             method: method.to_string(),
-            name: name_of(method, bytes),
+            name,
             params,
         }
     }
@@ -327,8 +329,7 @@ mod tests {
     #[test]
     fn headers_come_from_the_body_sent() {
         let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r\u00e9sum\u00e9","arguments":{}}}"#;
-        let headers = Headers::of(MODERN, "tools/call", call, &[]);
-        assert_eq!(headers.name.as_deref(), Some("résumé"));
+        assert_eq!(name_of("tools/call", call).as_deref(), Some("résumé"));
         assert_eq!(header_value("résumé"), "=?base64?csOpc3Vtw6k=?=");
         assert_eq!(
             header_text("=?base64?csOpc3Vtw6k=?=").as_deref(),

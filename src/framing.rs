@@ -240,8 +240,7 @@ impl EnvelopeScanner {
         let id = self
             .id
             .and_then(|raw| String::from_utf8(raw).ok())
-            .filter(|text| text.starts_with('"') || text.parse::<f64>().is_ok())
-            .map(|text| Id::from_json_text(&text));
+            .and_then(|text| Id::parse(&text));
         let method = self
             .method
             .and_then(|raw| String::from_utf8(raw).ok())

@@ -50,6 +50,11 @@ pub struct Modern {
     pub client: Option<String>,
     /// Whether `_meta["io.modelcontextprotocol/clientCapabilities"]` is there.
     pub capabilities: bool,
+    /// What the method's `Mcp-Name` carries (`params.name`, `uri` or `taskId`, decoded), when
+    /// it is a string.
+    pub named: Option<String>,
+    /// Where the request's id is in the line (to give it another without reading it again).
+    pub id_at: std::ops::Range<usize>,
 }
 
 /// The `_meta` key that makes a request modern.
@@ -116,9 +121,8 @@ fn id_key(raw: &str) -> Option<Box<str>> {
             .ok()
             .map(String::into_boxed_str);
     }
-    if !raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
-        return None;
-    }
+    // JSON's own number grammar (no `01`, `1.`, `+1`), then its value.
+    serde_json::from_str::<serde_json::Number>(raw).ok()?;
     let number: f64 = raw.parse().ok()?;
     if !number.is_finite() {
         return None;
@@ -232,19 +236,22 @@ struct Envelope<'a> {
     method: Option<&'a RawValue>,
     result: Option<&'a RawValue>,
     error: bool,
-    params: Params,
+    params: Params<'a>,
     duplicate: Option<&'static str>,
 }
 
-/// What the relay reads of `params`: `_meta`'s progress token and modern keys, and whether a
-/// key the proxy decides on appears twice.
+/// What the relay reads of `params`: `_meta`'s progress token and modern keys, where the
+/// members a modern request's `Mcp-Name` carries are, and whether a key the proxy decides on
+/// appears twice.
 #[derive(Default)]
-struct Params {
+struct Params<'a> {
     progress: Option<Box<str>>,
     version: Option<String>,
     client: Option<String>,
     capabilities: bool,
     duplicate: Option<&'static str>,
+    /// `name`, `uri`, `taskId` (decoded only for a modern request, where a header names one).
+    named: [Option<&'a RawValue>; 3],
 }
 
 /// `Deserialize` for a type read from a JSON object by `$visit(map)`; any other JSON value
@@ -349,15 +356,27 @@ from_object!(Envelope, |map| {
 
 /// [`Params`] as read (the lifetime is the macro's).
 #[derive(Default)]
-struct ParamsRead<'a>(Params, std::marker::PhantomData<&'a ()>);
+struct ParamsRead<'a>(Params<'a>, std::marker::PhantomData<&'a ()>);
 
 from_object!(ParamsRead, |map| {
     let mut out = Params::default();
     let [mut name, mut arguments, mut meta, mut task] = [false; 4];
     while let Some(key) = map.next_key::<Cow<'de, str>>()? {
         let dup = &mut out.duplicate;
+        let named = match key.as_ref() {
+            "name" => Some(0),
+            "uri" => Some(1),
+            "taskId" => Some(2),
+            _ => None,
+        };
+        if let Some(slot) = named {
+            if slot == 0 {
+                once(&mut name, dup, "params.name");
+            }
+            out.named[slot] = Some(map.next_value::<&'a RawValue>()?);
+            continue;
+        }
         match key.as_ref() {
-            "name" => once(&mut name, dup, "params.name"),
             "arguments" => once(&mut arguments, dup, "params.arguments"),
             "task" => once(&mut task, dup, "params.task"),
             "_meta" => {
@@ -382,7 +401,7 @@ from_object!(ParamsRead, |map| {
 
 /// `_meta`: the same fields as [`Params`].
 #[derive(Default)]
-struct MetaRead<'a>(Params, std::marker::PhantomData<&'a ()>);
+struct MetaRead<'a>(Params<'a>, std::marker::PhantomData<&'a ()>);
 
 from_object!(MetaRead, |map| {
     let mut out = Params::default();
@@ -478,18 +497,33 @@ impl Envelope<'_> {
         }
         let method = method.and_then(Result::ok);
         let params = self.params;
+        let at = |raw: &RawValue| {
+            let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+            start..start + raw.get().len()
+        };
         match (method, id) {
             (Some(method), Some(id)) => Kind::Request {
-                id,
-                method: method.into_owned(),
-                progress: params.progress,
                 modern: params.version.map(|version| {
+                    let slot = match crate::era::name_member(&method) {
+                        Some("name") => Some(0),
+                        Some("uri") => Some(1),
+                        Some(_) => Some(2),
+                        None => None,
+                    };
+                    let named = slot
+                        .and_then(|slot| params.named[slot])
+                        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
                     Box::new(Modern {
                         version,
                         client: params.client,
                         capabilities: params.capabilities,
+                        named,
+                        id_at: self.id.map(at).unwrap_or_default(),
                     })
                 }),
+                id,
+                method: method.into_owned(),
+                progress: params.progress,
             },
             (Some(method), None) => Kind::Notification {
                 method: method.into_owned(),

@@ -591,6 +591,7 @@ impl Relay {
                     out.modern = Some(Box::new(crate::era::Headers::of(
                         &modern.version,
                         &method,
+                        modern.named.clone(),
                         sent,
                         &annotated,
                     )));
@@ -709,6 +710,7 @@ impl Relay {
             modern: Some(Box::new(crate::era::Headers::of(
                 version,
                 "server/discover",
+                None,
                 &bytes,
                 &[],
             ))),

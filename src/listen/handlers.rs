@@ -129,7 +129,6 @@ fn check_modern(
     id: &Id,
     method: &str,
     modern: Option<&message::Modern>,
-    body: &[u8],
 ) -> Result<(), Refusal> {
     let refuse = |code: i64, message: &str, data: Option<&serde_json::Value>| {
         tracing::debug!(
@@ -205,7 +204,7 @@ fn check_modern(
     }
     if crate::era::name_member(method).is_some() {
         let sent_name = one("mcp-name");
-        let expected = crate::era::name_of(method, body).unwrap_or_default();
+        let expected = modern.named.clone().unwrap_or_default();
         if sent_name.and_then(crate::era::header_text) != Some(expected.clone()) {
             return Err(mismatch("Mcp-Name", &expected, sent_name));
         }
@@ -221,6 +220,7 @@ fn check_params(
     id: &Id,
     session: &Session,
     method: &str,
+    tool: Option<&str>,
     body: &[u8],
 ) -> Result<(), Refusal> {
     let mismatch = |message: String| {
@@ -249,8 +249,11 @@ fn check_params(
     if method != "tools/call" {
         return Ok(());
     }
-    let tool = crate::era::name_of(method, body).unwrap_or_default();
-    let annotated = session.relay.interceptor().param_headers(&tool);
+    let tool = tool.unwrap_or_default();
+    let annotated = session.relay.interceptor().param_headers(tool);
+    if annotated.is_empty() {
+        return Ok(());
+    }
     for (header, value) in crate::era::param_values(body, &annotated) {
         let name = format!("mcp-param-{}", header.to_ascii_lowercase());
         let sent: Vec<&HeaderValue> = headers.get_all(name.as_str()).iter().collect();
@@ -697,22 +700,34 @@ async fn handle_post(
                     modern: meta,
                     ..
                 } => {
-                    check_modern(headers, id, method, meta.as_deref(), &body)?;
+                    check_modern(headers, id, method, meta.as_deref())?;
                     let session = listener
                         .sessions
                         .stateless(client)
                         .await
                         .map_err(open_refusal)?;
-                    check_params(headers, id, &session, method, &body)?;
+                    let named = meta.as_ref().and_then(|m| m.named.as_deref());
+                    check_params(headers, id, &session, method, named, &body)?;
                     let fresh = session.fresh_id();
-                    let Some(line) = message::with_id(&body, fresh.raw()) else {
-                        return Err(rpc_refusal(
-                            StatusCode::BAD_REQUEST,
-                            Some(id),
-                            jsonrpc::INVALID_REQUEST,
-                            "Invalid Request: the request's id could not be read",
-                            None,
-                        ));
+                    // The id where the envelope reader found it: spliced, not read again.
+                    let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
+                    let line = match body.get(id_at.clone()) {
+                        Some(text) if !id_at.is_empty() && text == id.raw().as_bytes() => {
+                            let mut line = Vec::with_capacity(body.len() + fresh.raw().len());
+                            line.extend_from_slice(&body[..id_at.start]);
+                            line.extend_from_slice(fresh.raw().as_bytes());
+                            line.extend_from_slice(&body[id_at.end..]);
+                            line
+                        }
+                        _ => message::with_id(&body, fresh.raw()).ok_or_else(|| {
+                            rpc_refusal(
+                                StatusCode::BAD_REQUEST,
+                                Some(id),
+                                jsonrpc::INVALID_REQUEST,
+                                "Invalid Request: the request's id could not be read",
+                                None,
+                            )
+                        })?,
                     };
                     let kind = match kind.clone() {
                         Kind::Request {
@@ -894,9 +909,34 @@ async fn handle_post(
     Ok(json_response(status, response_headers, body))
 }
 
+/// `answer` under the client's id, where its envelope (the members before any nested value)
+/// says `"id":` and the proxy's `fresh` one: one search, no parse. `None` when not found so
+/// (the caller then reads the message for its id).
+fn restore_id(answer: &[u8], fresh: &Id, client: &Id) -> Option<Vec<u8>> {
+    let at = memchr::memmem::find(answer, fresh.raw().as_bytes())?;
+    let before = answer[..at]
+        .trim_ascii_end()
+        .strip_suffix(b":")?
+        .trim_ascii_end();
+    let envelope = before.strip_suffix(b"\"id\"")?;
+    // Nothing nested comes first: only the object's own opening brace.
+    if envelope.iter().filter(|b| matches!(b, b'{' | b'[')).count() != 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(answer.len() + client.raw().len());
+    out.extend_from_slice(&answer[..at]);
+    out.extend_from_slice(client.raw().as_bytes());
+    out.extend_from_slice(&answer[at + fresh.raw().len()..]);
+    Some(out)
+}
+
 /// The HTTP status of a modern request's answer: an error names it (2026-07-28, Streamable
 /// HTTP): an unknown method 404, a request the server refused as malformed 400.
 fn modern_status(answer: &[u8]) -> StatusCode {
+    // A result says nothing of errors: no read at all.
+    if memchr::memmem::find(answer, b"\"error\"").is_none() {
+        return StatusCode::OK;
+    }
     #[derive(serde::Deserialize)]
     struct Answer {
         error: Option<Code>,
@@ -979,7 +1019,9 @@ impl StreamGuard {
             match &message.kind {
                 Some(Kind::Response { id: Some(id), .. }) if id.key() == fresh.key() => {
                     return Some(
-                        message::with_id(&message.bytes, client.raw()).unwrap_or(message.bytes),
+                        restore_id(&message.bytes, fresh, client)
+                            .or_else(|| message::with_id(&message.bytes, client.raw()))
+                            .unwrap_or(message.bytes),
                     );
                 }
                 // A subscription's notifications name it by the client's id.
