@@ -190,6 +190,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub header_timeout_secs: f64,
 
+    /// With --listen: request bodies of every client together may hold at most this many bytes
+    /// while they are read and passed on (bodies under 64 KiB do not count, so small calls are
+    /// never held up); past it, a body waits up to 2 s for room, then gets 503 with Retry-After.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::listen::DEFAULT_BODY_BYTES_IN_FLIGHT)]
+    pub max_body_bytes_in_flight: usize,
+
     /// With --listen: a request body must arrive within this many seconds (408 beyond).
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub body_timeout_secs: f64,

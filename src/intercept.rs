@@ -204,6 +204,9 @@ fn server_info_in_meta(message: &[u8]) -> Option<String> {
     response.result?.meta?.server?.name.map(Cow::into_owned)
 }
 
+/// The longest tool name a call may give (MCP's own limit for names is 128 characters).
+const MAX_TOOL_NAME: usize = 1024;
+
 /// Argument names that usually narrow what a tool returns.
 const NARROWING: &[&str] = &[
     "head", "tail", "limit", "max", "count", "offset", "start", "end", "line", "path", "pattern",
@@ -751,8 +754,20 @@ impl Interceptor {
         let name = parts
             .as_ref()
             .and_then(|p| p.name.as_deref())
-            .unwrap_or_default()
-            .to_string();
+            .unwrap_or_default();
+        if name.len() > MAX_TOOL_NAME {
+            // No tool is named so: nothing is copied, matched or counted for it.
+            return CallDecision::Answer(crate::jsonrpc::error_response(
+                Some(id),
+                crate::jsonrpc::INVALID_PARAMS,
+                &format!(
+                    "Invalid params: params.name is {} bytes, and no tool name is longer than {MAX_TOOL_NAME}; call one of the tools tools/list returns",
+                    name.len()
+                ),
+                None,
+            ));
+        }
+        let name = name.to_string();
         self.count(&name, |m, tool| {
             m.calls.get_or_create(tool).inc();
         });

@@ -493,6 +493,7 @@ async fn proxy(
             max_sessions: run.max_sessions,
             max_sessions_per_client: run.max_sessions_per_client,
             max_connections: run.max_connections,
+            max_body_bytes_in_flight: run.max_body_bytes_in_flight,
             max_children: run.max_children,
             rate_limit: run.rate_limit,
             header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,

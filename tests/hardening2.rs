@@ -794,3 +794,50 @@ fn a_recording_that_is_not_a_regular_file_is_refused() {
         assert!(peak < PEAK_LIMIT, "{command}: peak {} MiB", peak / MIB);
     }
 }
+
+/// Sixteen 60 MB request bodies at once (no session: they are refused once read, but every one
+/// is read first): the listener holds `--max-body-bytes-in-flight` of them at a time, the rest
+/// wait or get 503, and memory stays under 256 MiB. Before: 1,473 MiB.
+#[tokio::test]
+async fn concurrent_huge_bodies_are_bounded_in_total() {
+    let budget = std::env::var("HARDENING_BODY_BUDGET").unwrap_or_else(|_| "134217728".into());
+    let (proxy, url) = common::listen(
+        &["--max-body-bytes-in-flight", &budget, "--", &quirky()],
+        &[],
+    )
+    .await;
+    let pid = proxy.id().unwrap();
+    let filler = "x".repeat(60 * 1024 * 1024);
+    let body = bytes::Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{filler}"}}}}"#
+    ));
+    drop(filler);
+    let client = http();
+    let posts = (0..16).map(|_| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(body.clone())
+            .send()
+    });
+    let statuses: Vec<u16> = futures_util::future::join_all(posts)
+        .await
+        .into_iter()
+        .map(|r| r.map(|r| r.status().as_u16()).unwrap_or(0))
+        .collect();
+    // Each was answered: read and refused (no session), or refused for room (503).
+    assert!(
+        statuses.iter().all(|s| *s == 400 || *s == 503),
+        "{statuses:?}"
+    );
+    let peak = memory(pid, "VmHWM");
+    eprintln!(
+        "16 bodies of 60 MB: peak {} MiB, statuses {statuses:?}",
+        peak >> 20
+    );
+    assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
+    // Small calls were never held up: one goes through now.
+    let session = common::mcp_initialize(&client, &url).await;
+    assert!(!session.is_empty());
+}

@@ -1361,3 +1361,50 @@ async fn one_session_flooding_the_cache_never_evicts_another_sessions_chain() {
         "the victim's next page was lost: {text:.300}"
     );
 }
+
+#[tokio::test]
+async fn two_posts_with_ids_equal_as_values_never_get_each_others_answers() {
+    tls();
+    let (_proxy, url) = listen(
+        &["--policy", "none"],
+        &[example("fleet_server").to_str().unwrap(), "--streams", "68"],
+    )
+    .await;
+    let session = initialize(&url).await;
+    let call = r#"{"jsonrpc":"2.0","id":"\u0061","method":"tools/call","params":{"name":"fleet_show","arguments":{}}}"#;
+    let ping = r#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#;
+    let (a, b) = tokio::join!(
+        post(&url, Some(&session), call).send(),
+        post(&url, Some(&session), ping).send()
+    );
+    let (a, b) = (
+        a.unwrap().text().await.unwrap(),
+        b.unwrap().text().await.unwrap(),
+    );
+    let answer = |text: &str| -> String {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .find(|d| d.contains("\"id\""))
+            .unwrap_or(text)
+            .to_string()
+    };
+    let (a, b) = (answer(&a), answer(&b));
+    // Each POST gets its own answer, under its own spelling; the paged result stays paged.
+    assert!(
+        a.starts_with(r#"{"jsonrpc":"2.0","id":"\u0061","#),
+        "{:.200}",
+        a
+    );
+    assert!(b.starts_with(r#"{"jsonrpc":"2.0","id":"a","#), "{:.200}", b);
+    assert!(
+        a.len() < 200_000 && b.len() < 200_000,
+        "{} and {} bytes",
+        a.len(),
+        b.len()
+    );
+    // The ping came second or first: either it was answered, or refused as an id in flight.
+    assert!(
+        b.contains("\"result\"") || b.contains("already used by a request in flight"),
+        "{b}"
+    );
+}

@@ -40,6 +40,8 @@ const KNOWN_VERSIONS: [&str; 5] = [
 /// What the handlers share.
 pub(super) struct Listener {
     sessions: Arc<Sessions>,
+    /// Room for large request bodies, in KiB (`--max-body-bytes-in-flight`).
+    bodies: Arc<tokio::sync::Semaphore>,
     /// Hosts accepted in the `Host` header (lowercase, without port).
     hosts: HashSet<String>,
     /// Each client's request budget (`--rate-limit`).
@@ -93,7 +95,10 @@ impl Listener {
 impl Listener {
     pub fn new(sessions: Arc<Sessions>, local: SocketAddr) -> Listener {
         let hosts = super::allowed_hosts(local.ip(), &sessions.options().allow_hosts);
+        let room = (sessions.options().max_body_bytes_in_flight / 1024)
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         Listener {
+            bodies: Arc::new(tokio::sync::Semaphore::new(room)),
             sessions,
             hosts,
             buckets: Default::default(),
@@ -475,12 +480,64 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Reads the body under the message size limit and the body timeout.
+/// Why a body could not be read: no room for it, or the body itself.
+enum Readable {
+    Room(Refusal),
+    Body(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync>> for Readable {
+    fn from(err: Box<dyn std::error::Error + Send + Sync>) -> Readable {
+        Readable::Body(err)
+    }
+}
+
+/// Bodies under this size take no room of `--max-body-bytes-in-flight`.
+const SMALL_BODY: usize = 64 * 1024;
+/// How long a large body waits for room before it is refused.
+const BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Room for a body of `bytes` among the bodies in flight: `None` for a small one; an error
+/// (503, Retry-After) when none comes within [`BODY_WAIT`].
+async fn body_room(
+    listener: &Listener,
+    bytes: usize,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refusal> {
+    if bytes < SMALL_BODY {
+        return Ok(None);
+    }
+    let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
+    let acquire = listener.bodies.clone().acquire_many_owned(kib);
+    match tokio::time::timeout(BODY_WAIT, acquire).await {
+        Ok(Ok(permit)) => Ok(Some(permit)),
+        _ => {
+            let limit = listener.sessions.options().max_body_bytes_in_flight;
+            tracing::warn!(
+                bytes,
+                limit,
+                "request body refused: the listener holds as many large bodies as --max-body-bytes-in-flight allows"
+            );
+            let mut response = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the proxy is reading as many large request bodies as it holds at once ({limit} bytes, --max-body-bytes-in-flight); retry in a moment"
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Err(response)
+        }
+    }
+}
+
+/// Reads the body under the message size limit and the body timeout, with room for it among
+/// the bodies in flight (kept by the caller until the message has been passed on).
 async fn read_body(
     listener: &Listener,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Vec<u8>, Refusal> {
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), Refusal> {
     let options = listener.sessions.options();
     let limit = options.session.max_message_bytes;
     let too_large = || {
@@ -495,12 +552,29 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match tokio::time::timeout(options.body_timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok(bytes.to_vec()),
-        Ok(Err(err)) => {
-            // `to_bytes` reports the limit as a length-limit error in its source chain.
-            let over = std::error::Error::source(&err)
-                .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+    // Room for what the body says it is; one without a length is read in room for the limit
+    // only once it grows past a small body.
+    let mut room = body_room(listener, declared.map_or(0, |n| n as usize)).await?;
+    let read = async {
+        use http_body_util::BodyExt;
+        let mut body = http_body_util::Limited::new(body, limit);
+        let mut bytes: Vec<u8> = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        while let Some(frame) = body.frame().await {
+            let frame = frame?;
+            if let Ok(data) = frame.into_data() {
+                bytes.extend_from_slice(&data);
+                if room.is_none() && declared.is_none() && bytes.len() >= SMALL_BODY {
+                    room = body_room(listener, limit).await.map_err(Readable::Room)?;
+                }
+            }
+        }
+        Ok::<_, Readable>(bytes)
+    };
+    match tokio::time::timeout(options.body_timeout, read).await {
+        Ok(Ok(bytes)) => Ok((bytes, room)),
+        Ok(Err(Readable::Room(refusal))) => Err(refusal),
+        Ok(Err(Readable::Body(err))) => {
+            let over = err.is::<http_body_util::LengthLimitError>();
             if over {
                 Err(too_large())
             } else {
@@ -591,7 +665,7 @@ async fn handle_post(
         Some(_) => Some(find_session(listener, headers, &client)?),
         None => None,
     };
-    let body = read_body(listener, headers, body).await?;
+    let (body, room) = read_body(listener, headers, body).await?;
     let parsed = match message::parse_from_client(&body) {
         Ok(parsed) => parsed,
         Err(err) => {
@@ -839,6 +913,8 @@ async fn handle_post(
         // The upstream is gone; its end answers the waiting requests through `route`.
         tracing::warn!(session = %session.id, "upstream no longer takes messages");
     }
+    // Passed on: its room goes to the next large body.
+    drop(room);
     let mut response_headers = HeaderMap::new();
     if opened && let Ok(value) = HeaderValue::from_str(&session.id) {
         response_headers.insert(SESSION_HEADER, value);

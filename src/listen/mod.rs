@@ -38,6 +38,9 @@ use crate::upstream::UpstreamSpec;
 
 use session::Sessions;
 
+/// The default of `--max-body-bytes-in-flight`.
+pub const DEFAULT_BODY_BYTES_IN_FLIGHT: usize = 128 * 1024 * 1024;
+
 /// Where a load balancer asks whether this instance takes sessions (outside the MCP path).
 pub const HEALTH_PATH: &str = "/healthz";
 /// Where `--metrics listen` serves the metrics (behind the token).
@@ -57,6 +60,9 @@ pub struct ListenOptions {
     pub max_sessions_per_client: usize,
     /// At most this many open connections; more are refused at once.
     pub max_connections: usize,
+    /// Request bodies of 64 KiB and more hold at most this many bytes together while they are
+    /// read and passed on; past it a body waits briefly, then gets 503.
+    pub max_body_bytes_in_flight: usize,
     /// At most this many upstream server processes at once (a session each); more sessions
     /// are refused with 503.
     pub max_children: usize,
@@ -97,6 +103,7 @@ impl ListenOptions {
             max_sessions: 64,
             max_sessions_per_client: 32,
             max_connections: 512,
+            max_body_bytes_in_flight: DEFAULT_BODY_BYTES_IN_FLIGHT,
             max_children: 64,
             rate_limit: 1000.0,
             header_timeout: Duration::from_secs(10),
