@@ -421,17 +421,29 @@ impl Interceptor {
         let name = serde_json::from_slice::<InitializeResponse<'_>>(message)
             .ok()
             .and_then(|m| m.result?.server_info?.name.map(Cow::into_owned));
-        if let Some(name) = name {
-            self.server_named(&name);
+        match name {
+            Some(name) => self.server_named(&name),
+            None => self.server_unnamed(),
         }
     }
 
     /// The server's answer to `server/discover` (2026-07-28): it names the server in its
     /// `_meta`, as any modern result may.
     pub fn discover_response(&self, message: &[u8]) {
-        if let Some(name) = server_info_in_meta(message) {
-            self.server_named(&name);
+        match server_info_in_meta(message) {
+            Some(name) => self.server_named(&name),
+            None => self.server_unnamed(),
         }
+    }
+
+    /// The server answered the question of who it is without a name: no built-in policy will
+    /// come, and no call waits for one.
+    fn server_unnamed(&self) {
+        self.chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .server
+            .get_or_insert_with(String::new);
     }
 
     /// Whether this session's budget may still change when the server names itself (no
