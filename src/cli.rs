@@ -190,6 +190,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub header_timeout_secs: f64,
 
+    /// Server messages of 4 MiB or more read and budgeted at once, by every session together;
+    /// another waits, mid-read, until one is budgeted (its server waits on its pipe). Smaller
+    /// messages never wait.
+    #[arg(long, value_name = "N", default_value_t = crate::framing::DEFAULT_LARGE_LINES)]
+    pub max_large_results: usize,
+
     /// With --listen: request bodies of every client together may hold at most this many bytes
     /// while they are read and passed on (bodies under 64 KiB do not count, so small calls are
     /// never held up); past it, a body waits up to 2 s for room, then gets 503 with Retry-After.

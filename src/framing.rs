@@ -31,10 +31,40 @@ pub enum Frame {
 /// A reader lets other tasks run after this many bytes of one line (~0.2 ms of work).
 const YIELD_BYTES: usize = 512 * 1024;
 
+/// A server line this long or longer is large: only so many are read and budgeted at once,
+/// process-wide (`--max-large-results`), so that many sessions' large results together stay
+/// bounded in memory. A smaller message never waits for one.
+pub const LARGE_LINE: usize = 4 * 1024 * 1024;
+/// How long a large line waits for its place before it is read all the same.
+const LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The default of `--max-large-results`.
+pub const DEFAULT_LARGE_LINES: usize = 1;
+
+static LARGE_LINES: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
+    std::sync::OnceLock::new();
+
+/// How many large lines may be held at once (once, at start; the default otherwise).
+pub fn limit_large_lines(n: usize) {
+    let _ = LARGE_LINES.set(std::sync::Arc::new(tokio::sync::Semaphore::new(n.max(1))));
+}
+
+fn large_lines() -> std::sync::Arc<tokio::sync::Semaphore> {
+    LARGE_LINES
+        .get_or_init(|| std::sync::Arc::new(tokio::sync::Semaphore::new(DEFAULT_LARGE_LINES)))
+        .clone()
+}
+
+/// A large line's place among those held at once: given up once the line is budgeted.
+pub type LargeHold = tokio::sync::OwnedSemaphorePermit;
+
 /// Reads frames from an async byte stream.
 pub struct FrameReader<R> {
     inner: BufReader<R>,
     max_bytes: usize,
+    /// Whether a large line waits for a place among those held at once (a server's lines).
+    bounded: bool,
+    /// The place the last line took, for the caller to hold while it budgets the line.
+    held: Option<LargeHold>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -42,7 +72,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         FrameReader {
             inner: BufReader::with_capacity(64 * 1024, inner),
             max_bytes,
+            bounded: false,
+            held: None,
         }
+    }
+
+    /// A reader of a server's lines: a large one waits, mid-line (the server then waits on its
+    /// pipe), for a place among the large lines held at once.
+    pub fn holding_large_lines(mut self) -> Self {
+        self.bounded = true;
+        self
+    }
+
+    /// The place the last line took among the large lines, if it was one.
+    pub fn take_hold(&mut self) -> Option<LargeHold> {
+        self.held.take()
     }
 
     /// The next non-blank line, or `None` at end of stream. A final line without a newline
@@ -61,6 +105,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let mut line = Vec::new();
         let mut oversized: Option<(usize, EnvelopeScanner)> = None;
         let mut saw_bytes = false;
+        // A large line that waited for its place in vain is read without one.
+        let mut unplaced = false;
         // Bytes read since this task last let others run: a long line arrives in many reads
         // that are all ready at once, and must not hold its thread for all of them.
         let mut since_yield = 0usize;
@@ -96,6 +142,28 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 None => line.extend_from_slice(part),
             }
             self.inner.consume(consumed);
+            if self.bounded && self.held.is_none() && !unplaced && line.len() >= LARGE_LINE {
+                let places = large_lines();
+                if places.available_permits() == 0 {
+                    tracing::debug!(
+                        bytes = line.len(),
+                        "a large server message waits for the ones being budgeted (--max-large-results)"
+                    );
+                }
+                // Briefly: a hold kept by a session whose client does not read must not stop
+                // every other session's large results for good.
+                match tokio::time::timeout(LARGE_WAIT, places.acquire_owned()).await {
+                    Ok(hold) => self.held = hold.ok(),
+                    Err(_) => {
+                        unplaced = true;
+                        tracing::warn!(
+                            bytes = line.len(),
+                            waited_secs = LARGE_WAIT.as_secs(),
+                            "a large server message is read without its place: the ones held have not been budgeted for a while (a client that does not read?)"
+                        )
+                    }
+                }
+            }
             since_yield += consumed;
             if done {
                 break;

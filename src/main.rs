@@ -432,6 +432,12 @@ async fn proxy(
     } else if run.watch {
         anyhow::bail!("--watch reloads a policy file: give one with --policy FILE");
     }
+    if run.max_large_results == 0 {
+        anyhow::bail!(
+            "--max-large-results must be at least 1 (one large server message at a time)"
+        );
+    }
+    mcp_budget::framing::limit_large_lines(run.max_large_results);
     let _metrics_server = match run.metrics.as_deref() {
         None => None,
         Some("listen") => {

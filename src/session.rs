@@ -132,6 +132,17 @@ pub async fn server_to_client(
                     return None;
                 }
             }
+            Event::Large(frame, hold) => {
+                let budgeted = budgeted(relay, frame).await;
+                // Budgeted: the next large message may be read (a client slow to take this
+                // one's page holds up no other session).
+                drop(hold);
+                if let Some((bytes, kind)) = budgeted
+                    && !client.deliver(bytes, kind).await
+                {
+                    return None;
+                }
+            }
             Event::Related { frame, request } => {
                 if let Some((bytes, kind)) = budgeted(relay, frame).await
                     && !client.deliver_related(bytes, kind, request).await

@@ -841,3 +841,55 @@ async fn concurrent_huge_bodies_are_bounded_in_total() {
     let session = common::mcp_initialize(&client, &url).await;
     assert!(!session.is_empty());
 }
+
+/// Eight sessions at once, each receiving a 55 MB result (paged by the proxy): only
+/// `--max-large-results` (default 1) such messages are read and budgeted at a time, so memory
+/// stays under 256 MiB; every session gets its first page. Before: 566–806 MiB (550 MiB with
+/// 100 at a time in this session's reproduction; 207 MiB with the default).
+#[tokio::test]
+async fn many_sessions_receiving_large_results_are_bounded_in_total() {
+    // The default unless asked (HARDENING_LARGE_RESULTS=100 shows the before).
+    let large = std::env::var("HARDENING_LARGE_RESULTS").unwrap_or_else(|_| "1".into());
+    let (proxy, url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--max-large-results",
+            &large,
+            "--",
+            &quirky(),
+        ],
+        &[],
+    )
+    .await;
+    let pid = proxy.id().unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let mut sessions = Vec::new();
+    for _ in 0..8 {
+        sessions.push(common::mcp_initialize(&client, &url).await);
+    }
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"big","arguments":{"bytes":55000000,"line":1000}}}"#;
+    let calls = sessions.iter().map(|session| async {
+        let response = common::mcp_post(&client, &url, Some(session), call)
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap()
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    for answer in &answers {
+        assert!(answer.contains("\"id\":2"), "{:.200}", answer);
+        assert!(
+            answer.len() < 300_000,
+            "a page, not the result: {} bytes",
+            answer.len()
+        );
+    }
+    let peak = memory(pid, "VmHWM");
+    eprintln!("8 sessions × 55 MB results: peak {} MiB", peak >> 20);
+    assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
+}

@@ -40,6 +40,9 @@ pub enum UpstreamSpec {
 #[derive(Debug)]
 pub enum Event {
     Frame(Frame),
+    /// A large message, with its place among those held at once (see
+    /// [`crate::framing::LARGE_LINE`]): given up once it is budgeted.
+    Large(Frame, crate::framing::LargeHold),
     /// A server request or notification that came related to one client request (on the HTTP
     /// stream of that request's POST): it goes to the client stream of that request.
     Related {
@@ -61,6 +64,7 @@ impl Weigh for Event {
     fn weight(&self) -> usize {
         match self {
             Event::Frame(Frame::Line(line) | Frame::Read { line, .. })
+            | Event::Large(Frame::Line(line) | Frame::Read { line, .. }, _)
             | Event::Related {
                 frame: Frame::Line(line) | Frame::Read { line, .. },
                 ..
@@ -229,11 +233,15 @@ async fn run_child(
     let mut writer = tokio::spawn(write_lines(pipes.stdin, to_server, "server"));
     let frames_out = events.clone();
     let mut reader = tokio::spawn(async move {
-        let mut frames = FrameReader::new(pipes.stdout, max_message_bytes);
+        let mut frames = FrameReader::new(pipes.stdout, max_message_bytes).holding_large_lines();
         loop {
             match frames.next_frame().await {
                 Ok(Some(frame)) => {
-                    if frames_out.send(Event::Frame(frame)).await.is_err() {
+                    let event = match frames.take_hold() {
+                        Some(hold) => Event::Large(frame, hold),
+                        None => Event::Frame(frame),
+                    };
+                    if frames_out.send(event).await.is_err() {
                         return;
                     }
                 }

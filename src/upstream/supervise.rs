@@ -73,7 +73,7 @@ async fn supervise(
                 return;
             }
             event = current.events.recv() => match event {
-                Some(event @ (Event::Frame(_) | Event::Related { .. })) => {
+                Some(event @ (Event::Frame(_) | Event::Large(..) | Event::Related { .. })) => {
                     if events.send(event).await.is_err() {
                         return;
                     }
