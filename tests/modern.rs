@@ -609,3 +609,33 @@ async fn the_proxys_discover_never_reaches_the_client_whatever_a_legacy_server_m
     assert_eq!(answer["id"], "q1", "{answer}");
     assert!(answer["error"]["message"].is_string(), "{answer}");
 }
+
+#[tokio::test]
+async fn a_stdio_servers_logs_ride_the_stream_of_the_only_request_open() {
+    let quirky = example("quirky_server");
+    let (_proxy, url) =
+        common::listen(&["--policy", "none", "--", quirky.to_str().unwrap()], &[]).await;
+    let http = http_client();
+    let mut params = json!({"name": "flood", "arguments": {"count": 3, "bytes": 10}});
+    params["_meta"] = meta("x");
+    params["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
+    let body =
+        json!({"jsonrpc": "2.0", "id": "l1", "method": "tools/call", "params": params}).to_string();
+    let response = post(&http, &url, "tools/call", Some("flood"), body)
+        .header("accept", "application/json, text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    let messages: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let logs = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .count();
+    assert_eq!(logs, 3, "{text:.600}");
+    assert_eq!(messages.last().unwrap()["id"], "l1");
+}

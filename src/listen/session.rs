@@ -669,7 +669,27 @@ impl Session {
         }
         message.directed = false;
         if self.is_stateless() {
-            // No GET stream, and no stream of another request takes what is not its own.
+            // No GET stream, and no stream of another request takes what is not its own. A
+            // notification that names no request (a stdio server's log line for the request
+            // that asked for logs, say) is that request's when it is the only one open.
+            let only = match &message.kind {
+                Some(Kind::Notification { .. }) => {
+                    let routes = lock(&self.routes);
+                    let mut numbers = routes.waiting.values().map(|(n, _)| *n);
+                    let first = numbers.next();
+                    first
+                        .filter(|first| numbers.all(|n| n == *first))
+                        .and_then(|n| routes.waiting.values().find(|(m, _)| *m == n))
+                        .map(|(_, tx)| tx.clone())
+                }
+                _ => None,
+            };
+            if let Some(tx) = only {
+                message.directed = true;
+                if tx.send(message).await.is_ok() {
+                    return;
+                }
+            }
             tracing::debug!(session = %self.id, "a server message for no open request of this principal was not delivered");
             return;
         }
