@@ -3,8 +3,11 @@
 //! # Layout
 //!
 //! - [`framing`]: bytes ⇄ newline-delimited frames, with a size limit that never buffers an
-//!   oversized message (it reads just its `id` to answer it).
-//! - [`message`]: the JSON-RPC envelope (`id`, `method`, request/notification/response), read
+//!   oversized message (it reads just its `id` to answer it); a server's large messages (4 MiB
+//!   and more) are read and budgeted a few at a time, process-wide.
+//! - [`message`]: the JSON-RPC envelope (`id`, `method`, request/notification/response, and a
+//!   modern request's `_meta`), read once; a key the proxy decides on named twice, an id that is
+//!   no id, nesting past 128 make a message malformed; ids compare as values. Read
 //!   without copying or re-serializing the message; in-place edits of an id.
 //! - [`jsonrpc`]: every message the proxy writes itself, from typed builders.
 //! - [`era`]: the 2026-07-28 era where results are read and written: `resultType`, only
@@ -28,8 +31,9 @@
 //!   [`upstream::replay`], a recording.
 //! - [`stdio`]: a client on stdin/stdout: reads its frames, writes its lines, runs the driver.
 //! - [`listen`]: clients over Streamable HTTP: a session manager (one relay and one upstream
-//!   per session, limits, idle expiry, resumable streams: event ids, a bounded replay log,
-//!   parked streams) and the handlers with the security checks.
+//!   per session, and one stateless session per principal for 2026-07-28 requests; limits,
+//!   idle expiry, resumable streams: event ids, a bounded replay log, parked streams) and the
+//!   handlers with the security checks (and a modern request's header checks).
 //! - [`heavy`]: a pool for the budget's heavy work (large results) off the I/O threads.
 //! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
 //! - [`regular`]: policies and recordings are read only from regular files, within bounds.
@@ -41,7 +45,8 @@
 //!   `clientInfo.name` (cited), overridable in the policy; [`tokens`]: token and line budgets
 //!   (o200k, counted only near the edge).
 //! - [`builtin`]: the shipped policies, compiled in and picked by the server's `serverInfo.name`.
-//! - [`cache`]: the per-session result cache of automatically paged results, bounded in bytes.
+//! - [`cache`]: the per-session result cache of automatically paged results, bounded in bytes
+//!   and shared fairly among sessions.
 //! - [`reload`]: the budget every session reads, replaced on SIGHUP or `--watch`.
 //! - [`metrics`]: Prometheus metrics (`--metrics`); [`traces`]: a span per request over OTLP.
 //! - [`cli`]: the command line.
