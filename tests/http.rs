@@ -15,9 +15,6 @@ use futures_util::StreamExt;
 use rmcp::model::*;
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-};
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -151,18 +148,7 @@ impl ServerHandler for TestServer {
 
 /// An rmcp Streamable HTTP server on 127.0.0.1:0; returns its URL.
 async fn rmcp_http_server(streams: usize) -> String {
-    let service = StreamableHttpService::new(
-        move || Ok(TestServer { streams }),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    format!("http://{addr}/mcp")
+    common::rmcp_http(move || TestServer { streams }).await
 }
 
 #[derive(Clone, Default)]

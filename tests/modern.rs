@@ -17,9 +17,6 @@ use common::{Peer, example};
 use rmcp::model::*;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RequestContext};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-};
 use rmcp::{ClientHandler, ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
@@ -423,18 +420,7 @@ impl ServerHandler for Fleet {
 }
 
 async fn fleet_http() -> String {
-    let service = StreamableHttpService::new(
-        || Ok(Fleet),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
-    );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    format!("http://{addr}/mcp")
+    common::rmcp_http(|| Fleet).await
 }
 
 #[derive(Clone, Default)]

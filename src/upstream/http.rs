@@ -183,6 +183,13 @@ impl Shared {
         let _ = self.events.send(event).await;
     }
 
+    /// Answers `ids` with the error of a server that could not be reached.
+    async fn unreachable(&self, ids: &[Id], err: &ConnError) {
+        let why = format!("could not reach the upstream server at {}: {err}", self.url);
+        tracing::warn!(%why);
+        self.fail(ids, &why).await;
+    }
+
     /// Answers `ids` with an error naming `why`.
     async fn fail(&self, ids: &[Id], why: &str) {
         for id in ids {
@@ -380,14 +387,7 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
         let response = shared.post_modern(bytes.into(), &modern).await;
         match response {
             Ok(response) => deliver(&shared, response, &requests, false).await,
-            Err(err) => {
-                let why = format!(
-                    "could not reach the upstream server at {}: {err}",
-                    shared.url
-                );
-                tracing::warn!(%why);
-                shared.fail(&requests, &why).await;
-            }
+            Err(err) => shared.unreachable(&requests, &err).await,
         }
         return;
     }
@@ -426,12 +426,7 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
     let response = match response {
         Ok(response) => response,
         Err(err) => {
-            let why = format!(
-                "could not reach the upstream server at {}: {err}",
-                shared.url
-            );
-            tracing::warn!(%why);
-            shared.fail(&requests, &why).await;
+            shared.unreachable(&requests, &err).await;
             return;
         }
     };

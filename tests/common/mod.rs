@@ -392,3 +392,28 @@ pub fn without_auto_after(line: &str) -> String {
         .replace(&format!(r#""properties":{{{continuation}}},"#), "")
         .replace(&format!("{continuation},"), "")
 }
+
+/// An rmcp Streamable HTTP server (dual-era) on 127.0.0.1:0 serving the handlers `make` makes;
+/// its URL.
+pub async fn rmcp_http<S>(make: impl Fn() -> S + Send + Sync + 'static) -> String
+where
+    S: rmcp::ServerHandler + Send + 'static,
+{
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(make()),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_sse_keep_alive(None),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{addr}/mcp")
+}
