@@ -34,6 +34,9 @@ pub struct Interceptor {
     scope: u64,
     /// What this session's `tools/list` said about each tool.
     tools: Mutex<HashMap<String, ToolInfo>>,
+    /// The server's origin (its command line or URL), under which who it said it is is kept
+    /// for every session of this process (see [`Interceptor::for_origin`]).
+    origin: Option<String>,
     /// Budgets fitted to the clients that named themselves in a modern request's `_meta`, and
     /// the generation of the base they were made from (bounded: [`MAX_FITTED`]).
     fitted: Mutex<(u64, HashMap<String, Arc<Budget>>)>,
@@ -182,6 +185,43 @@ struct ParamsParts<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// What the servers of this process said of themselves, by origin (bounded: a gateway reaches
+/// one server; a listener starts one command).
+struct Identities(Mutex<HashMap<String, String>>);
+
+/// At most this many origins are remembered.
+const MAX_ORIGINS: usize = 64;
+
+impl Identities {
+    fn get(&self, origin: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(origin)
+            .cloned()
+    }
+
+    fn put(&self, origin: &str, name: &str) {
+        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= MAX_ORIGINS && !known.contains_key(origin) {
+            known.clear();
+        }
+        known.insert(origin.to_string(), name.to_string());
+    }
+
+    fn forget(&self, origin: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(origin);
+    }
+}
+
+fn identities() -> &'static Identities {
+    static KNOWN: std::sync::OnceLock<Identities> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(|| Identities(Mutex::new(HashMap::new())))
+}
+
 /// The name a modern result gives the server: `result._meta["io.modelcontextprotocol/serverInfo"].name`.
 fn server_info_in_meta(message: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
@@ -253,6 +293,7 @@ impl Interceptor {
             scope,
             tools: Mutex::new(HashMap::new()),
             fitted: Mutex::new((0, HashMap::new())),
+            origin: None,
         };
         if let Some(forced) = budget.choice().forced.clone() {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
@@ -263,6 +304,41 @@ impl Interceptor {
     /// Changes when a policy reload changed what descriptors say.
     pub fn descriptor_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.base.descriptor_changes()
+    }
+
+    /// This session's server is the one at `origin`: what it said of itself in an earlier
+    /// session of this process (its name, or none) holds at once, so that a new session
+    /// neither asks it again nor budgets its first call without its built-in policy.
+    pub fn for_origin(mut self, origin: Option<String>) -> Self {
+        self.origin = origin;
+        let known = self
+            .origin
+            .as_ref()
+            .and_then(|origin| identities().get(origin));
+        match known.as_deref() {
+            Some("") => self.server_unnamed(),
+            Some(name) => self.server_named(name),
+            None => {}
+        }
+        self
+    }
+
+    /// The server was restarted: it is asked again who it is (it may be another now).
+    pub fn server_restarted(&self) {
+        self.chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .server = None;
+        if let Some(origin) = &self.origin {
+            identities().forget(origin);
+        }
+    }
+
+    /// Keeps what the server said of itself for the other sessions of its origin.
+    fn remember_identity(&self, name: &str) {
+        if let Some(origin) = &self.origin {
+            identities().put(origin, name);
+        }
     }
 
     /// Records on `tool`'s metrics, when metrics are on (a tool label is a listed name).
@@ -439,11 +515,15 @@ impl Interceptor {
     /// The server answered the question of who it is without a name: no built-in policy will
     /// come, and no call waits for one.
     fn server_unnamed(&self) {
-        self.chosen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .server
-            .get_or_insert_with(String::new);
+        let first = {
+            let mut chosen = self.chosen.lock().unwrap_or_else(PoisonError::into_inner);
+            let first = chosen.server.is_none();
+            chosen.server.get_or_insert_with(String::new);
+            first
+        };
+        if first {
+            self.remember_identity("");
+        }
     }
 
     /// Whether this session's budget may still change when the server names itself (no
@@ -510,6 +590,7 @@ impl Interceptor {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .server = Some(name.to_string());
+        self.remember_identity(name);
         let Some(builtin) = crate::builtin::for_server(name) else {
             tracing::info!(server = %name, "no built-in policy for this server: every tool is paged automatically");
             return;

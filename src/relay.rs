@@ -328,6 +328,9 @@ impl Relay {
     /// Every request in flight gets an error naming `reason` (the upstream was restarted);
     /// new requests are accepted as before.
     pub fn fail_pending(&self, reason: &str) -> Vec<Vec<u8>> {
+        // The new server is asked again who it is.
+        self.interceptor.server_restarted();
+        self.state().probed = false;
         let errors: Vec<Vec<u8>> = self
             .state()
             .finish_all()

@@ -625,3 +625,63 @@ async fn a_stdio_servers_logs_ride_the_stream_of_the_only_request_open() {
     assert_eq!(logs, 3, "{text:.600}");
     assert_eq!(messages.last().unwrap()["id"], "l1");
 }
+
+#[tokio::test]
+async fn what_a_server_said_of_itself_holds_for_every_principal_of_its_origin() {
+    use tokio::io::AsyncBufReadExt;
+    let fleet = example("fleet_server");
+    let mut proxy = tokio::process::Command::new(common::proxy_bin())
+        .args([
+            "--listen",
+            "http://127.0.0.1:0/mcp",
+            "--auth-token-env",
+            "TOKEN_A",
+        ])
+        .args(["--auth-token-env", "TOKEN_B", "--"])
+        .arg(&fleet)
+        .args(["--streams", "240"])
+        .env("TOKEN_A", "a-secret")
+        .env("TOKEN_B", "b-secret")
+        .env("RUST_LOG", "mcp_budget::relay=debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(proxy.stdout.take().unwrap()).lines();
+    let url = out
+        .next_line()
+        .await
+        .unwrap()
+        .unwrap()
+        .replace("listening on ", "");
+    let http = http_client();
+    for token in ["a-secret", "b-secret"] {
+        let body = tools_call(json!(1), "fleet_show", json!({}), "x");
+        let (_, answer) = message(
+            post(&http, &url, "tools/call", Some("fleet_show"), body)
+                .header("authorization", format!("Bearer {token}"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        // Each principal's first call is budgeted under the fleet's built-in policy.
+        let structured = &answer["result"]["structuredContent"];
+        assert_eq!(
+            structured["streams"].as_array().map(Vec::len),
+            Some(25),
+            "{answer:.300}"
+        );
+    }
+    drop(proxy.kill().await);
+    let mut err = tokio::io::BufReader::new(proxy.stderr.take().unwrap()).lines();
+    let mut probes = 0;
+    while let Ok(Some(line)) = err.next_line().await {
+        probes += usize::from(line.contains("asking the server who it is"));
+    }
+    // The second principal's session (its own server process of the same command) was not
+    // asked again: the first one's answer holds for its origin.
+    assert_eq!(probes, 1);
+}

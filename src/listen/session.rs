@@ -1029,7 +1029,7 @@ impl Sessions {
         let relay = self
             .options
             .session
-            .relay(Interceptor::reloadable(self.budget.clone()));
+            .relay(Interceptor::reloadable(self.budget.clone()).for_origin(self.spec.origin()));
         let relay = match &self.options.recorder {
             Some(recorder) => relay.with_recorder(recorder.for_session(&id)),
             None => relay,

@@ -36,6 +36,20 @@ pub enum UpstreamSpec {
     Replay(std::sync::Arc<crate::replay::Replayer>),
 }
 
+impl UpstreamSpec {
+    /// What identifies the server this spec reaches, for remembering who it said it is: its
+    /// command line, or its URL (a recording names nothing).
+    pub fn origin(&self) -> Option<String> {
+        match self {
+            UpstreamSpec::Command(args) | UpstreamSpec::Supervised(args) => {
+                Some(args.join("\u{0}"))
+            }
+            UpstreamSpec::Http(spec) => Some(spec.url.to_string()),
+            UpstreamSpec::Replay(_) => None,
+        }
+    }
+}
+
 /// What comes from the server.
 #[derive(Debug)]
 pub enum Event {
