@@ -36,7 +36,7 @@ const YIELD_BYTES: usize = 512 * 1024;
 /// bounded in memory. A smaller message never waits for one.
 pub const LARGE_LINE: usize = 4 * 1024 * 1024;
 /// How long a large line waits for its place before it is read all the same.
-const LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// The default of `--max-large-results`.
 pub const DEFAULT_LARGE_LINES: usize = 1;
 

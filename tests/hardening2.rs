@@ -872,6 +872,8 @@ async fn many_sessions_receiving_large_results_are_bounded_in_total() {
     for _ in 0..8 {
         sessions.push(common::mcp_initialize(&client, &url).await);
     }
+    // (Eight at once take ~12 s in a debug build, one after another: well within the 60 s a
+    // large message waits for its place before it is read without one.)
     let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"big","arguments":{"bytes":55000000,"line":1000}}}"#;
     let calls = sessions.iter().map(|session| async {
         let response = common::mcp_post(&client, &url, Some(session), call)
