@@ -57,6 +57,29 @@ fn large_lines() -> std::sync::Arc<tokio::sync::Semaphore> {
 /// A large line's place among those held at once: given up once the line is budgeted.
 pub type LargeHold = tokio::sync::OwnedSemaphorePermit;
 
+/// Waits for a large message's place (at most [`LARGE_WAIT`]: `None` then, with a warning,
+/// and the message is read without one).
+pub async fn large_place(bytes: usize) -> Option<LargeHold> {
+    let places = large_lines();
+    if places.available_permits() == 0 {
+        tracing::debug!(
+            bytes,
+            "a large server message waits for the ones being budgeted (--max-large-results)"
+        );
+    }
+    match tokio::time::timeout(LARGE_WAIT, places.acquire_owned()).await {
+        Ok(hold) => hold.ok(),
+        Err(_) => {
+            tracing::warn!(
+                bytes,
+                waited_secs = LARGE_WAIT.as_secs(),
+                "a large server message is read without its place: the ones held have not been budgeted for a while (a client that does not read?)"
+            );
+            None
+        }
+    }
+}
+
 /// Reads frames from an async byte stream.
 pub struct FrameReader<R> {
     inner: BufReader<R>,
@@ -143,28 +166,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             self.inner.consume(consumed);
             if self.bounded && self.held.is_none() && !unplaced && line.len() >= LARGE_LINE {
-                let places = large_lines();
-                if places.available_permits() == 0 {
-                    tracing::debug!(
-                        bytes = line.len(),
-                        "a large server message waits for the ones being budgeted (--max-large-results)"
-                    );
-                }
-                // Briefly: a hold kept by a session whose client does not read must not stop
+                // Briefly: a place kept by a session whose client does not read must not stop
                 // every other session's large results for good.
-                match tokio::time::timeout(LARGE_WAIT, places.acquire_owned()).await {
-                    Ok(hold) => self.held = hold.ok(),
-                    Err(_) => {
-                        unplaced = true;
-                        tracing::warn!(
-                            bytes = line.len(),
-                            waited_secs = LARGE_WAIT.as_secs(),
-                            "a large server message is read without its place: the ones held have not been budgeted for a while (a client that does not read?)"
-                        )
-                    }
-                }
+                self.held = large_place(line.len()).await;
+                unplaced = self.held.is_none();
             }
-            since_yield += consumed;
             if done {
                 break;
             }

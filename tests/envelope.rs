@@ -229,3 +229,31 @@ async fn requests_that_cannot_be_served_are_answered_at_once() {
     let memory = common::memory(peer.child.id().unwrap(), "VmHWM");
     assert!(memory < 256 << 20, "peak {memory} bytes");
 }
+
+#[tokio::test]
+async fn a_huge_tool_name_is_refused_before_it_is_matched() {
+    let dir =
+        std::env::temp_dir().join(format!("mcp-budget-envelope-globs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("globs.toml");
+    std::fs::write(
+        &policy,
+        "[tools]\ndeny = [\"*secret*\", \"fleet_*_x\", \"?big\"]\n",
+    )
+    .unwrap();
+    let mut peer = proxy_with(policy.to_str().unwrap()).await;
+    let name = "n".repeat(60 * 1024 * 1024);
+    peer.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"{name}","arguments":{{}}}}}}"#
+    ))
+    .await;
+    drop(name);
+    let (line, value) = answer(&mut peer, "5").await;
+    assert_eq!(value["error"]["code"], -32602, "{line:.300}");
+    assert!(
+        line.contains("no tool name is longer than 1024"),
+        "{line:.300}"
+    );
+    let peak = common::memory(peer.child.id().unwrap(), "VmHWM");
+    assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
+}

@@ -895,3 +895,83 @@ async fn many_sessions_receiving_large_results_are_bounded_in_total() {
     eprintln!("8 sessions × 55 MB results: peak {} MiB", peak >> 20);
     assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
 }
+
+/// The same through an HTTP upstream: eight 55 MB results answered at once as JSON bodies
+/// to one principal's concurrent 2026-07-28 calls. Before: 8 bodies read at once.
+#[tokio::test]
+async fn large_results_from_an_http_upstream_are_bounded_in_total() {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    let lines: String = (0..55_000)
+        .map(|i| format!("{i:06} {}\n", "y".repeat(992)))
+        .collect();
+    let result: Arc<String> = Arc::new(format!(
+        r#"{{"content":[{{"type":"text","text":{}}}]}}"#,
+        Value::String(lines)
+    ));
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let result = result.clone();
+            async move {
+                let id = serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|m| m.get("id").cloned())
+                    .unwrap_or(Value::Null);
+                let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);
+                ([(header::CONTENT_TYPE, "application/json")], reply).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let (proxy, url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--rate-limit",
+            "0",
+            "--upstream",
+            &upstream,
+        ],
+        &[],
+    )
+    .await;
+    let pid = proxy.id().unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let calls = (0..8).map(|n| {
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+            "name": "dump", "arguments": {},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}});
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "dump")
+            .body(body.to_string())
+            .send()
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    for answer in answers {
+        let text = answer.unwrap().text().await.unwrap();
+        assert!(
+            text.len() < 300_000,
+            "a page, not the result: {} bytes",
+            text.len()
+        );
+        assert!(text.contains("\"result\""), "{:.300}", text);
+    }
+    let peak = memory(pid, "VmHWM");
+    eprintln!("8 HTTP results of 55 MB: peak {} MiB", peak >> 20);
+    assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
+}

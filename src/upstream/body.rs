@@ -70,11 +70,26 @@ pub async fn read_prefix(mut stream: Body, max: usize) -> Bytes {
 
 /// The whole body, refused past `limit` bytes or when it takes longer than `timeout`.
 pub async fn read_limited(
-    mut stream: Body,
+    stream: Body,
     limit: usize,
     timeout: Duration,
 ) -> Result<Vec<u8>, BodyError> {
+    read_limited_placed(stream, limit, timeout, false)
+        .await
+        .map(|(body, _)| body)
+}
+
+/// Like [`read_limited`]; with `placed`, a body that grows large waits for its place among
+/// the large messages held at once ([`crate::framing::large_place`]), returned with it.
+pub async fn read_limited_placed(
+    mut stream: Body,
+    limit: usize,
+    timeout: Duration,
+    placed: bool,
+) -> Result<(Vec<u8>, Option<crate::framing::LargeHold>), BodyError> {
     let mut body = Vec::new();
+    let mut hold = None;
+    let mut asked = false;
     let reading = async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
@@ -82,17 +97,23 @@ pub async fn read_limited(
                 return Err(BodyError::TooLarge(limit));
             }
             body.extend_from_slice(&chunk);
+            if placed && !asked && body.len() >= crate::framing::LARGE_LINE {
+                asked = true;
+                hold = crate::framing::large_place(body.len()).await;
+            }
         }
         Ok(())
     };
     // A body that is already here needs no clock: arming a timer costs every call.
-    let mut reading = std::pin::pin!(reading);
-    let finished = match futures_util::FutureExt::now_or_never(reading.as_mut()) {
-        Some(done) => Ok(done),
-        None => tokio::time::timeout(timeout, reading).await,
+    let finished = {
+        let mut reading = std::pin::pin!(reading);
+        match futures_util::FutureExt::now_or_never(reading.as_mut()) {
+            Some(done) => Ok(done),
+            None => tokio::time::timeout(timeout, reading).await,
+        }
     };
     match finished {
-        Ok(Ok(())) => Ok(body),
+        Ok(Ok(())) => Ok((body, hold)),
         Ok(Err(err)) => Err(err),
         Err(_) => Err(BodyError::Slow(timeout.as_secs())),
     }
@@ -106,42 +127,68 @@ pub fn events(
     limit: usize,
     timeout: Duration,
 ) -> impl Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send + Unpin {
+    events_placed(body, limit, timeout, None)
+}
+
+/// The place of a large event (see [`events_placed`]), for the reader of the events to take
+/// with the event it belongs to.
+pub type EventPlace = std::sync::Arc<std::sync::Mutex<Option<crate::framing::LargeHold>>>;
+
+/// Like [`events`]; with `place`, an event that grows large waits, mid-read, for its place
+/// among the large messages held at once, and leaves it in `place` for the event's reader.
+pub fn events_placed(
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+    place: Option<EventPlace>,
+) -> impl Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> + Send + Unpin {
     let chunks = body.boxed();
     // The bound counts field names and ids too (`data: `, `id: …`): they are allowed on top.
     let state = (chunks, EventBounds::new(limit), None::<Instant>, false);
-    let bounded = futures_util::stream::unfold(
-        state,
-        move |(mut chunks, mut bounds, started, failed)| async move {
-            if failed {
-                return None;
+    let bounded =
+        futures_util::stream::unfold(state, move |(mut chunks, mut bounds, started, failed)| {
+            let place = place.clone();
+            async move {
+                if failed {
+                    return None;
+                }
+                if let Some(place) = &place
+                    && bounds.event >= crate::framing::LARGE_LINE
+                    && !bounds.placed
+                {
+                    bounds.placed = true;
+                    let hold = crate::framing::large_place(bounds.event).await;
+                    *place
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = hold;
+                }
+                let next = match started {
+                    Some(at) => match tokio::time::timeout_at(at + timeout, chunks.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            let err = BodyError::Slow(timeout.as_secs());
+                            return Some((Err(err), (chunks, bounds, started, true)));
+                        }
+                    },
+                    None => chunks.next().await,
+                };
+                match next? {
+                    Ok(chunk) => match bounds.feed(&chunk) {
+                        Ok(ended) => {
+                            // The clock runs from the first byte of the event in progress.
+                            let started = match (bounds.in_event(), ended, started) {
+                                (false, _, _) => None,
+                                (true, false, Some(at)) => Some(at),
+                                (true, _, _) => Some(Instant::now()),
+                            };
+                            Some((Ok(chunk), (chunks, bounds, started, false)))
+                        }
+                        Err(err) => Some((Err(err), (chunks, bounds, started, true))),
+                    },
+                    Err(err) => Some((Err(BodyError::Read(err)), (chunks, bounds, started, true))),
+                }
             }
-            let next = match started {
-                Some(at) => match tokio::time::timeout_at(at + timeout, chunks.next()).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        let err = BodyError::Slow(timeout.as_secs());
-                        return Some((Err(err), (chunks, bounds, started, true)));
-                    }
-                },
-                None => chunks.next().await,
-            };
-            match next? {
-                Ok(chunk) => match bounds.feed(&chunk) {
-                    Ok(ended) => {
-                        // The clock runs from the first byte of the event in progress.
-                        let started = match (bounds.in_event(), ended, started) {
-                            (false, _, _) => None,
-                            (true, false, Some(at)) => Some(at),
-                            (true, _, _) => Some(Instant::now()),
-                        };
-                        Some((Ok(chunk), (chunks, bounds, started, false)))
-                    }
-                    Err(err) => Some((Err(err), (chunks, bounds, started, true))),
-                },
-                Err(err) => Some((Err(BodyError::Read(err)), (chunks, bounds, started, true))),
-            }
-        },
-    );
+        });
     SseStream::from_bytes_stream(bounded.boxed())
 }
 
@@ -151,6 +198,8 @@ struct EventBounds {
     event: usize,
     line: usize,
     after_cr: bool,
+    /// The event in progress asked for its place among the large messages.
+    placed: bool,
 }
 
 impl EventBounds {
@@ -160,6 +209,7 @@ impl EventBounds {
             event: 0,
             line: 0,
             after_cr: false,
+            placed: false,
         }
     }
 
@@ -184,6 +234,7 @@ impl EventBounds {
                 if self.line == 0 {
                     ended |= self.event > 0;
                     self.event = 0; // a blank line ends the event
+                    self.placed = false;
                 }
                 self.line = 0;
             }

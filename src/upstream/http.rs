@@ -148,15 +148,17 @@ impl Shared {
 
     /// Passes a message on, with its envelope when it was read already.
     async fn emit_read(&self, bytes: Vec<u8>, parsed: Option<message::Parsed>) {
-        self.emit_related(bytes, parsed, None).await;
+        self.emit_related(bytes, parsed, None, None).await;
     }
 
-    /// Passes a message on; `related`: the client request whose stream it came on.
+    /// Passes a message on; `related`: the client request whose stream it came on; `hold`: its
+    /// place among the large messages, given up once it is budgeted.
     async fn emit_related(
         &self,
         bytes: Vec<u8>,
         parsed: Option<message::Parsed>,
         related: Option<Id>,
+        hold: Option<crate::framing::LargeHold>,
     ) {
         let frame = if bytes.len() > self.max_message_bytes {
             let mut scanner = EnvelopeScanner::default();
@@ -176,9 +178,10 @@ impl Shared {
                 None => Frame::Line(bytes),
             }
         };
-        let event = match related {
-            Some(request) => Event::Related { frame, request },
-            None => Event::Frame(frame),
+        let event = match (related, hold) {
+            (Some(request), _) => Event::Related { frame, request },
+            (None, Some(hold)) => Event::Large(frame, hold),
+            (None, None) => Event::Frame(frame),
         };
         let _ = self.events.send(event).await;
     }
@@ -485,7 +488,14 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
         // answered on another stream): when all are, the stream is dropped, never resumed.
         let over = Arc::new(Notify::new());
         let _streaming = shared.stream_for(&unanswered, &over);
-        let mut events = body::events(response.body, shared.max_message_bytes, shared.read_timeout);
+        // An event that grows large waits for its place, and travels with it to the relay.
+        let place = body::EventPlace::default();
+        let mut events = body::events_placed(
+            response.body,
+            shared.max_message_bytes,
+            shared.read_timeout,
+            Some(place.clone()),
+        );
         // Where to resume the stream from if the server ends it before its answers (SSE
         // polling, or a dropped connection), and how long it asked to wait first.
         let mut last_event: Option<String> = None;
@@ -513,6 +523,10 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
                         if let Some(ms) = event.retry {
                             retry = Duration::from_millis(ms).min(MAX_RETRY);
                         }
+                        let hold = place
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .take();
                         if let Some(data) = event.data.filter(|d| !d.trim().is_empty()) {
                             pass_on(
                                 shared,
@@ -520,6 +534,7 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
                                 &mut unanswered,
                                 request,
                                 data.into_bytes(),
+                                hold,
                             )
                             .await;
                         }
@@ -565,7 +580,12 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
             };
             match resumed {
                 Ok(resumed) => {
-                    events = body::events(resumed, shared.max_message_bytes, shared.read_timeout);
+                    events = body::events_placed(
+                        resumed,
+                        shared.max_message_bytes,
+                        shared.read_timeout,
+                        Some(place.clone()),
+                    );
                 }
                 Err(err) => break format!("{why}, and resuming it failed: {err}"),
             }
@@ -575,10 +595,16 @@ async fn deliver(shared: &Arc<Shared>, response: ClientResponse, ids: &[Id], ini
             shared.fail(&unanswered, &why).await;
         }
     } else {
-        match body::read_limited(response.body, shared.max_message_bytes, shared.read_timeout).await
-        {
-            Ok(body) if !body.is_empty() => {
-                pass_on(shared, initialize, &mut unanswered, request, body).await
+        let read = body::read_limited_placed(
+            response.body,
+            shared.max_message_bytes,
+            shared.read_timeout,
+            true,
+        )
+        .await;
+        match read {
+            Ok((body, hold)) if !body.is_empty() => {
+                pass_on(shared, initialize, &mut unanswered, request, body, hold).await
             }
             Ok(_) => {}
             Err(why) => {
@@ -648,12 +674,14 @@ fn error_answer(body: &[u8], id: &Id) -> Option<Vec<u8>> {
 
 /// Passes one message of a POST's response on; what it answers is no longer `unanswered`.
 /// A request or notification on the stream of a POST that carried one request relates to it.
+/// `hold`: the message's place among the large ones held at once, if it is one.
 async fn pass_on(
     shared: &Shared,
     initialize: bool,
     unanswered: &mut Vec<Id>,
     request: Option<&Id>,
     data: Vec<u8>,
+    hold: Option<crate::framing::LargeHold>,
 ) {
     if initialize {
         remember_protocol(shared, &data);
@@ -673,7 +701,7 @@ async fn pass_on(
             related = request.cloned();
         }
     }
-    shared.emit_related(data, parsed, related).await;
+    shared.emit_related(data, parsed, related, hold).await;
 }
 
 /// How long to wait before resuming a stream the server ended, unless it says (`retry`).
