@@ -684,13 +684,29 @@ impl Session {
                 }
                 _ => None,
             };
+            let request = match &message.kind {
+                Some(Kind::Request { method, .. }) => Some(method.clone()),
+                _ => None,
+            };
             if let Some(tx) = only {
                 message.directed = true;
                 if tx.send(message).await.is_ok() {
                     return;
                 }
             }
-            tracing::debug!(session = %self.id, "a server message for no open request of this principal was not delivered");
+            match request {
+                // A 2026-07-28 client takes no request from the server (that is the era bridge's
+                // to translate): say so, not only in debug.
+                Some(method) => tracing::warn!(
+                    session = %self.id,
+                    %method,
+                    "a server request in a stateless session has no client stream to go to; it was not delivered"
+                ),
+                None => tracing::debug!(
+                    session = %self.id,
+                    "a server message for no open request of this principal was not delivered"
+                ),
+            }
             return;
         }
         if let Some(Kind::Response { id, .. }) = &message.kind {
