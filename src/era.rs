@@ -41,8 +41,11 @@ fn top(result: &str) -> Option<Top<'_>> {
 
 /// The `resultType` of a result (a string), when it has one.
 pub fn result_type(result: &str) -> Option<String> {
-    // Most results (every legacy one) do not name it: no parse for them.
-    memchr::memmem::find(result.as_bytes(), b"resultType")?;
+    // Most results (every legacy one) do not name it: no parse for them (one searcher, built
+    // once: building it costs more than a short search).
+    static NAME: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"resultType"));
+    NAME.find(result.as_bytes())?;
     let raw = top(result)?.result_type?;
     Some(serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_string()))
 }

@@ -239,7 +239,11 @@ fn server_info_in_meta(message: &[u8]) -> Option<String> {
         #[serde(borrow, rename = "io.modelcontextprotocol/serverInfo")]
         server: Option<Named<'a>>,
     }
-    memchr::memmem::find(message, crate::message::META_SERVER_INFO.as_bytes())?;
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| {
+            memchr::memmem::Finder::new(crate::message::META_SERVER_INFO.as_bytes())
+        });
+    KEY.find(message)?;
     let response: Response<'_> = serde_json::from_slice(message).ok()?;
     response.result?.meta?.server?.name.map(Cow::into_owned)
 }

@@ -121,8 +121,11 @@ fn id_key(raw: &str) -> Option<Box<str>> {
             .ok()
             .map(String::into_boxed_str);
     }
-    // JSON's own number grammar (no `01`, `1.`, `+1`), then its value.
-    serde_json::from_str::<serde_json::Number>(raw).ok()?;
+    // JSON's own number grammar (no `01`, `1.`, `+1`), read without keeping it; then its value.
+    serde_json::from_str::<IgnoredAny>(raw).ok()?;
+    if !raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return None;
+    }
     let number: f64 = raw.parse().ok()?;
     if !number.is_finite() {
         return None;
@@ -540,6 +543,11 @@ impl Envelope<'_> {
 
 /// Whether `line` nests arrays and objects deeper than `max` (strings are skipped).
 pub fn nests_deeper(line: &[u8], max: usize) -> bool {
+    // A line with no more opening brackets than the bound cannot nest past it (strings
+    // included, the count is an upper bound): most lines are done with one fast count.
+    if memchr::memchr2_iter(b'[', b'{', line).nth(max).is_none() {
+        return false;
+    }
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -674,7 +682,9 @@ struct SubscribedMeta<'a> {
 }
 
 fn subscription_raw(line: &[u8]) -> Option<&RawValue> {
-    memchr::memmem::find(line, META_SUBSCRIPTION_ID.as_bytes())?;
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(META_SUBSCRIPTION_ID.as_bytes()));
+    KEY.find(line)?;
     serde_json::from_slice::<Subscribed<'_>>(line)
         .ok()?
         .params?

@@ -39,12 +39,39 @@ pub fn members(text: &str) -> Option<Vec<(String, Range<usize>)>> {
 
 /// The first key the JSON object `text` has twice (keys compared as decoded strings), if any.
 pub fn duplicate_key(text: &str) -> Option<String> {
-    let members = members(text)?;
-    let mut seen = std::collections::HashSet::with_capacity(members.len());
-    members
-        .into_iter()
-        .map(|(key, _)| key)
-        .find(|key| !seen.insert(key.clone()))
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Vec<std::borrow::Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::new();
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                keys.push(key);
+            }
+            Ok(keys)
+        }
+    }
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    // Keys borrowed from the text (decoded only where escaped); a few compared pairwise.
+    let keys = serde_json::Deserializer::from_str(text)
+        .deserialize_map(Keys)
+        .ok()?;
+    if keys.len() <= 16 {
+        return keys
+            .iter()
+            .enumerate()
+            .find(|(n, key)| keys[..*n].contains(key))
+            .map(|(_, key)| key.to_string());
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.iter()
+        .find(|key| !seen.insert(*key))
+        .map(|key| key.to_string())
 }
 
 /// The elements of the JSON array `text`: their ranges in `text`.
