@@ -685,3 +685,63 @@ async fn what_a_server_said_of_itself_holds_for_every_principal_of_its_origin() 
     // asked again: the first one's answer holds for its origin.
     assert_eq!(probes, 1);
 }
+
+#[tokio::test]
+async fn a_cursor_from_another_principal_is_refused() {
+    let quirky = example("quirky_server");
+    let (_proxy, url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--auth-token-env",
+            "TOKEN_A",
+            "--auth-token-env",
+            "TOKEN_B",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
+    )
+    .await;
+    let http = http_client();
+    let call = |token: &'static str, arguments: Value| {
+        let body = tools_call(json!(1), "journal", arguments, "x");
+        post(&http, &url, "tools/call", Some("journal"), body)
+            .header("authorization", format!("Bearer {token}"))
+            .send()
+    };
+    // `journal` has a side effect: a page is served only from the chain's own cache.
+    let (_, first) = message(call("a-secret", json!({"lines": 20_000})).await.unwrap()).await;
+    let notice = first["result"]["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let start = notice.find("after:\"").expect("a cursor") + 7;
+    let cursor = &notice[start..start + notice[start..].find('"').unwrap()];
+    let (_, other) = message(
+        call("b-secret", json!({"lines": 20_000, "after": cursor}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(other["result"]["isError"], true, "{other:.300}");
+    assert_eq!(other["result"]["resultType"], "complete");
+    // Its own principal follows it.
+    let (_, next) = message(
+        call("a-secret", json!({"lines": 20_000, "after": cursor}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        next["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("entry "),
+        "{next:.300}"
+    );
+}
