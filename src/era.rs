@@ -144,7 +144,7 @@ pub struct Headers {
     pub version: String,
     /// `Mcp-Method`.
     pub method: String,
-    /// `Mcp-Name`, for the methods that name something (see [`name_of`]).
+    /// `Mcp-Name`, for the methods that name something (see [`name_member`]).
     pub name: Option<String>,
     /// `Mcp-Param-{name}`: the arguments a tool's descriptor marks with `x-mcp-header`.
     pub params: Vec<(String, String)>,
@@ -152,8 +152,8 @@ pub struct Headers {
 
 impl Headers {
     /// The headers of a modern request (`bytes`: as it goes upstream).
-    /// `name`: what `Mcp-Name` carries, as the envelope read it (see [`name_of`] for one to
-    /// read); `annotated`: the tool's arguments that travel as headers (header, argument).
+    /// `name`: what `Mcp-Name` carries, as the envelope read it ([`crate::message::Modern`]);
+    /// `annotated`: the tool's arguments that travel as headers (header, argument).
     pub fn of(
         version: &str,
         method: &str,
@@ -219,33 +219,6 @@ pub fn name_member(method: &str) -> Option<&'static str> {
         "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
-}
-
-/// The value `Mcp-Name` must carry for a request (`bytes`) of `method`: `None` when the method
-/// names nothing or the member is not a string.
-pub fn name_of(method: &str, bytes: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Request<'a> {
-        #[serde(borrow)]
-        params: Option<NameParams<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct NameParams<'a> {
-        #[serde(borrow)]
-        name: Option<&'a RawValue>,
-        #[serde(borrow)]
-        uri: Option<&'a RawValue>,
-        #[serde(borrow, rename = "taskId")]
-        task_id: Option<&'a RawValue>,
-    }
-    let member = name_member(method)?;
-    let params = serde_json::from_slice::<Request<'_>>(bytes).ok()?.params?;
-    let raw = match member {
-        "name" => params.name,
-        "uri" => params.uri,
-        _ => params.task_id,
-    }?;
-    serde_json::from_str::<String>(raw.get()).ok()
 }
 
 /// A header value for `text`: as it is when it is visible ASCII without leading or trailing
@@ -331,8 +304,25 @@ mod tests {
 
     #[test]
     fn headers_come_from_the_body_sent() {
-        let call = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"r\u00e9sum\u00e9","arguments":{}}}"#;
-        assert_eq!(name_of("tools/call", call).as_deref(), Some("résumé"));
+        // What Mcp-Name carries is read with the envelope, decoded.
+        let named = |line: &[u8]| match crate::message::parse(line) {
+            Ok(crate::message::Parsed::Single(crate::message::Kind::Request {
+                modern: Some(modern),
+                ..
+            })) => modern.named,
+            other => panic!("{other:?}"),
+        };
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"r\u00e9sum\u00e9","arguments":{{}},{meta}}}}}"#
+        );
+        assert_eq!(named(call.as_bytes()).as_deref(), Some("résumé"));
+        let read = format!(
+            r#"{{"id":1,"method":"resources/read","params":{{"uri":"file:///a b","name":"x",{meta}}}}}"#
+        );
+        assert_eq!(named(read.as_bytes()).as_deref(), Some("file:///a b"));
+        let list = format!(r#"{{"id":1,"method":"tools/list","params":{{"name":"x",{meta}}}}}"#);
+        assert_eq!(named(list.as_bytes()), None);
         assert_eq!(header_value("résumé"), "=?base64?csOpc3Vtw6k=?=");
         assert_eq!(
             header_text("=?base64?csOpc3Vtw6k=?=").as_deref(),
@@ -341,12 +331,6 @@ mod tests {
         assert_eq!(header_value("get-env"), "get-env");
         assert_eq!(header_text("get-env").as_deref(), Some("get-env"));
         assert_eq!(header_text("=?base64?////?="), None);
-        let read = br#"{"id":1,"method":"resources/read","params":{"uri":"file:///a b"}}"#;
-        assert_eq!(
-            name_of("resources/read", read).as_deref(),
-            Some("file:///a b")
-        );
-        assert_eq!(name_of("tools/list", read), None);
     }
 
     #[test]

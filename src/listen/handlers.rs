@@ -710,7 +710,7 @@ async fn handle_post(
     let mut initialize = None;
     // The progress tokens of the requests, read with their envelopes.
     let mut tokens = Vec::new();
-    let mut modern = None;
+    let mut any_modern = false;
     for kind in parsed.kinds() {
         match kind {
             Kind::Request {
@@ -722,9 +722,7 @@ async fn handle_post(
                 if method == "initialize" {
                     initialize = Some(id.clone());
                 }
-                if meta.is_some() && modern.is_none() {
-                    modern = Some((id.clone(), method.clone(), meta.clone()));
-                }
+                any_modern |= meta.is_some();
                 ids.push(id.clone());
                 tokens.extend(progress.as_deref().map(str::to_string));
             }
@@ -736,7 +734,7 @@ async fn handle_post(
     let header_version = header_str(headers, VERSION_HEADER);
     let stateless = existing.is_none()
         && (header_version.is_some_and(crate::era::is_modern)
-            || (initialize.is_none() && modern.is_some()));
+            || (initialize.is_none() && any_modern));
     if stateless && let Some(id) = &initialize {
         // 2026-07-28 has no initialize: a modern client that sends one is told so.
         return Err(rpc_refusal(
