@@ -1,6 +1,7 @@
 //! Automatic paging of a large text, side by side in one run: the whole chain of pages of a
 //! 3 MB text through the proxy (no policy) against one direct read of the whole text, and the
-//! proxy's peak memory against its memory before the chain. Then the cost of a token budget:
+//! proxy's peak memory against its memory before the chain; the chain of a text rule (20,000-
+//! byte pages, as policies/filesystem.toml pages files) against the same direct read. Then the cost of a token budget:
 //! the same chain for Claude Code (50,000 bytes and 25,000 o200k tokens a page, so every page
 //! is counted) against a byte budget of the same 50,000 bytes.
 //!
@@ -219,6 +220,17 @@ fn main() {
     let policy = std::env::temp_dir().join(format!("mcp-budget-bench-{}.toml", std::process::id()));
     std::fs::write(&policy, "[client.\"bench-bytes\"]\nmax_bytes = 50000\n").expect("policy");
     let policy_arg = policy.to_string_lossy().to_string();
+    // A text rule, as policies/filesystem.toml has for read_text_file: 20,000-byte pages.
+    let rule =
+        std::env::temp_dir().join(format!("mcp-budget-bench-rule-{}.toml", std::process::id()));
+    std::fs::write(
+        &rule,
+        "[[tool]]\nname = \"read\"\n[tool.text]\npage_bytes = 20000\n",
+    )
+    .expect("policy");
+    let rule_arg = rule.to_string_lossy().to_string();
+    let mut rule_times: Vec<Vec<f64>> = builds.iter().map(|_| Vec::new()).collect();
+    let mut rule_pages = vec![0; builds.len()];
     let this = PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget"));
     let (mut bytes_times, mut tokens_times, mut cold_times) = (Vec::new(), Vec::new(), Vec::new());
     let mut budget_pages = (0, 0);
@@ -242,6 +254,17 @@ fn main() {
                 peak as f64 / 1024.0
             );
         }
+        for (k, (name, bin)) in builds.iter().enumerate() {
+            let rule_options = ["--policy", rule_arg.as_str()];
+            let (t, pages, bytes, _) = chained_as(bin, &me, &rule_options, "bench", false);
+            assert_eq!(bytes, length, "the rule chain lost bytes");
+            eprintln!(
+                "round {round} {name}: rule chain of {pages} pages in {:.1} ms",
+                t.as_secs_f64() * 1e3
+            );
+            rule_times[k].push(t.as_secs_f64());
+            rule_pages[k] = pages;
+        }
         let options = ["--policy", policy_arg.as_str()];
         let (b, b_pages, b_bytes, _) = chained_as(&this, &me, &options, "bench-bytes", true);
         let (t, t_pages, t_bytes, _) = chained_as(&this, &me, &options, "claude-code", true);
@@ -259,6 +282,7 @@ fn main() {
         budget_pages = (b_pages, t_pages);
     }
     let _ = std::fs::remove_file(&policy);
+    let _ = std::fs::remove_file(&rule);
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -273,6 +297,15 @@ fn main() {
             t * 1e3,
             t / d,
             summary[k]
+        );
+    }
+    for (k, (name, _)) in builds.iter().enumerate() {
+        let t = median(&mut rule_times[k]);
+        println!(
+            "  {name}: the rule chain (a text rule, 20,000-byte pages: {} pages) {:.1} ms = {:.2}× the direct read (target ≤ 3×)",
+            rule_pages[k],
+            t * 1e3,
+            t / d
         );
     }
     let (b, t, cold) = (

@@ -155,12 +155,55 @@ fn main() {
             out_bytes[k]
         );
     }
-    text_only(&record, &relay, &whole, next_id);
+    let next_id = text_only(&record, &relay, &whole, next_id);
+    later_pages(&response, &relay, next_id);
+}
+
+/// The chain's later pages: each served from the result cache (the tool does not run again),
+/// against the first page of the same chain, same rounds.
+fn later_pages(response: &[u8], relay: &Relay, mut next_id: u64) {
+    let (mut first, mut later) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        next_id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
+            "params": {"name": "fleet_show", "arguments": {"horizon": "all"}}});
+        let reply = mcp_budget::message::with_id(response, &next_id.to_string()).expect("an id");
+        let start = Instant::now();
+        relay.from_client(Frame::Line(request.to_string().into_bytes()));
+        let page = relay.from_server(Frame::Line(reply)).expect("a reply");
+        first.push(start.elapsed());
+        let page: Value = serde_json::from_slice(&page).expect("JSON");
+        let mut after = page["result"]["structuredContent"]["next_after"]
+            .as_str()
+            .map(String::from);
+        for _ in 0..4 {
+            let Some(cursor) = after.take() else { break };
+            next_id += 1;
+            let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
+                "params": {"name": "fleet_show", "arguments": {"horizon": "all", "after": cursor}}});
+            let start = Instant::now();
+            let mut routed = relay.from_client(Frame::Line(request.to_string().into_bytes()));
+            let answer = routed.to_client.pop().expect("answered from the cache");
+            later.push(start.elapsed());
+            assert!(routed.to_server.is_none(), "the tool ran again");
+            let answer: Value = serde_json::from_slice(&answer).expect("JSON");
+            after = answer["result"]["structuredContent"]["next_after"]
+                .as_str()
+                .map(String::from);
+        }
+    }
+    let (first, later) = (median(&mut first), median(&mut later));
+    println!(
+        "a chain's later pages (horizon all), from the cache: {:.2} ms each, against {:.1} ms for its first page ({:.3}×)",
+        later.as_secs_f64() * 1e3,
+        first.as_secs_f64() * 1e3,
+        later.as_secs_f64() / first.as_secs_f64()
+    );
 }
 
 /// The same record as the JSON of a text block only (as many servers send lists): the
 /// default query, read whole against this build, same rounds.
-fn text_only(record: &Value, relay: &Relay, whole: &Relay, mut next_id: u64) {
+fn text_only(record: &Value, relay: &Relay, whole: &Relay, mut next_id: u64) -> u64 {
     let result = json!({"content": [{"type": "text", "text": record.to_string()}]});
     let response = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#).into_bytes();
     let (mut fast, mut slow) = (Vec::new(), Vec::new());
@@ -186,4 +229,5 @@ fn text_only(record: &Value, relay: &Relay, whole: &Relay, mut next_id: u64) {
         fast.as_secs_f64() * 1e3,
         fast.as_secs_f64() / slow.as_secs_f64()
     );
+    next_id
 }

@@ -34,6 +34,34 @@ fn text_result(id: &str, text: String) -> String {
     )
 }
 
+/// The result of `rows` or `journal` (a tool that can run as a task), as JSON text.
+fn simple_result(name: &str, arguments: &Value) -> Option<String> {
+    match name {
+        "rows" => {
+            let n = arguments["rows"].as_u64().unwrap_or(10);
+            let rows: Vec<Value> = (0..n)
+                .map(|i| serde_json::json!({"n": i, "label": format!("row {i:06} {}", "r".repeat(40))}))
+                .collect();
+            let array = Value::Array(rows).to_string();
+            let literal = Value::String(array.clone()).to_string();
+            Some(format!(
+                r#"{{"content":[{{"type":"text","text":{literal}}}],"structuredContent":{array}}}"#
+            ))
+        }
+        "journal" => {
+            let n = arguments["lines"].as_u64().unwrap_or(10);
+            let text: String = (1..=n)
+                .map(|i| format!("entry {i:06}: the journal line\n"))
+                .collect();
+            Some(format!(
+                r#"{{"content":[{{"type":"text","text":{}}}]}}"#,
+                Value::String(text)
+            ))
+        }
+        _ => None,
+    }
+}
+
 const TOOLS: &str = r##"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"broken","description":"Answers with a line that is not JSON but begins like its answer.","inputSchema":{"type":"object"}},{"name":"drift","description":"Read-only, but its answer changes with every call (arguments.lines lines).","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"history","description":"Has an after argument of its own (an entry number); returns arguments.lines lines from there.","inputSchema":{"type":"object","properties":{"after":{"type":"integer"},"lines":{"type":"integer"}}}},{"name":"tree","description":"A JSON listing of arguments.entries entries, as text and again as structuredContent.content (as server-filesystem does).","inputSchema":{"type":"object","properties":{"entries":{"type":"integer"}}},"outputSchema":{"type":"object","properties":{"content":{"type":"string"}},"required":["content"],"additionalProperties":false}},{"name":"rows","description":"arguments.rows rows: structuredContent is the array itself (2025-06-18 and later allow any JSON value), and the text block its JSON.","inputSchema":{"type":"object","properties":{"rows":{"type":"integer"}}},"outputSchema":{"type":"array","items":{"type":"object","properties":{"n":{"type":"integer"},"label":{"type":"string"}},"required":["n","label"],"additionalProperties":false}},"annotations":{"readOnlyHint":true}},{"name":"closed","description":"Like big, with an input schema closed to other arguments through a $ref.","inputSchema":{"$ref":"#/$defs/Args","$defs":{"Args":{"type":"object","properties":{"bytes":{"type":"integer"}},"additionalProperties":false}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"##;
 
 fn main() {
@@ -45,6 +73,9 @@ fn main() {
     let mut awaiting_sampling: Option<(String, String)> = None;
     // How many times each tool ran (the side effect that tests count).
     let mut executions: std::collections::BTreeMap<String, u64> = Default::default();
+    // Tasks: their results, by task id.
+    let mut tasks: std::collections::BTreeMap<String, String> = Default::default();
+    let mut task_count = 0u64;
     while let Some(Ok(line)) = lines.next() {
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
             send(
@@ -104,6 +135,44 @@ fn main() {
                 let token = params["_meta"]["progressToken"].to_string();
                 let name = params["name"].as_str().unwrap_or("");
                 *executions.entry(name.to_string()).or_default() += 1;
+                // As a task: asked for one (2025-11-25 `params.task`), or, for a client that
+                // declared the tasks extension (2026-07-28), at the server's discretion.
+                let legacy_task = params.get("task").is_some_and(Value::is_object);
+                let modern_task = params["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+                    ["extensions"]["io.modelcontextprotocol/tasks"]
+                    .is_object();
+                if (legacy_task || modern_task)
+                    && let Some(result) = simple_result(name, &params["arguments"])
+                {
+                    task_count += 1;
+                    let task = format!("task-{task_count:04}");
+                    tasks.insert(task.clone(), result);
+                    let created = if legacy_task {
+                        format!(
+                            r#"{{"task":{{"taskId":"{task}","status":"working","ttl":60000,"createdAt":"2026-11-20T12:00:00Z","lastUpdatedAt":"2026-11-20T12:00:00Z","pollInterval":100}}}}"#
+                        )
+                    } else {
+                        format!(
+                            r#"{{"resultType":"task","taskId":"{task}","status":"working","ttlMs":60000,"pollIntervalMs":100}}"#
+                        )
+                    };
+                    send(
+                        &mut out,
+                        &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{created}}}"#),
+                    );
+                    // On a listen stream a client learns of the completion too (the extension's
+                    // notifications/tasks, with the result inline).
+                    if modern_task && std::env::var("QUIRKY_TASK_NOTIFY").is_ok() {
+                        let result = &tasks[&task];
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","method":"notifications/tasks","params":{{"taskId":"{task}","status":"completed","result":{result}}}}}"#
+                            ),
+                        );
+                    }
+                    continue;
+                }
                 match name {
                     "executions" => {
                         let counts = serde_json::to_string(&executions).unwrap_or_default();
@@ -149,26 +218,12 @@ fn main() {
                             ),
                         );
                     }
-                    "rows" => {
-                        let n = params["arguments"]["rows"].as_u64().unwrap_or(10);
-                        let rows: Vec<Value> = (0..n)
-                            .map(|i| serde_json::json!({"n": i, "label": format!("row {i:06} {}", "r".repeat(40))}))
-                            .collect();
-                        let array = Value::Array(rows).to_string();
-                        let literal = Value::String(array.clone()).to_string();
+                    "rows" | "journal" => {
+                        let result = simple_result(name, &params["arguments"]).unwrap_or_default();
                         send(
                             &mut out,
-                            &format!(
-                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{literal}}}],"structuredContent":{array}}}}}"#
-                            ),
+                            &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
                         );
-                    }
-                    "journal" => {
-                        let n = params["arguments"]["lines"].as_u64().unwrap_or(10);
-                        let text: String = (1..=n)
-                            .map(|i| format!("entry {i:06}: the journal line\n"))
-                            .collect();
-                        send(&mut out, &text_result(&id, text));
                     }
                     "report" => {
                         for (k, total) in [(1, "3"), (2, "3.0")] {
@@ -307,6 +362,44 @@ fn main() {
                         ),
                     ),
                 }
+            }
+            // A task's status (2025-11-25: the task; the extension: the task with its result
+            // inline once completed).
+            (Some("tasks/get"), Some(id)) => {
+                let task = params["taskId"].as_str().unwrap_or("");
+                let modern = params["_meta"]["io.modelcontextprotocol/protocolVersion"].is_string();
+                let answer = match (tasks.get(task), modern) {
+                    (None, _) => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown task {task}"}}}}"#
+                    ),
+                    (Some(result), true) => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","taskId":"{task}","status":"completed","ttlMs":60000,"result":{result}}}}}"#
+                    ),
+                    (Some(_), false) => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"taskId":"{task}","status":"completed","ttl":60000,"createdAt":"2026-11-20T12:00:00Z","lastUpdatedAt":"2026-11-20T12:00:01Z"}}}}"#
+                    ),
+                };
+                send(&mut out, &answer);
+            }
+            // A task's result (2025-11-25).
+            (Some("tasks/result"), Some(id)) => {
+                let task = params["taskId"].as_str().unwrap_or("");
+                let answer = match tasks.get(task) {
+                    Some(result) => {
+                        let meta = format!(
+                            r#","_meta":{{"io.modelcontextprotocol/related-task":{{"taskId":"{task}"}}}}}}"#
+                        );
+                        let result = result.strip_suffix('}').map(|r| format!("{r}{meta}"));
+                        format!(
+                            r#"{{"jsonrpc":"2.0","id":{id},"result":{}}}"#,
+                            result.unwrap_or_default()
+                        )
+                    }
+                    None => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown task {task}"}}}}"#
+                    ),
+                };
+                send(&mut out, &answer);
             }
             (Some("notifications/cancelled"), None) => {
                 let request = params["requestId"].to_string();

@@ -20,7 +20,31 @@ use std::time::{Duration, Instant};
 pub type EntryKey = [u8; 16];
 
 /// A cached result: read into its pieces once, so that each later page costs only its bytes.
-pub type Cached = crate::budget::auto::Prepared;
+#[derive(Debug)]
+pub enum Cached {
+    /// A result paged automatically.
+    Auto(crate::budget::auto::Prepared),
+    /// A result a rule pages (items, text or a table).
+    Rule(crate::budget::chain::RuleResult),
+}
+
+impl Cached {
+    /// The bytes this holds.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Cached::Auto(prepared) => prepared.bytes(),
+            Cached::Rule(result) => result.bytes(),
+        }
+    }
+
+    /// The result, as the server wrote it.
+    pub fn raw(&self) -> &str {
+        match self {
+            Cached::Auto(prepared) => prepared.whole(),
+            Cached::Rule(result) => result.raw(),
+        }
+    }
+}
 
 /// The default limit of the cache, in bytes of results held.
 pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
@@ -234,7 +258,9 @@ mod tests {
             r#"{{"content":[{{"type":"text","text":"{}"}}]}}"#,
             "x".repeat(n.saturating_sub(37))
         );
-        Arc::new(crate::budget::auto::prepare(Arc::from(text), 200_000).unwrap())
+        Arc::new(Cached::Auto(
+            crate::budget::auto::prepare(Arc::from(text), 200_000).unwrap(),
+        ))
     }
 
     #[test]

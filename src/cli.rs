@@ -1,4 +1,4 @@
-//! The command line: `mcp-budget [OPTIONS] -- <server command>...` and its subcommands.
+//! The command line: `mcp-budget [OPTIONS] [--] <server command>...` and its subcommands.
 
 use std::path::PathBuf;
 
@@ -17,7 +17,7 @@ pub enum Restart {
 /// Put a response budget in front of any MCP server.
 ///
 /// mcp-budget relays MCP between a client (stdio, or Streamable HTTP with --listen) and a server
-/// (a command after `--`, or Streamable HTTP with --upstream), passing every message unchanged
+/// (a command, or Streamable HTTP with --upstream), passing every message unchanged
 /// except `tools/list` descriptors and `tools/call` results, which a policy can page, trim and cap.
 #[derive(Debug, Parser)]
 #[command(
@@ -232,8 +232,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub stream_secs: f64,
 
-    /// The server command and its arguments, after `--`.
-    #[arg(last = true, value_name = "SERVER COMMAND")]
+    /// The server command and its arguments. `--` before it is needed only when its first word
+    /// is one of mcp-budget's subcommands (`mcp-budget -- report …`); launchers that eat one `--`
+    /// (npx, the MCP Inspector) still pass `mcp-budget node server.js` through. Everything after
+    /// its first word belongs to the server, options included.
+    #[arg(trailing_var_arg = true, value_name = "SERVER COMMAND")]
     pub server: Vec<String>,
 }
 
@@ -301,6 +304,16 @@ pub enum Command {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Put mcp-budget in front of every MCP server of a client's configuration.
+    ///
+    /// A stdio entry becomes `mcp-budget [--client NAME] -- <its command>`; a remote one
+    /// (Streamable HTTP) a stdio entry running `mcp-budget --upstream URL`, its header values
+    /// moved into the entry's environment. Nothing else in the file changes; a backup is written
+    /// next to it (FILE.mcp-budget.bak); `mcp-budget unwrap` undoes it from the entries alone.
+    Wrap(WrapArgs),
+    /// Take mcp-budget out of a client's configuration: every entry `wrap` changed is put back
+    /// exactly as it was.
+    Unwrap(WrapArgs),
     /// Propose a starting policy (commented TOML) from a recording.
     Suggest {
         /// The recording (from `mcp-budget record`).
@@ -320,4 +333,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The arguments of `wrap` and `unwrap`.
+#[derive(Debug, Args, Clone)]
+pub struct WrapArgs {
+    /// The configuration file (its client is known by its name: .mcp.json, ~/.claude.json,
+    /// claude_desktop_config.json, .cursor/mcp.json, .vscode/mcp.json, config.toml,
+    /// .gemini/settings.json, opencode.json).
+    pub file: Option<PathBuf>,
+    /// The client: claude-code, claude-desktop, cursor, vscode, codex, gemini-cli, opencode.
+    /// Without FILE, every file where that client keeps servers (the project's, in the current
+    /// folder, and the user's).
+    #[arg(long, value_name = "NAME")]
+    pub client: Option<String>,
+    /// Print a unified diff and what would change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Only these servers (by their name in the file): `--only a,b` or `--only a --only b`.
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Every server but these: `--except a,b` or `--except a --except b`.
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
+    pub except: Vec<String>,
+    /// With wrap: the command that starts mcp-budget in the wrapped entries, e.g.
+    /// "uvx mcp-budget@0.1.0". Default: the launcher that ran this mcp-budget (uvx, npx, pipx
+    /// run), else `mcp-budget` when it is on PATH, else this executable's path.
+    #[arg(long, value_name = "COMMAND")]
+    pub launcher: Option<String>,
 }

@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -40,6 +41,87 @@ pub struct Interceptor {
     /// Budgets fitted to the clients that named themselves in a modern request's `_meta`, and
     /// the generation of the base they were made from (bounded: [`MAX_FITTED`]).
     fitted: Mutex<(u64, HashMap<String, Arc<Budget>>)>,
+    /// The calls the server turned into tasks, by task id: their results are budgeted as the
+    /// calls' own answers would be.
+    tasks: Mutex<TaskTable>,
+}
+
+/// How many tasks a session remembers (the oldest are forgotten first).
+const MAX_TASKS: usize = 256;
+/// How many bytes of calls the remembered tasks may hold in all.
+const MAX_TASK_BYTES: usize = 4 << 20;
+/// How long a task is remembered when the server gave it no time to live.
+const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
+/// The longest a task is remembered, whatever its time to live.
+const MAX_TASK_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The calls of a session that became tasks.
+#[derive(Debug, Default)]
+struct TaskTable {
+    calls: HashMap<String, TaskCall>,
+    /// Task ids, oldest first.
+    order: std::collections::VecDeque<String>,
+    bytes: usize,
+    /// The session was told (once, in the log) that it forgets tasks.
+    warned: bool,
+}
+
+#[derive(Debug)]
+struct TaskCall {
+    origin: Unsettled,
+    expires: Instant,
+}
+
+impl TaskTable {
+    fn remember(&mut self, task: String, origin: Unsettled, ttl: Duration) {
+        let now = Instant::now();
+        self.forget(&task);
+        self.bytes += origin.request.len() + task.len();
+        self.order.push_back(task.clone());
+        self.calls.insert(
+            task,
+            TaskCall {
+                origin,
+                expires: now + ttl.min(MAX_TASK_TTL),
+            },
+        );
+        // The expired, then the oldest, until the table is within its bounds.
+        let expired: Vec<String> = self
+            .calls
+            .iter()
+            .filter(|(_, call)| call.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            self.forget(&id);
+        }
+        while self.calls.len() > MAX_TASKS || self.bytes > MAX_TASK_BYTES {
+            let Some(oldest) = self.order.front().cloned() else {
+                break;
+            };
+            if !self.warned {
+                self.warned = true;
+                tracing::warn!(task = %oldest, "too many tasks in this session: the oldest are forgotten, and their results are held to the cap only (refused when over it)");
+            }
+            self.forget(&oldest);
+        }
+    }
+
+    fn forget(&mut self, task: &str) {
+        if let Some(call) = self.calls.remove(task) {
+            self.bytes = self
+                .bytes
+                .saturating_sub(call.origin.request.len() + task.len());
+            self.order.retain(|id| id != task);
+        }
+    }
+
+    fn get(&self, task: &str) -> Option<Unsettled> {
+        self.calls
+            .get(task)
+            .filter(|call| call.expires > Instant::now())
+            .map(|call| call.origin.clone())
+    }
 }
 
 /// How many clients' budgets one session keeps made (more are made again when asked).
@@ -118,10 +200,15 @@ pub struct CallContext {
     /// answer, or a modern result's `serverInfo`, still to come): once it has, the call is
     /// planned again under the server's built-in policy before its answer is budgeted.
     unsettled: Option<Box<Unsettled>>,
+    /// The request itself, kept where the server may answer it with a task (the call asked
+    /// for one, or the client declared the tasks extension): the task's result is budgeted as
+    /// this call's answer.
+    task_origin: Option<Box<Unsettled>>,
 }
 
-/// A `tools/call` as it arrived, while the server had not named itself.
-#[derive(Debug)]
+/// A `tools/call` as it arrived, while the server had not named itself (or while its answer may
+/// be a task).
+#[derive(Debug, Clone)]
 struct Unsettled {
     id: Id,
     request: Arc<[u8]>,
@@ -157,7 +244,52 @@ pub enum CallDecision {
     },
     /// Answer the client directly with this message; nothing goes upstream.
     Answer(Vec<u8>),
+    /// Answer the client with what this job writes, run on the heavy-work pool (a search);
+    /// nothing goes upstream.
+    Defer(Deferred),
 }
+
+/// Work that answers a client request off the I/O threads.
+pub struct Deferred(Box<dyn FnOnce() -> Vec<u8> + Send>);
+
+impl Deferred {
+    pub fn new(job: impl FnOnce() -> Vec<u8> + Send + 'static) -> Deferred {
+        Deferred(Box::new(job))
+    }
+
+    /// Does the work: the answer to send.
+    pub fn run(self) -> Vec<u8> {
+        (self.0)()
+    }
+
+    /// Runs it on the heavy-work pool, or, where there is none (stdio), on tokio's blocking
+    /// threads: never on the thread that relays the session's messages.
+    pub async fn run_heavy(self) -> Vec<u8> {
+        if crate::heavy::started() {
+            return crate::heavy::run(move || self.run()).await;
+        }
+        match tokio::task::spawn_blocking(move || self.run()).await {
+            Ok(answer) => answer,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(err) => panic!("the search's thread ended before its answer: {err}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deferred(..)")
+    }
+}
+
+/// Two jobs are equal when they are the same job.
+impl PartialEq for Deferred {
+    fn eq(&self, other: &Deferred) -> bool {
+        std::ptr::addr_eq(&*self.0, &*other.0)
+    }
+}
+
+impl Eq for Deferred {}
 
 #[derive(Deserialize)]
 struct ResultOnly<'a> {
@@ -298,6 +430,7 @@ impl Interceptor {
             tools: Mutex::new(HashMap::new()),
             fitted: Mutex::new((0, HashMap::new())),
             origin: None,
+            tasks: Mutex::new(TaskTable::default()),
         };
         if let Some(forced) = budget.choice().forced.clone() {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
@@ -575,7 +708,7 @@ impl Interceptor {
                 again
             }
             // Its arguments do not suit the new policy: the answer is budgeted as planned.
-            CallDecision::Answer(_) => context,
+            CallDecision::Answer(_) | CallDecision::Defer(_) => context,
         }
     }
 
@@ -716,6 +849,32 @@ impl Interceptor {
                 text = Some(crate::budget::exact::respell(&result, original));
             }
         }
+        // Offered where a listed tool's results may be paged.
+        let pageable = result
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|tools| {
+                tools.iter().any(|tool| {
+                    tool.get("name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|name| budget.auto_for(name) || budget.is_paged(name))
+                })
+            });
+        // Listed once: after the server's last page of tools.
+        let last_page = crate::budget::raw::members(raw.get()).is_some_and(|members| {
+            members
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "nextCursor")
+                .is_none_or(|(_, r)| raw.get()[r.clone()].trim() == "null")
+        });
+        if pageable
+            && last_page
+            && self.offers_search(budget)
+            && let Some(spliced) = with_search_tool(text.as_deref().unwrap_or(raw.get()))
+        {
+            text = Some(spliced);
+        }
         Some((raw.get(), text?))
     }
 
@@ -788,11 +947,27 @@ impl Interceptor {
             CallDecision::Answer(answer) if modern.is_some() => {
                 CallDecision::Answer(crate::era::completed_response(answer))
             }
+            CallDecision::Defer(job) if modern.is_some() => {
+                CallDecision::Defer(Deferred::new(move || {
+                    crate::era::completed_response(job.run())
+                }))
+            }
             CallDecision::Forward {
                 rewritten,
                 mut context,
             } => {
                 context.modern = modern.is_some();
+                // Cheap: only a call that may name a task (a `"task"` member: the 2025-11-25
+                // param; or the tasks extension in its capabilities) keeps its bytes.
+                if memchr::memmem::find(message, b"\"task\"").is_some()
+                    || memchr::memmem::find(message, b"modelcontextprotocol/tasks").is_some()
+                {
+                    context.task_origin = Some(Box::new(Unsettled {
+                        id: id.clone(),
+                        request: Arc::from(message),
+                        modern: modern.cloned(),
+                    }));
+                }
                 if self.unsettled() {
                     context.unsettled = Some(Box::new(Unsettled {
                         id: id.clone(),
@@ -816,6 +991,7 @@ impl Interceptor {
                     auto,
                     modern: false,
                     unsettled: None,
+                    task_origin: None,
                 },
             }
         };
@@ -868,6 +1044,9 @@ impl Interceptor {
         self.count(&name, |m, tool| {
             m.calls.get_or_create(tool).inc();
         });
+        if name == crate::search::TOOL && self.offers_search(&budget) {
+            return self.search_call(id, parts.as_ref().and_then(|p| p.arguments), budget);
+        }
         if budget.policy().hides(&name) {
             tracing::info!(tool = %name, "call to a tool the policy hides refused");
             return CallDecision::Answer(crate::jsonrpc::tool_error(
@@ -933,6 +1112,11 @@ impl Interceptor {
                 CallDecision::Answer(crate::jsonrpc::tool_error(id, &error.to_string()))
             }
             Ok(plan) => {
+                if budget.continues(&plan)
+                    && let Some(answer) = self.rule_continue(id, &plan, &budget)
+                {
+                    return answer;
+                }
                 let after = params
                     .get("arguments")
                     .map(|a| a.as_object().map_or(0, |o| o.len()));
@@ -966,6 +1150,7 @@ impl Interceptor {
                 }),
                 modern: false,
                 unsettled: None,
+                task_origin: None,
             },
         };
         let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
@@ -1000,6 +1185,7 @@ impl Interceptor {
                         }),
                         modern: false,
                         unsettled: None,
+                        task_origin: None,
                     },
                 };
             }
@@ -1039,10 +1225,11 @@ impl Interceptor {
                 &cursor_refusal(CursorError::Invalid, &name),
             ));
         };
-        if let Some(prepared) = budget.cache().get(self.scope, &digest) {
+        let cached = budget.cache().get(self.scope, &digest);
+        if let Some(crate::cache::Cached::Auto(prepared)) = cached.as_deref() {
             tracing::debug!(tool = %name, "page served from the result cache");
             let max = budget.page_max(&name);
-            let answer = match page_fitted(&prepared, &budget, at, max, &name, &digest) {
+            let answer = match page_fitted(prepared, &budget, at, max, &name, &digest) {
                 Ok(page) => {
                     self.count(&name, |m, tool| {
                         m.cache_hits.get_or_create(tool).inc();
@@ -1074,15 +1261,9 @@ impl Interceptor {
             self.count(&name, |m, tool| {
                 m.refused(tool, crate::metrics::Class::expired_cursor)
             });
-            let ttl = budget.cache().ttl().as_secs();
-            let minutes = ttl.div_ceil(60);
             return CallDecision::Answer(crate::jsonrpc::tool_error(
                 id,
-                &format!(
-                    "The result this cursor pages is no longer in mcp-budget's cache (results are kept {minutes} minute{}, within {}), and {name} is not marked read-only, so the proxy will not run it again on its own. Call {name} again without {argument} to start over.",
-                    if minutes == 1 { "" } else { "s" },
-                    size_text(budget.cache().limit())
-                ),
+                &self.expired(&budget, &name, argument),
             ));
         }
         tracing::debug!(tool = %name, "the paged result left the cache; calling the read-only tool again");
@@ -1100,8 +1281,151 @@ impl Interceptor {
                 }),
                 modern: false,
                 unsettled: None,
+                task_origin: None,
             },
         }
+    }
+
+    /// Whether this session offers the search tool: the policy has it on, something is paged,
+    /// and the server has no tool of that name.
+    fn offers_search(&self, budget: &Budget) -> bool {
+        let policy = budget.policy();
+        policy.search
+            && (policy.auto
+                || policy
+                    .rules
+                    .iter()
+                    .any(|r| r.items.is_some() || r.text.is_some()))
+            && !self
+                .tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(crate::search::TOOL)
+    }
+
+    /// A call to the search tool: its arguments are read here, the search runs on the
+    /// heavy-work pool.
+    fn search_call(
+        &self,
+        id: &Id,
+        arguments: Option<&RawValue>,
+        budget: Arc<Budget>,
+    ) -> CallDecision {
+        let arguments = match arguments.map(|a| serde_json::from_str::<Map<String, Value>>(a.get()))
+        {
+            None => Map::new(),
+            Some(Ok(arguments)) => arguments,
+            Some(Err(_)) => {
+                return CallDecision::Answer(crate::jsonrpc::tool_error(
+                    id,
+                    "the arguments of mcp_budget_search must be an object with cursor and pattern or path",
+                ));
+            }
+        };
+        let request = match crate::search::Request::read(&arguments) {
+            Ok(request) => request,
+            Err(text) => return CallDecision::Answer(crate::jsonrpc::tool_error(id, &text)),
+        };
+        let scope = self.scope;
+        let id = id.clone();
+        CallDecision::Defer(Deferred::new(move || {
+            let result = crate::search::answer(&budget, scope, &request);
+            crate::jsonrpc::result_response(&id, &result)
+        }))
+    }
+
+    /// The next page of a rule chain, from the result cache; `None` when the entry is gone and
+    /// the tool may run again (read-only or declared idempotent), else the expired-cache error.
+    fn rule_continue(
+        &self,
+        id: &Id,
+        plan: &CallPlan,
+        budget: &Arc<Budget>,
+    ) -> Option<CallDecision> {
+        let name = plan.tool.as_str();
+        let digest = budget.chain_digest(plan)?;
+        let cached = budget.cache().get(self.scope, &digest).filter(|cached| {
+            // An automatic chain took the digest over: only its own cursors continue it.
+            !matches!(&**cached, crate::cache::Cached::Auto(_))
+                || budget.auto_position(plan).is_some()
+        });
+        let Some(cached) = cached else {
+            self.count(name, |m, tool| {
+                m.cache_misses.get_or_create(tool).inc();
+            });
+            if self.tool_info(name).read_only || budget.idempotent(name) {
+                tracing::debug!(tool = %name, "the chain's result left the cache; calling the read-only tool again");
+                return None;
+            }
+            self.count(name, |m, tool| {
+                m.refused(tool, crate::metrics::Class::expired_cursor)
+            });
+            return Some(CallDecision::Answer(crate::jsonrpc::tool_error(
+                id,
+                &self.expired(budget, name, "after"),
+            )));
+        };
+        tracing::debug!(tool = %name, "rule page served from the result cache");
+        self.count(name, |m, tool| {
+            m.cache_hits.get_or_create(tool).inc();
+        });
+        let result = match &*cached {
+            crate::cache::Cached::Rule(entry) => match budget.finish_rule(plan, entry) {
+                Ok((Finished::Bytes(bytes), _)) => bytes,
+                Ok((Finished::Auto { at, digest }, _)) => {
+                    let call = AutoCall {
+                        arguments: None,
+                        digest: Some(digest),
+                        at,
+                    };
+                    self.auto_result(budget, name, call, entry.raw())
+                        .unwrap_or_else(|| entry.raw().as_bytes().to_vec())
+                }
+                Err(err) => {
+                    tracing::error!(tool = %name, %err, "the budget failed on a cached result");
+                    return Some(CallDecision::Answer(crate::jsonrpc::error_response(
+                        Some(id),
+                        crate::jsonrpc::UPSTREAM_ERROR,
+                        &format!("mcp-budget: {err}; the result was withheld rather than cut"),
+                        None,
+                    )));
+                }
+            },
+            // A rule chain that automatic paging took over (its items path matched nothing).
+            crate::cache::Cached::Auto(prepared) => {
+                let Some(at) = budget.auto_position(plan) else {
+                    return None; // filtered out above
+                };
+                let max = budget.page_max(name);
+                match page_fitted(prepared, budget, at, max, name, &digest) {
+                    Ok(page) => page.result.into_bytes(),
+                    Err(why) => {
+                        let text = self.unpageable(budget, name, &why, prepared.result_len());
+                        json!({"content": [{"type": "text", "text": text}], "isError": true})
+                            .to_string()
+                            .into_bytes()
+                    }
+                }
+            }
+        };
+        let result = String::from_utf8(result).unwrap_or_default();
+        self.count(name, |m, tool| {
+            m.result(tool, 0, result.len(), true);
+        });
+        Some(CallDecision::Answer(crate::jsonrpc::result_response(
+            id, &result,
+        )))
+    }
+
+    /// The error for a cursor whose result left the cache, of a tool the proxy will not run again.
+    fn expired(&self, budget: &Budget, name: &str, argument: &str) -> String {
+        let ttl = budget.cache().ttl().as_secs();
+        let minutes = ttl.div_ceil(60);
+        format!(
+            "The result this cursor pages is no longer in mcp-budget's cache (results are kept {minutes} minute{}, within {}), and {name} is not marked read-only, so the proxy will not run it again on its own. Call {name} again without {argument} to start over.",
+            if minutes == 1 { "" } else { "s" },
+            size_text(budget.cache().limit())
+        )
     }
 
     /// The refusal of a result that cannot be paged, written for the model.
@@ -1146,19 +1470,23 @@ impl Interceptor {
     /// is looked for here).
     pub fn tools_call_response(
         &self,
-        context: CallContext,
+        mut context: CallContext,
         message: &[u8],
         result: Option<std::ops::Range<usize>>,
     ) -> Option<Vec<u8>> {
-        let raw = match result {
-            Some(range) => message
-                .get(range)
-                .and_then(|bytes| std::str::from_utf8(bytes).ok())?,
-            None => serde_json::from_slice::<ResultOnly<'_>>(message)
-                .ok()?
-                .result?
-                .get(),
-        };
+        let raw = result_of(message, result)?;
+        // The server made the call a task: its result comes later (`tasks/result`, or a
+        // completed `tasks/get`), and is budgeted then, as this call's answer.
+        if let Some(origin) = context.task_origin.take()
+            && let Some((task, ttl)) = task_created(raw)
+        {
+            tracing::debug!(tool = %context.plan.tool, %task, "the call became a task");
+            self.tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remember(task, *origin, ttl);
+            return None;
+        }
         // Only a complete result is the budget's: `input_required`, a task, or any other kind
         // passes as the server wrote it.
         if !crate::era::is_complete(raw) {
@@ -1208,7 +1536,7 @@ impl Interceptor {
             Err(err) => Some(Err(err)),
         };
         let finished = if context.plan.is_paged() {
-            match budget.finish_call_raw(&context.plan, raw) {
+            match self.rule_response(&budget, &context.plan, raw) {
                 Err(crate::budget::RenderError::Json(_)) => unpaged(&budget)?,
                 finished => finished,
             }
@@ -1233,6 +1561,159 @@ impl Interceptor {
         Some(splice(message, raw, &bytes))
     }
 
+    /// A rule page of a fresh upstream result; the result is kept in the cache for the chain's
+    /// later pages when more remain.
+    fn rule_response(
+        &self,
+        budget: &Budget,
+        plan: &CallPlan,
+        raw: &str,
+    ) -> Result<Finished, crate::budget::RenderError> {
+        let text = budget.pages_text(plan);
+        let (finished, entry) = if text {
+            let entry =
+                crate::budget::chain::RuleResult::new(Arc::from(raw), true).of_tool(&plan.tool);
+            let (finished, more) = budget.finish_rule(plan, &entry)?;
+            (finished, more.then_some(entry))
+        } else {
+            // The walk of the list, made once: this page, and the chain's later ones, use it.
+            let walked = budget.walk(plan, raw);
+            let finished = budget.finish_walked(plan, raw, walked.as_ref())?;
+            // (`next_after` may be inside a text block's JSON, its quotes escaped.)
+            let more = matches!(&finished, Finished::Bytes(bytes) if memchr::memmem::find(bytes, b"next_after").is_some());
+            let entry = more.then(|| {
+                crate::budget::chain::RuleResult::new(Arc::from(raw), false)
+                    .of_tool(&plan.tool)
+                    .with_walk(walked)
+            });
+            (finished, entry)
+        };
+        if let (Finished::Bytes(_), Some(entry), Some(digest)) =
+            (&finished, entry, budget.chain_digest(plan))
+        {
+            let stored = budget.cache().put(
+                self.scope,
+                digest,
+                Arc::new(crate::cache::Cached::Rule(entry)),
+            );
+            if !stored {
+                tracing::warn!(
+                    tool = %plan.tool,
+                    bytes = raw.len(),
+                    "a paged result is larger than the whole result cache; its next pages will call the tool again if it is read-only"
+                );
+            }
+        }
+        Ok(finished)
+    }
+
+    /// The task id a `tasks/result` or `tasks/get` request names.
+    pub fn task_of(&self, request: &[u8]) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Request {
+            params: Option<Params>,
+        }
+        #[derive(Deserialize)]
+        struct Params {
+            #[serde(rename = "taskId")]
+            task_id: Option<String>,
+        }
+        serde_json::from_slice::<Request>(request)
+            .ok()?
+            .params?
+            .task_id
+    }
+
+    /// The answer to a `tasks/result` (2025-11-25: the result itself) or `tasks/get` (the
+    /// tasks extension: a completed task's `result`): the final result is budgeted as the
+    /// call that made the task would have been. `None`: unchanged.
+    pub fn task_response(
+        &self,
+        task: Option<&str>,
+        message: &[u8],
+        result: Option<std::ops::Range<usize>>,
+    ) -> Option<Vec<u8>> {
+        let raw = result_of(message, result)?;
+        let last = final_result(raw)?;
+        self.budget_task_result(task, message, last)
+    }
+
+    /// A `notifications/tasks` (the tasks extension): a completed task's `result` is budgeted
+    /// as the call that made the task would have been. `None`: unchanged.
+    pub fn task_notification(&self, message: &[u8]) -> Option<Vec<u8>> {
+        #[derive(Deserialize)]
+        struct Notification<'a> {
+            #[serde(borrow)]
+            params: Option<&'a RawValue>,
+        }
+        let params = serde_json::from_slice::<Notification<'_>>(message)
+            .ok()?
+            .params?
+            .get();
+        let task =
+            raw_member(params, "taskId").and_then(|text| serde_json::from_str::<String>(text).ok());
+        let last = final_result(params)?;
+        self.budget_task_result(task.as_deref(), message, last)
+    }
+
+    /// `last` (a task's final result, a part of `message`), budgeted as its call's answer.
+    fn budget_task_result(
+        &self,
+        task: Option<&str>,
+        message: &[u8],
+        last: &str,
+    ) -> Option<Vec<u8>> {
+        let origin = task.and_then(|task| {
+            self.tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(task)
+        });
+        let start = (last.as_ptr() as usize).checked_sub(message.as_ptr() as usize)?;
+        let range = start..start + last.len();
+        let Some(origin) = origin else {
+            return self.unknown_task_result(task, message, last);
+        };
+        let budget = self.budget_for(origin.modern.as_ref());
+        let mut context = match self.call_request(&origin.id, &origin.request, budget.clone()) {
+            CallDecision::Forward { context, .. } => context,
+            // Its arguments read otherwise now (a reload): held to the cap.
+            _ => CallContext {
+                plan: budget.plan_unpaged(tool_of(&origin.request)),
+                budget,
+                auto: None,
+                modern: false,
+                unsettled: None,
+                task_origin: None,
+            },
+        };
+        // The final result is written as the server wrote it: a task carries its own
+        // `resultType`, and a legacy result has none.
+        context.modern = false;
+        self.tools_call_response(context, message, Some(range))
+    }
+
+    /// The final result of a task this session does not remember (it started elsewhere, or
+    /// too many tasks came after it): it passes when it fits, else it is refused with a way
+    /// out, never passed over the budget.
+    fn unknown_task_result(
+        &self,
+        task: Option<&str>,
+        message: &[u8],
+        last: &str,
+    ) -> Option<Vec<u8>> {
+        let budget = self.budget_for(None);
+        let (size, limit) = budget.over("", last.as_bytes())?;
+        let task = task.unwrap_or("(unnamed)");
+        tracing::warn!(%task, size, limit, "the final result of a task this session does not remember is over the budget: refused");
+        let text = format!(
+            "result-too-large: the result of task {task} is {size}, over the {limit}, and mcp-budget no longer holds the call that started the task (a session remembers its last {MAX_TASKS} tasks), so it cannot page it; call the tool again to get its result in pages."
+        );
+        let refusal =
+            json!({"content": [{"type": "text", "text": text}], "isError": true}).to_string();
+        Some(splice(message, last, refusal.as_bytes()))
+    }
+
     fn withheld(&self, message: &[u8], why: &str) -> Vec<u8> {
         let id = serde_json::from_slice::<IdOf<'_>>(message)
             .ok()
@@ -1255,6 +1736,19 @@ impl Interceptor {
         message: &[u8],
         raw: &str,
     ) -> Option<Vec<u8>> {
+        let bytes = self.auto_result(budget, tool, call, raw)?;
+        Some(splice(message, raw, &bytes))
+    }
+
+    /// An automatically paged result: `None` when it fits unchanged, else its page (or the
+    /// refusal of what cannot be paged).
+    fn auto_result(
+        &self,
+        budget: &Budget,
+        tool: &str,
+        call: AutoCall,
+        raw: &str,
+    ) -> Option<Vec<u8>> {
         let result = raw;
         if call.at.is_none() && budget.over(tool, result.as_bytes()).is_none() {
             return None;
@@ -1271,8 +1765,11 @@ impl Interceptor {
         let at = call.at.unwrap_or_default();
         let argument = self.continuation(tool);
         let named = budget.limits().byte_budget(max).to_string();
-        let prepared = auto::prepare(Arc::from(result), max)
-            .map(|p| Arc::new(p.with_argument(argument).with_budget(named)));
+        let prepared = auto::prepare(Arc::from(result), max).map(|p| {
+            p.with_argument(argument)
+                .with_budget(named)
+                .with_search(budget.search_hint())
+        });
         let page = match &prepared {
             Ok(prepared) => page_fitted(prepared, budget, at, max, tool, &digest),
             Err(why) => Err(why.clone()),
@@ -1280,6 +1777,7 @@ impl Interceptor {
         let bytes = match (page, prepared) {
             (Ok(page), Ok(prepared)) => {
                 if page.next.is_some() {
+                    let prepared = Arc::new(crate::cache::Cached::Auto(prepared));
                     let stored = budget.cache().put(self.scope, digest, prepared);
                     if !stored {
                         tracing::warn!(
@@ -1304,8 +1802,132 @@ impl Interceptor {
                     .into_bytes()
             }
         };
-        Some(splice(message, raw, &bytes))
+        Some(bytes)
     }
+}
+
+/// A `tools/list` result with the search tool's descriptor after the server's tools.
+fn with_search_tool(result: &str) -> Option<String> {
+    let members = crate::budget::raw::members(result)?;
+    let (_, tools) = members.iter().rev().find(|(k, _)| k == "tools")?;
+    let list = &result[tools.clone()];
+    let close = tools.start + list.rfind(']')?;
+    let empty = crate::budget::raw::elements(list)?.is_empty();
+    let descriptor = crate::search::descriptor().to_string();
+    Some(format!(
+        "{}{}{descriptor}{}",
+        &result[..close],
+        if empty { "" } else { "," },
+        &result[close..]
+    ))
+}
+
+/// A `CreateTaskResult`: the task's id and how long it lives. The 2025-11-25 form nests the task
+/// (`{"task": {"taskId", "ttl"}}`); the tasks extension's is flat (`resultType: "task"`,
+/// `taskId`, `ttlMs`). Read by shape, not by `resultType` alone: the extension's own examples
+/// disagree with its text.
+fn task_created(raw: &str) -> Option<(String, Duration)> {
+    if raw.len() > 64 * 1024 || memchr::memmem::find(raw.as_bytes(), b"taskId").is_none() {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct Created {
+        #[serde(rename = "resultType")]
+        result_type: Option<String>,
+        #[serde(rename = "taskId")]
+        task_id: Option<String>,
+        #[serde(rename = "ttlMs")]
+        ttl_ms: Option<Value>,
+        task: Option<Inner>,
+        content: Option<Value>,
+    }
+    #[derive(Deserialize)]
+    struct Inner {
+        #[serde(rename = "taskId")]
+        task_id: String,
+        ttl: Option<Value>,
+    }
+    let created: Created = serde_json::from_str(raw).ok()?;
+    if created.content.is_some() {
+        return None; // a tool's result, not a task
+    }
+    let ttl = |value: Option<Value>| {
+        value
+            .and_then(|v| v.as_u64())
+            .map_or(DEFAULT_TASK_TTL, Duration::from_millis)
+    };
+    match (created.task, created.task_id) {
+        (Some(inner), _) => Some((inner.task_id, ttl(inner.ttl))),
+        (None, Some(id)) if created.result_type.as_deref() == Some("task") => {
+            Some((id, ttl(created.ttl_ms)))
+        }
+        _ => None,
+    }
+}
+
+/// The result of a response: at `range` when the envelope reader found it, else looked for.
+fn result_of(message: &[u8], range: Option<std::ops::Range<usize>>) -> Option<&str> {
+    match range {
+        Some(range) => message
+            .get(range)
+            .and_then(|bytes| std::str::from_utf8(bytes).ok()),
+        None => Some(
+            serde_json::from_slice::<ResultOnly<'_>>(message)
+                .ok()?
+                .result?
+                .get(),
+        ),
+    }
+}
+
+/// The text of the last member `name` of a JSON object's text.
+fn raw_member<'t>(object: &'t str, name: &str) -> Option<&'t str> {
+    let members = crate::budget::raw::members(object)?;
+    let (_, range) = members.into_iter().rev().find(|(k, _)| k == name)?;
+    object.get(range)
+}
+
+/// A task's final result in an answer or a notification: the whole `result` of a
+/// `tasks/result` answer (2025-11-25), or the `result` member of a completed task (the tasks
+/// extension's `tasks/get` and `notifications/tasks`); `None` for anything else (a status, an
+/// input request, a failure).
+fn final_result(raw: &str) -> Option<&str> {
+    let members = crate::budget::raw::members(raw)?;
+    let member = |name: &str| {
+        members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, r)| raw.get(r.clone()))
+    };
+    // A tool's result, whatever else it carries.
+    if member("content").is_some() {
+        return Some(raw);
+    }
+    let statuses: Vec<String> = members
+        .iter()
+        .filter(|(k, _)| k == "status")
+        .filter_map(|(_, r)| serde_json::from_str::<String>(raw.get(r.clone())?).ok())
+        .collect();
+    if statuses.is_empty() {
+        // A result of no shape the proxy knows: held to the budget all the same.
+        return Some(raw);
+    }
+    // A task: a completed one holds its result (read as any client would: escapes decoded,
+    // either of two `status` members), whatever its shape.
+    if statuses.iter().any(|s| s == "completed") {
+        return member("result");
+    }
+    None
+}
+
+/// The tool a `tools/call` request names.
+fn tool_of(request: &[u8]) -> String {
+    serde_json::from_slice::<CallParts<'_>>(request)
+        .ok()
+        .and_then(|parts| parts.params)
+        .and_then(|p| p.name.map(|n| n.to_string()))
+        .unwrap_or_default()
 }
 
 /// The page of `prepared` from `at`, under `max` bytes and the session's token and line
@@ -1384,6 +2006,74 @@ fn cursor_refusal(err: CursorError, tool: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tasks_final_result_is_found_as_any_client_reads_it() {
+        // The result of tasks/result: a tool's result, with or without other members.
+        let legacy = r#"{"content":[{"type":"text","text":"x"}],"status":"odd"}"#;
+        assert_eq!(final_result(legacy), Some(legacy));
+        // A result of no known shape is held to the budget too.
+        let bare = r#"{"structuredContent":{"rows":[1,2]}}"#;
+        assert_eq!(final_result(bare), Some(bare));
+        // A completed task, its status escaped, or named twice; its result of any shape.
+        for task in [
+            r#"{"taskId":"t","status":"complet\u0065d","result":{"content":[]}}"#,
+            r#"{"taskId":"t","status":"completed","status":"working","result":{"content":[]}}"#,
+        ] {
+            assert_eq!(final_result(task), Some(r#"{"content":[]}"#), "{task}");
+        }
+        assert_eq!(
+            final_result(r#"{"status":"completed","result":"a string"}"#),
+            Some(r#""a string""#)
+        );
+        // A status, an input request, a failure: nothing to budget.
+        for task in [
+            r#"{"taskId":"t","status":"working"}"#,
+            r#"{"taskId":"t","status":"failed","error":{"code":1,"message":"m"}}"#,
+        ] {
+            assert_eq!(final_result(task), None, "{task}");
+        }
+    }
+
+    #[test]
+    fn create_task_results_are_read_by_shape_in_either_era() {
+        let legacy = r#"{"task":{"taskId":"a","status":"working","ttl":5000}}"#;
+        assert_eq!(
+            task_created(legacy),
+            Some(("a".into(), Duration::from_millis(5000)))
+        );
+        let modern = r#"{"resultType":"task","taskId":"b","status":"working","ttlMs":7}"#;
+        assert_eq!(
+            task_created(modern),
+            Some(("b".into(), Duration::from_millis(7)))
+        );
+        // A tool result that mentions a task id is not a task.
+        let result = r#"{"content":[],"taskId":"c","resultType":"task"}"#;
+        assert_eq!(task_created(result), None);
+    }
+
+    #[test]
+    fn the_search_tool_is_listed_once_after_the_last_page_of_tools() {
+        let interceptor = Interceptor::passthrough();
+        let page = |cursor: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{{"name":"a","inputSchema":{{"type":"object"}}}}],"nextCursor":{cursor}}}}}"#
+            )
+        };
+        let listed = |message: &str| {
+            let rewritten = interceptor
+                .tools_list_response(message.as_bytes(), None)
+                .unwrap_or_else(|| message.as_bytes().to_vec());
+            String::from_utf8(rewritten)
+                .unwrap()
+                .contains(crate::search::TOOL)
+        };
+        assert!(!listed(&page(r#""next""#)));
+        assert!(listed(&page("null")));
+        assert!(listed(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","inputSchema":{"type":"object"}}]}}"#
+        ));
+    }
 
     #[test]
     fn splice_keeps_everything_around_the_result() {

@@ -38,6 +38,7 @@
 //! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
 //! - [`regular`]: policies and recordings are read only from regular files, within bounds.
 //! - [`replay`]: a recording answering requests like the server did.
+//! - [`search`]: `mcp_budget_search`, the proxy's own tool that searches a cached paged result.
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
 //! - [`suggest`]: a starting policy proposed from a recording.
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
@@ -49,6 +50,9 @@
 //!   and shared fairly among sessions.
 //! - [`reload`]: the budget every session reads, replaced on SIGHUP or `--watch`.
 //! - [`metrics`]: Prometheus metrics (`--metrics`); [`traces`]: a span per request over OTLP.
+//! - [`wrap`]: `wrap`/`unwrap`, the proxy put in front of every server of a client's
+//!   configuration file and taken out again: one file per syntax (JSON/JSONC on a concrete
+//!   syntax tree, TOML with toml_edit), the clients' formats cited, the undo marker.
 //! - [`cli`]: the command line.
 //!
 //! # One message through the proxy
@@ -95,9 +99,11 @@ pub mod relay;
 pub mod reload;
 pub mod replay;
 pub mod report;
+pub mod search;
 pub mod session;
 pub mod stdio;
 pub mod suggest;
 pub mod tokens;
 pub mod traces;
 pub mod upstream;
+pub mod wrap;

@@ -251,6 +251,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let replayer = Arc::new(Replayer::new(&recording));
             proxy(run, Some(UpstreamSpec::Replay(replayer)), None).await
         }
+        Some(Command::Wrap(args)) => wrap(mcp_budget::wrap::Mode::Wrap, args),
+        Some(Command::Unwrap(args)) => wrap(mcp_budget::wrap::Mode::Unwrap, args),
         Some(Command::Suggest { file, min_bytes }) => {
             let recording = Recording::load(&file)?;
             print!("{}", mcp_budget::suggest::suggest(&recording, min_bytes));
@@ -286,6 +288,34 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `wrap` and `unwrap`: what they did goes to stdout (they speak no protocol there).
+fn wrap(mode: mcp_budget::wrap::Mode, args: mcp_budget::cli::WrapArgs) -> anyhow::Result<ExitCode> {
+    use mcp_budget::wrap;
+    let launcher: Vec<String> = match &args.launcher {
+        Some(words) => words.split_whitespace().map(String::from).collect(),
+        None => wrap::default_launcher(),
+    };
+    if launcher.is_empty() {
+        anyhow::bail!(
+            "--launcher is empty: give the command that starts mcp-budget, e.g. --launcher \"uvx mcp-budget\""
+        );
+    }
+    let request = wrap::Request {
+        mode,
+        file: args.file,
+        client: args.client,
+        dry_run: args.dry_run,
+        select: wrap::Select {
+            only: args.only,
+            except: args.except,
+        },
+        launcher,
+    };
+    let mut out = std::io::stdout().lock();
+    wrap::run(&request, &mut out)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The cursor key: the policy's `cursor_key_env` when it is set, else the key file
@@ -385,7 +415,7 @@ async fn proxy(
         }
         (None, None, false) => UpstreamSpec::Command(run.server.clone()),
         (None, None, true) => anyhow::bail!(
-            "no server given: put its command after `--` (e.g. `mcp-budget -- npx -y @modelcontextprotocol/server-everything`), or reach it with --upstream URL"
+            "no server given: put its command after the options (e.g. `mcp-budget npx -y @modelcontextprotocol/server-everything`; `--` before it when its first word is a subcommand), or reach it with --upstream URL"
         ),
     };
     let transport = format!(

@@ -100,6 +100,8 @@ struct BudgetFile {
     cache_bytes: Option<Spanned<i64>>,
     /// How long a result is kept for its next pages, in seconds. Default 600.
     cache_ttl_secs: Option<Spanned<i64>>,
+    /// Offer `mcp_budget_search`, which searches a paged result the cache holds. Default true.
+    search: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,6 +189,8 @@ pub struct Policy {
     pub auto: bool,
     pub cache_bytes: usize,
     pub cache_ttl: std::time::Duration,
+    /// The proxy's search tool is offered (where anything is paged).
+    pub search: bool,
     pub rules: Vec<Rule>,
     /// The policy's `[client."name"]` sections.
     pub clients: Vec<crate::client::Override>,
@@ -206,6 +210,7 @@ impl Default for Policy {
             auto: true,
             cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
             cache_ttl: crate::cache::DEFAULT_CACHE_TTL,
+            search: true,
             rules: Vec::new(),
             clients: Vec::new(),
             allow: Vec::new(),
@@ -483,6 +488,7 @@ impl Resolver<'_> {
             auto: file.budget.auto.unwrap_or(true),
             cache_bytes,
             cache_ttl,
+            search: file.budget.search.unwrap_or(true),
             rules,
             clients,
             allow,

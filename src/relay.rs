@@ -40,6 +40,9 @@ pub struct Routed {
     /// first request, while the server has not named itself, asks it who it is (for its
     /// built-in policy) on the way.
     pub probe: Option<Outgoing>,
+    /// Answers the proxy writes off the I/O threads (a search): run each on the heavy-work
+    /// pool ([`crate::heavy::run`]) and send what it returns, after `to_client`.
+    pub deferred: Vec<crate::intercept::Deferred>,
 }
 
 /// What happens to one client message.
@@ -69,6 +72,9 @@ enum Pending {
     /// client and marked as such).
     ToolsList(Option<Box<Modern>>),
     ToolsCall(CallContext),
+    /// `tasks/result` or `tasks/get` for this task id: a task's final result is budgeted as
+    /// the call that made the task.
+    TaskResult(Option<String>),
     /// `server/discover`: its answer names the server (for the built-in policy).
     Discover,
     /// The proxy's own `server/discover` (see [`Routed::probe`]): its answer is the proxy's.
@@ -538,12 +544,20 @@ impl Relay {
                                 routed.to_client.push(answer);
                                 return Forward::Drop;
                             }
+                            CallDecision::Defer(job) => {
+                                routed.deferred.push(job);
+                                return Forward::Drop;
+                            }
                             CallDecision::Forward { rewritten, context } => (
                                 Pending::ToolsCall(context),
                                 rewritten.map_or(Forward::Unchanged, Forward::Rewritten),
                             ),
                         }
                     }
+                    "tasks/result" | "tasks/get" => (
+                        Pending::TaskResult(self.interceptor.task_of(bytes)),
+                        Forward::Unchanged,
+                    ),
                     _ => (Pending::Other, Forward::Unchanged),
                 };
                 let forward = match &upstream {
@@ -906,6 +920,13 @@ impl Relay {
                 self.progress_seen(&line);
                 Delivery::Unchanged
             }
+            // A completed task's result, delivered on a listen stream, is budgeted too.
+            Parsed::Single(Kind::Notification { method }) if method == "notifications/tasks" => {
+                match self.interceptor.task_notification(&line) {
+                    Some(rewritten) => Delivery::Rewritten(rewritten),
+                    None => Delivery::Unchanged,
+                }
+            }
             // An answer whose result a client could read two ways is never passed unbudgeted.
             Parsed::Single(Kind::Malformed {
                 id: Some(id),
@@ -1053,6 +1074,14 @@ impl Relay {
                 // written back (then the interceptor finds the result itself).
                 let result = result.filter(|_| !aliased);
                 let rewritten = self.interceptor.tools_call_response(context, bytes, result);
+                budgeted = rewritten.is_some();
+                changed(rewritten)
+            }
+            Ok(Pending::TaskResult(task)) => {
+                let result = result.filter(|_| !aliased);
+                let rewritten = self
+                    .interceptor
+                    .task_response(task.as_deref(), bytes, result);
                 budgeted = rewritten.is_some();
                 changed(rewritten)
             }

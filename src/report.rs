@@ -163,7 +163,10 @@ fn live_path(budget: &Arc<Budget>, request: &Value, response: &Value) -> Value {
     let mut routed = relay.from_client(Frame::Line(request.to_string().into_bytes()));
     let delivered = match routed.to_server {
         Some(_) => relay.from_server(Frame::Line(response.to_string().into_bytes())),
-        None => routed.to_client.pop(),
+        None => routed
+            .to_client
+            .pop()
+            .or_else(|| routed.deferred.pop().map(|job| job.run())),
     };
     delivered
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())

@@ -201,6 +201,11 @@ async fn client_to_server<R: AsyncRead + Unpin>(
                 return ClientEnd::Eof;
             }
         }
+        for job in routed.deferred {
+            if to_client.send(job.run_heavy().await).await.is_err() {
+                return ClientEnd::Eof;
+            }
+        }
         if let Some(probe) = routed.probe
             && to_server.send(probe).await.is_err()
         {

@@ -157,7 +157,12 @@ async fn a_list_fitted_to_a_client_is_private() {
         .collect();
     assert_eq!(
         names,
-        ["fleet_show", "wave_show", "stream_detail"],
+        [
+            "fleet_show",
+            "wave_show",
+            "stream_detail",
+            "mcp_budget_search"
+        ],
         "the server's order"
     );
 }
@@ -686,10 +691,10 @@ async fn what_a_server_said_of_itself_holds_for_every_principal_of_its_origin() 
     assert_eq!(probes, 1);
 }
 
-#[tokio::test]
-async fn a_cursor_from_another_principal_is_refused() {
+/// `--listen` in front of quirky (no policy), with two tokens: two principals.
+async fn two_principals() -> (tokio::process::Child, String) {
     let quirky = example("quirky_server");
-    let (_proxy, url) = common::listen(
+    common::listen(
         &[
             "--policy",
             "none",
@@ -702,7 +707,12 @@ async fn a_cursor_from_another_principal_is_refused() {
         ],
         &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_cursor_from_another_principal_is_refused() {
+    let (_proxy, url) = two_principals().await;
     let http = http_client();
     let call = |token: &'static str, arguments: Value| {
         let body = tools_call(json!(1), "journal", arguments, "x");
@@ -743,5 +753,53 @@ async fn a_cursor_from_another_principal_is_refused() {
             .unwrap()
             .starts_with("entry "),
         "{next:.300}"
+    );
+}
+
+#[tokio::test]
+async fn a_search_with_a_cursor_from_another_principal_finds_nothing_of_it() {
+    let (_proxy, url) = two_principals().await;
+    let http = http_client();
+    let call = |token: &'static str, tool: &'static str, arguments: Value| {
+        let body = tools_call(json!(1), tool, arguments, "x");
+        post(&http, &url, "tools/call", Some(tool), body)
+            .header("authorization", format!("Bearer {token}"))
+            .send()
+    };
+    let (_, first) = message(
+        call("a-secret", "journal", json!({"lines": 20_000}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let cursor = first["result"]["structuredContent"]["next_after"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| {
+            let notice = first["result"]["content"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let start = notice.find("after:\"").expect("a cursor") + 7;
+            notice[start..start + notice[start..].find('"').unwrap()].to_string()
+        });
+    let search = json!({"cursor": cursor, "pattern": "entry 01234"});
+    let (_, other) = message(
+        call("b-secret", "mcp_budget_search", search.clone())
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(other["result"]["isError"], true, "{other:.300}");
+    assert_eq!(other["result"]["resultType"], "complete");
+    let (_, own) = message(call("a-secret", "mcp_budget_search", search).await.unwrap()).await;
+    assert_eq!(own["result"]["resultType"], "complete", "{own:.300}");
+    assert_eq!(
+        own["result"]["structuredContent"]["total_matches"], 10,
+        "{own:.300}"
     );
 }

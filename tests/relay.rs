@@ -3,7 +3,7 @@
 mod common;
 
 use common::{Peer, example, gone, handshake};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// One scripted exchange: lines the client sends, then how many lines it then reads.
 const SCRIPT: &[(&[&str], usize)] = &[
@@ -130,6 +130,12 @@ async fn rmcp_client_sees_the_same_fleet_through_the_proxy() {
         .arg(&fleet)
         .args(["--streams", "12"]);
     let mut proxied = session(via).await;
+    // The proxy's search tool, listed after the server's.
+    let tools = proxied.0.as_array_mut().unwrap();
+    assert_eq!(
+        tools.pop().map(|t| t["name"].clone()),
+        Some(json!("mcp_budget_search"))
+    );
     // Automatic paging's `after`, the one addition to each descriptor.
     for tool in proxied.0.as_array_mut().unwrap() {
         let after = tool["inputSchema"]["properties"]

@@ -199,6 +199,9 @@ pub fn take(
 pub struct TextArgs {
     /// Byte offset where the page starts.
     pub after: Option<usize>,
+    /// The fingerprint of the result the cursor was minted in (cursors from before it carried
+    /// one have none).
+    pub fingerprint: Option<u64>,
     pub digest: SelectionDigest,
 }
 
@@ -214,12 +217,11 @@ pub fn take_text(
         "arguments": Value::Object(arguments.clone()),
         "text": true,
     }));
-    let after = match &after_value {
+    let position = match &after_value {
         None => None,
         Some(Value::String(text)) => Some(
             key.verify(text, &digest)
-                .map_err(|err| cursor_error(err, tool))?
-                .offset,
+                .map_err(|err| cursor_error(err, tool))?,
         ),
         Some(_) => {
             return Err(ArgError(
@@ -227,7 +229,11 @@ pub fn take_text(
             ));
         }
     };
-    Ok(TextArgs { after, digest })
+    Ok(TextArgs {
+        after: position.as_ref().map(|p| p.offset),
+        fingerprint: position.as_ref().and_then(super::chain::fingerprint_of),
+        digest,
+    })
 }
 
 fn cursor_error(err: CursorError, tool: &str) -> ArgError {

@@ -135,6 +135,8 @@ pub struct Prepared {
     argument: &'static str,
     /// The budget as the notice names it ("10240-byte budget for codex").
     budget: Box<str>,
+    /// The sentence a first page's notice ends with, naming the search tool (when it is on).
+    search: Option<Box<str>>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -214,6 +216,7 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         fingerprint,
         argument: "after",
         budget: "budget".into(),
+        search: None,
     })
 }
 
@@ -228,6 +231,22 @@ impl Prepared {
     pub fn with_budget(mut self, budget: String) -> Prepared {
         self.budget = budget.into();
         self
+    }
+
+    /// Ends a first page's notice with `sentence` (how to search the whole result).
+    pub fn with_search(mut self, sentence: Option<&str>) -> Prepared {
+        self.search = sentence.map(Into::into);
+        self
+    }
+
+    /// The result, as the server wrote it.
+    pub fn whole(&self) -> &str {
+        &self.result
+    }
+
+    /// The fingerprint cursors of this result carry.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// The bytes this holds (the result, and the JSON documents read out of its texts).
@@ -536,7 +555,31 @@ fn total_lines(inner: &str) -> usize {
     .max(1)
 }
 
+/// What a search reads in a prepared result: the first piece that is paged by lines or by
+/// items.
+pub enum Searchable<'a> {
+    /// A text, as its JSON string literal's inside (still escaped).
+    Lines(&'a str),
+    /// A list: the document and its elements' ranges in it.
+    Items {
+        doc: &'a str,
+        elements: &'a [Range<usize>],
+    },
+}
+
 impl Prepared {
+    /// The first piece a search can read, if any.
+    pub fn searchable(&self) -> Option<Searchable<'_>> {
+        (0..self.piece_count()).find_map(|piece| match self.piece_kind(piece) {
+            PieceKind::Lines(inner) => Some(Searchable::Lines(inner)),
+            PieceKind::Items { doc, array, .. } => Some(Searchable::Items {
+                doc,
+                elements: &array.elements,
+            }),
+            PieceKind::Whole(_) => None,
+        })
+    }
+
     fn raw(&self, block: &Block) -> &str {
         &self.result[block.raw.clone()]
     }
@@ -1006,6 +1049,10 @@ impl Prepared {
             None if !at.first() => text.push_str(" This is the last page."),
             None => {}
         }
+        if let (Some(search), Some(_), true) = (&self.search, cursor, at.first()) {
+            text.push(' ');
+            text.push_str(search);
+        }
         (text, total_count)
     }
 }
@@ -1072,6 +1119,22 @@ fn decorate(doc: &str, cursor: Option<&str>, total_count: usize, notice: &str) -
         return doc.to_string();
     };
     let existing = raw::members(doc).unwrap_or_default();
+    let addition =
+        continuation_members(&existing, cursor, total_count, notice, !existing.is_empty());
+    format!("{body}{addition}}}")
+}
+
+/// The continuation as members to add at the end of an object whose members are `existing`
+/// (`separated`: a comma goes first): `next_after`, `total_count` and `notice`, or, where the
+/// object already has one of those names, the same inside a `mcp_budget` object of the proxy's
+/// own (never a duplicate key).
+pub fn continuation_members(
+    existing: &[(String, Range<usize>)],
+    cursor: Option<&str>,
+    total_count: usize,
+    notice: &str,
+    separated: bool,
+) -> String {
     let taken = |name: &str| existing.iter().any(|(k, _)| k == name);
     let mut fields = serde_json::Map::new();
     if let Some(cursor) = cursor {
@@ -1079,16 +1142,14 @@ fn decorate(doc: &str, cursor: Option<&str>, total_count: usize, notice: &str) -
     }
     fields.insert("total_count".into(), total_count.into());
     fields.insert("notice".into(), notice.into());
-    // Never a duplicate key: a document that already has one of these names gets them inside
-    // an object of the proxy's own.
     let addition = if fields.keys().any(|k| taken(k)) {
         format!("\"mcp_budget\":{}", serde_json::Value::Object(fields))
     } else {
         let text = serde_json::Value::Object(fields).to_string();
         text[1..text.len() - 1].to_string()
     };
-    let separator = if existing.is_empty() { "" } else { "," };
-    format!("{body}{separator}{addition}}}")
+    let separator = if separated { "," } else { "" };
+    format!("{separator}{addition}")
 }
 
 #[cfg(test)]

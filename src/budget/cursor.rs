@@ -98,6 +98,22 @@ impl CursorKey {
         )
     }
 
+    /// The position a cursor carries and the digest it was minted for, once its MAC holds (for a
+    /// caller that finds the chain by the cursor, as the search tool does).
+    pub fn open(&self, cursor: &str) -> Result<(Position, SelectionDigest), CursorError> {
+        let minted_for = cursor
+            .split_once('.')
+            .and_then(|(payload, _)| URL_SAFE_NO_PAD.decode(payload).ok())
+            .and_then(|payload| {
+                let text = String::from_utf8(payload).ok()?;
+                let hex = text.split('.').nth(1)?.to_string();
+                unhex(&hex)
+            })
+            .ok_or(CursorError::Invalid)?;
+        self.verify(cursor, &minted_for)
+            .map(|position| (position, minted_for))
+    }
+
     pub fn verify(&self, cursor: &str, digest: &SelectionDigest) -> Result<Position, CursorError> {
         let (payload, tag) = cursor.split_once('.').ok_or(CursorError::Invalid)?;
         let payload = URL_SAFE_NO_PAD
@@ -142,6 +158,17 @@ impl CursorKey {
 }
 
 use crate::canonical::hex;
+
+fn unhex(text: &str) -> Option<SelectionDigest> {
+    if text.len() != 32 || !text.is_ascii() {
+        return None;
+    }
+    let mut digest = [0u8; 16];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(digest)
+}
 
 /// The digest of a selection: the canonical JSON (keys sorted) of its parts.
 pub fn digest(parts: &Value) -> SelectionDigest {

@@ -46,6 +46,20 @@ fn rewrite_text(tool: &mut Map<String, Value>, page_bytes: usize) {
     append_description(tool, &addition);
     let after = json!({"type": "string", "description": "The next_after value of the previous page of this text, to get the page after it. Keep the other arguments unchanged."});
     add_properties(tool, vec![("after".to_string(), after)], &[]);
+    // A page's structuredContent (an object) carries the continuation: its schema says so (a
+    // schema may forbid other properties, and a client validates against it).
+    if let Some(Value::Object(schema)) = tool.get_mut("outputSchema")
+        && schema.get("type").is_none_or(|t| {
+            t == "object" || t.as_array().is_some_and(|a| a.contains(&json!("object")))
+        })
+    {
+        let properties = schema.entry("properties").or_insert_with(|| json!({}));
+        if let Value::Object(properties) = properties {
+            for (name, value) in continuation_properties() {
+                properties.entry(name).or_insert(value);
+            }
+        }
+    }
 }
 
 /// Appends a paragraph to a tool's description.

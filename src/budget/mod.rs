@@ -12,15 +12,17 @@
 //! default narrowed, and [`descriptor`] rewrites `tools/list`. This file is the [`Budget`]
 //! that a relay calls: plan a call, finish its result, refuse it.
 //!
-//! Rule pages are stateless: a call with `after` re-calls the server with the same upstream
-//! arguments and pages the fresh result, so nothing is cached and any proxy instance that
-//! shares the cursor key can serve the next page. Tools no rule pages are paged by [`auto`]
-//! (the intercept keeps their results in the per-session [`crate::cache`]); [`exact`] writes
+//! Every chain is served from the per-session [`crate::cache`]: the intercept keeps the
+//! upstream result of a rule's first page ([`chain`], with a text rule's line index) and of an
+//! automatic page ([`auto`]), so a tool runs once per chain; when the entry is gone, a read-only
+//! or idempotent tool is called again with the same upstream arguments (any proxy instance that
+//! shares the cursor key can serve the next page so). [`exact`] writes
 //! every page with the server's own bytes where a value is unchanged.
 
 pub mod args;
 pub mod auto;
 pub mod cap;
+pub mod chain;
 pub mod cursor;
 pub mod descriptor;
 pub mod exact;
@@ -345,6 +347,22 @@ impl Budget {
             .map(Vec::len)
     }
 
+    /// How many items a page holds, wherever its list is (structuredContent, or the JSON of a
+    /// text block).
+    fn page_items(&self, tool: &str, page: &Value) -> Option<usize> {
+        let items = self.policy.rule_for(tool)?.items.as_ref()?;
+        if let Some(n) = self.page_len(tool, &page["structuredContent"]) {
+            return Some(n);
+        }
+        let mut copy = page.clone();
+        let (_, document) = place::locate(&mut copy, items)?;
+        let path = place::first_list_path(&document, items)?;
+        document
+            .reference(path.as_str())
+            .and_then(Value::as_array)
+            .map(Vec::len)
+    }
+
     /// Rewrites the tools of a `tools/list` result; returns whether anything changed.
     pub fn rewrite_tools_list(&self, result: &mut Value) -> bool {
         let Some(Value::Array(tools)) = result.get_mut("tools") else {
@@ -420,10 +438,188 @@ impl Budget {
         self.finish(plan, result, None, None)
     }
 
+    /// The sentence a first page's notice ends with, naming the search tool; `None` when the
+    /// policy turns search off.
+    pub fn search_hint(&self) -> Option<&'static str> {
+        self.policy.search.then_some(SEARCH_HINT)
+    }
+
+    /// Whether this call is a rule page that continues a chain (it has `after`).
+    pub fn continues(&self, plan: &CallPlan) -> bool {
+        match &plan.governed {
+            Governed::Paged {
+                paging: Paging::Items(args),
+                ..
+            } => args.after.is_some(),
+            Governed::Paged {
+                paging: Paging::Text(args),
+                ..
+            } => args.after.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Where an automatic page starts, for a rule page whose cursor is an automatic page's.
+    pub fn auto_position(&self, plan: &CallPlan) -> Option<auto::At> {
+        match &plan.governed {
+            Governed::Paged {
+                paging: Paging::Items(args),
+                ..
+            } => args.after.as_ref().and_then(auto::At::from_position),
+            _ => None,
+        }
+    }
+
+    /// The digest that names a paged call's chain (its cache entry).
+    pub fn chain_digest(&self, plan: &CallPlan) -> Option<cursor::SelectionDigest> {
+        match &plan.governed {
+            Governed::Paged {
+                paging: Paging::Items(args),
+                ..
+            } => Some(args.digest),
+            Governed::Paged {
+                paging: Paging::Text(args),
+                ..
+            } => Some(args.digest),
+            _ => None,
+        }
+    }
+
+    /// Whether the plan pages text.
+    pub fn pages_text(&self, plan: &CallPlan) -> bool {
+        matches!(
+            &plan.governed,
+            Governed::Paged {
+                paging: Paging::Text(_),
+                ..
+            }
+        )
+    }
+
+    /// A rule page cut from `entry` (the upstream result of the chain, fresh or from the
+    /// cache), and whether more pages remain (the entry is worth keeping).
+    pub fn finish_rule(
+        &self,
+        plan: &CallPlan,
+        entry: &chain::RuleResult,
+    ) -> Result<(Finished, bool), RenderError> {
+        if let Some((rule, Some(Paging::Text(args)))) = self.rule_of(plan)
+            && let Some(text) = &rule.text
+            && entry.has_layout()
+        {
+            return self.text_from_layout(plan, text.page_bytes, args, entry);
+        }
+        let finished = self.finish_walked(plan, entry.raw(), entry.walked())?;
+        let more = match &finished {
+            // (`next_after` may be inside a text block's JSON, its quotes escaped.)
+            // A text page the pipeline wrote gives its cursor only in its notice.
+            Finished::Bytes(bytes) => {
+                memchr::memmem::find(bytes, b"next_after").is_some()
+                    || memchr::memmem::find(bytes, b"after:\\\"").is_some()
+            }
+            Finished::Auto { .. } => true,
+        };
+        Ok((finished, more))
+    }
+
+    /// A text page from the entry's line index, made smaller until it fits the token and line
+    /// budgets, then held to the cap.
+    fn text_from_layout(
+        &self,
+        plan: &CallPlan,
+        mut page_bytes: usize,
+        args: &args::TextArgs,
+        entry: &chain::RuleResult,
+    ) -> Result<(Finished, bool), RenderError> {
+        let tool = plan.tool.as_str();
+        let fitting = self.limits.tokens.is_some() || self.limits.lines.is_some();
+        let mut outcome = None;
+        for _ in 0..9 {
+            let made = entry.text_page(tool, page_bytes, args, &self.key, self.search_hint());
+            let Some(chain::TextOutcome::Page { result, more }) = made else {
+                outcome = made;
+                break;
+            };
+            if fitting && let Some(over) = tokens::over(&result, &self.limits) {
+                let smaller = ((page_bytes.min(result.len()) as f64) * over.ratio() * 0.9) as usize;
+                outcome = Some(chain::TextOutcome::Page { result, more });
+                if smaller < 64 {
+                    break; // the cap's check refuses it
+                }
+                page_bytes = smaller;
+                continue;
+            }
+            outcome = Some(chain::TextOutcome::Page { result, more });
+            break;
+        }
+        match outcome {
+            Some(chain::TextOutcome::Page { result, more }) => {
+                match self.over(tool, result.as_bytes()) {
+                    None => Ok((Finished::Bytes(result.into_bytes()), more)),
+                    Some((size, budget)) => {
+                        let text = cap::refusal(tool, &size, &budget, &cap::Moves::default());
+                        tracing::info!(tool, size, budget, "result refused by the cap");
+                        Ok((
+                            Finished::Bytes(serde_json::to_vec(&refusal_result(&text))?),
+                            false,
+                        ))
+                    }
+                }
+            }
+            Some(chain::TextOutcome::Changed) => {
+                let text = format!(
+                    "The result of {tool} changed since the page this cursor continues was served (the proxy no longer held it, so {tool} ran again and answered otherwise). Call {tool} again without after to start over."
+                );
+                Ok((
+                    Finished::Bytes(serde_json::to_vec(&refusal_result(&text))?),
+                    false,
+                ))
+            }
+            // It fits (or there is no page to make): the result as it is, held to the cap.
+            Some(chain::TextOutcome::Fits) | None => {
+                let bytes = match self.check_unpaged(plan, entry.raw())? {
+                    Some(refusal) => refusal,
+                    None => entry.raw().as_bytes().to_vec(),
+                };
+                Ok((Finished::Bytes(bytes), false))
+            }
+        }
+    }
+
     /// [`Budget::finish_call`] on the server's text of the result: whatever the page keeps
     /// unchanged is written with the server's own bytes ([`exact`]).
     pub fn finish_call_raw(&self, plan: &CallPlan, raw: &str) -> Result<Finished, RenderError> {
-        if let Some(reduced) = self.reduced(plan, raw) {
+        if self.pages_text(plan) {
+            let entry = chain::RuleResult::new(Arc::from(raw), true);
+            if entry.has_layout() {
+                return self.finish_rule(plan, &entry).map(|(finished, _)| finished);
+            }
+        }
+        self.finish_walked(plan, raw, None)
+    }
+
+    /// The walk of `raw` for an items rule's list ([`reduce::walk`]), where the pipeline would
+    /// narrow the list where it lies: kept with a cached result, so its later pages skip it.
+    pub fn walk(&self, plan: &CallPlan, raw: &str) -> Option<reduce::Scanned> {
+        let (rule, _) = self.reducible(plan)?;
+        reduce::walk(rule.items.as_ref()?, raw)
+    }
+
+    /// [`Budget::finish_call_raw`] for an items rule, with the walk of `raw` when it was made.
+    pub fn finish_walked(
+        &self,
+        plan: &CallPlan,
+        raw: &str,
+        walked: Option<&reduce::Scanned>,
+    ) -> Result<Finished, RenderError> {
+        let reduced = match (walked, self.reducible(plan)) {
+            (Some(walked), Some((rule, args))) => rule
+                .items
+                .as_ref()
+                .and_then(|items| reduce::reduce_scanned(items, args, raw, walked)),
+            _ => self.reduced(plan, raw),
+        };
+        if let Some(reduced) = reduced {
             let result: Value = serde_json::from_str(&reduced.text)?;
             return self.finish(plan, result, Some(&reduced.text), Some(&reduced.narrowed));
         }
@@ -434,13 +630,18 @@ impl Budget {
     /// The result cut down to its page ([`reduce`]), where the pipeline would page its items
     /// and nothing needs the whole list afterwards.
     fn reduced(&self, plan: &CallPlan, raw: &str) -> Option<reduce::Reduced> {
+        let (rule, args) = self.reducible(plan)?;
+        reduce::reduce(rule.items.as_ref()?, args, raw)
+    }
+
+    /// The rule and arguments of a call whose list [`reduce`] may narrow where it lies.
+    fn reducible<'a>(&'a self, plan: &'a CallPlan) -> Option<(&'a Rule, &'a CallArgs)> {
         if !self.reduce {
             return None;
         }
         let Some((rule, Some(Paging::Items(args)))) = self.rule_of(plan) else {
             return None;
         };
-        let items = rule.items.as_ref()?;
         // An automatic page's cursor is for the automatic pager.
         if args
             .after
@@ -450,7 +651,8 @@ impl Budget {
         {
             return None;
         }
-        reduce::reduce(items, args, raw)
+        rule.items.as_ref()?;
+        Some((rule, args))
     }
 
     fn finish(
@@ -522,8 +724,8 @@ impl Budget {
             return Ok(Finished::Bytes(bytes));
         };
         let mut moves = self.moves(rule);
-        moves.single_item = moves.limit == Some(1)
-            || self.page_len(&plan.tool, &result["structuredContent"]) == Some(1);
+        moves.single_item =
+            moves.limit == Some(1) || self.page_items(&plan.tool, &result) == Some(1);
         let text = cap::refusal(&plan.tool, &size, &budget, &moves);
         tracing::info!(tool = %plan.tool, size, budget, "result refused by the cap");
         Ok(Finished::Bytes(serde_json::to_vec(&refusal_result(&text))?))
@@ -753,6 +955,9 @@ pub enum RenderError {
     #[error("the budgeted table could not be written: {0}")]
     Table(String),
 }
+
+/// The sentence that ends a first page's notice when search is on.
+pub const SEARCH_HINT: &str = "To find something in the whole result without reading every page, call mcp_budget_search with this next_after as cursor and a pattern (a regular expression) or a path (a JSONPath).";
 
 fn refusal_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})

@@ -116,6 +116,86 @@ fn wanted(items: &Items, args: &CallArgs) -> Vec<String> {
 /// Narrows and pages the list of `items` in `result` (the server's text of a `tools/call`
 /// result), or `None` when the whole pipeline must do it.
 pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
+    reduce_scanned(items, args, result, &scan(items, result)?)
+}
+
+/// [`reduce`], from the walk of this `result` ([`walk`]).
+pub fn reduce_scanned(
+    items: &Items,
+    args: &CallArgs,
+    result: &str,
+    scanned: &Scanned,
+) -> Option<Reduced> {
+    match scanned {
+        Scanned::Structured(walked) => reduce_walked(items, args, result, walked),
+        Scanned::Text { structured, blocks } => {
+            let steps = plain_path(&items.path_text)?;
+            in_text(
+                items,
+                args,
+                result,
+                structured.clone(),
+                blocks.clone(),
+                &steps,
+            )
+        }
+    }
+}
+
+/// The walk of a result whose list is in `structuredContent`: where the list and its items are
+/// (each with its members), and the text block that copies `structuredContent`.
+#[derive(Debug)]
+pub struct Walked {
+    structured: Range<usize>,
+    list: List,
+    copy: Option<Range<usize>>,
+}
+
+impl Walked {
+    /// The bytes it holds (for the cache's bound).
+    pub fn bytes(&self) -> usize {
+        self.list
+            .1
+            .iter()
+            .map(|(_, members)| {
+                members
+                    .as_ref()
+                    .map_or(0, |m| m.iter().map(|(k, _)| k.len() + 40).sum::<usize>())
+                    + 48
+            })
+            .sum()
+    }
+}
+
+/// What one walk of a result found.
+#[derive(Debug)]
+pub enum Scanned {
+    Structured(Walked),
+    /// The list is not in structuredContent: the text blocks are looked at.
+    Text {
+        structured: Option<Range<usize>>,
+        blocks: Vec<raw::ElementMembers>,
+    },
+}
+
+impl Scanned {
+    /// The bytes it holds (for the cache's bound).
+    pub fn bytes(&self) -> usize {
+        match self {
+            Scanned::Structured(walked) => walked.bytes(),
+            Scanned::Text { blocks, .. } => blocks.len() * 128,
+        }
+    }
+}
+
+/// The walk of a result for an items rule's list: `None` for a result the whole pipeline must
+/// read. It does not depend on the call's arguments: a cached result keeps it, and its later
+/// pages skip it ([`reduce_scanned`]).
+pub fn walk(items: &Items, result: &str) -> Option<Scanned> {
+    scan(items, result)
+}
+
+fn scan(items: &Items, result: &str) -> Option<Scanned> {
     if items.nested.is_some() {
         return None;
     }
@@ -165,24 +245,32 @@ pub fn reduce(items: &Items, args: &CallArgs, result: &str) -> Option<Reduced> {
     };
     match (structured, list) {
         (Some(structured), Some(list)) => {
-            in_structured(items, args, result, structured, list, blocks)
+            let copy = the_copy(result, blocks, &result[structured.clone()])?;
+            Some(Scanned::Structured(Walked {
+                structured,
+                list,
+                copy,
+            }))
         }
-        (structured, None) => in_text(items, args, result, structured, blocks, &steps),
+        (structured, None) => Some(Scanned::Text { structured, blocks }),
         (None, Some(_)) => None,
     }
 }
 
 /// The list is in structuredContent: it is cut down there, and in the text block that copied
-/// structuredContent exactly, the copy is written again for the smaller one.
-fn in_structured(
+/// structuredContent exactly, the copy is written again for the smaller one. `walked` is the
+/// walk of this `result`.
+pub fn reduce_walked(
     items: &Items,
     args: &CallArgs,
     result: &str,
-    structured: Range<usize>,
-    (list, elements): List,
-    blocks: Vec<raw::ElementMembers>,
+    walked: &Walked,
 ) -> Option<Reduced> {
-    let copy = the_copy(result, blocks, &result[structured.clone()])?;
+    let Walked {
+        structured,
+        list: (list, elements),
+        copy,
+    } = walked;
     let (kept, narrowed) = narrow_and_page(items, args, result, elements)?;
     let structured_text = format!(
         "{}{kept}{}",
@@ -191,9 +279,12 @@ fn in_structured(
     );
     let mut cuts = Vec::new();
     if let Some(literal) = copy {
-        cuts.push((literal, serde_json::to_string(&structured_text).ok()?));
+        cuts.push((
+            literal.clone(),
+            serde_json::to_string(&structured_text).ok()?,
+        ));
     }
-    cuts.push((structured, structured_text));
+    cuts.push((structured.clone(), structured_text));
     Some(Reduced {
         text: splice(result, cuts)?,
         narrowed,
@@ -227,7 +318,7 @@ fn in_text(
         return None;
     }
     let (list, elements) = list?;
-    let (kept, narrowed) = narrow_and_page(items, args, &text, elements)?;
+    let (kept, narrowed) = narrow_and_page(items, args, &text, &elements)?;
     let smaller = format!("{}{kept}{}", &text[..list.start], &text[list.end..]);
     // The pipeline must find the list in this block again: the smaller text must parse (a text
     // the walk read but a parser refuses would send it to another block).
@@ -282,22 +373,25 @@ fn narrow_and_page(
     items: &Items,
     args: &CallArgs,
     text: &str,
-    elements: Vec<raw::ElementMembers>,
+    elements: &[raw::ElementMembers],
 ) -> Option<(String, Narrowed)> {
     let fields = wanted(items, args);
     let mut ranges = Vec::with_capacity(elements.len());
     let mut partial = Vec::with_capacity(elements.len());
-    for (n, (range, members)) in elements.into_iter().enumerate() {
+    for (n, (range, members)) in elements.iter().enumerate() {
         let element = &text[range.clone()];
         let mut map = Map::new();
-        for (key, at) in members? {
-            if fields.contains(&key) {
-                map.insert(key, serde_json::from_str(&element[at]).ok()?);
+        for (key, at) in members.as_ref()? {
+            if fields.contains(key) {
+                map.insert(
+                    key.clone(),
+                    serde_json::from_str(&element[at.clone()]).ok()?,
+                );
             }
         }
         map.insert(INDEX.into(), Value::from(n));
         partial.push(Value::Object(map));
-        ranges.push(range);
+        ranges.push(range.clone());
     }
     let total_count = partial.len();
     let horizon_dropped = pipeline::narrow(&mut partial, items, args, None);

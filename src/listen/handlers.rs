@@ -865,9 +865,13 @@ async fn handle_post(
         tokens.clear();
     }
     let post = session.open_post();
-    let routed = session
+    let mut routed = session
         .relay
         .from_client(Frame::Read { line: body, parsed });
+    // The proxy's own answers that take work (a search) are written off the I/O threads.
+    for job in std::mem::take(&mut routed.deferred) {
+        routed.to_client.push(job.run_heavy().await);
+    }
     session.register_post(&post, &routed.accepted, tokens, sse);
     let PostStream { number, tx, rx } = post;
     drop(tx);

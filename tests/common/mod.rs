@@ -373,8 +373,8 @@ pub fn authority(url: &str) -> String {
     rest.split('/').next().expect("authority").to_string()
 }
 
-/// `line` without the `after` argument that automatic paging adds to tool descriptors (the
-/// only change the proxy makes to a `tools/list` when no rule applies).
+/// A `tools/list` line through the proxy, without what automatic paging adds (`after`, the
+/// continuation's properties, and the search tool).
 pub fn without_auto_after(line: &str) -> String {
     let after = format!(
         r#""after":{}"#,
@@ -391,6 +391,7 @@ pub fn without_auto_after(line: &str) -> String {
         .replace(&format!("{own},"), "")
         .replace(&format!(r#""properties":{{{continuation}}},"#), "")
         .replace(&format!("{continuation},"), "")
+        .replace(&format!(",{}", mcp_budget::search::descriptor()), "")
 }
 
 /// An rmcp Streamable HTTP server (dual-era) on 127.0.0.1:0 serving the handlers `make` makes;
@@ -416,4 +417,29 @@ where
         let _ = axum::serve(listener, router).await;
     });
     format!("http://{addr}/mcp")
+}
+
+/// The continuation of a page, wherever the proxy put it: `structuredContent.next_after`, the
+/// `_meta` continuation (a list), the envelope of an items page written as JSON text, or the
+/// `after:"…"` of a notice block.
+pub fn continuation(result: &serde_json::Value) -> Option<String> {
+    if let Some(next) = result["structuredContent"]["next_after"].as_str() {
+        return Some(next.to_string());
+    }
+    if let Some(next) = result["_meta"]["mcp-budget/continuation"]["next_after"].as_str() {
+        return Some(next.to_string());
+    }
+    for block in result["content"].as_array()? {
+        let text = block["text"].as_str().unwrap_or_default();
+        if let Ok(doc) = serde_json::from_str::<serde_json::Value>(text)
+            && let Some(next) = doc["next_after"].as_str()
+        {
+            return Some(next.to_string());
+        }
+        if let Some(at) = text.find("after:\"") {
+            let rest = &text[at + 7..];
+            return rest.find('"').map(|end| rest[..end].to_string());
+        }
+    }
+    None
 }

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -352,8 +353,12 @@ async def main():
         if reference is None or transcript is None:
             check(f"{label}: compared with direct", False, "a run is missing, so nothing was compared")
             return
-        # Automatic paging adds one optional `after` to each descriptor, and nothing else.
+        # Automatic paging adds one optional `after` to each descriptor, and the proxy's search
+        # tool after the server's tools; nothing else.
         if "tools" in transcript:
+            added = [t for t in transcript["tools"] if t["name"] == "mcp_budget_search"]
+            check(f"{label}: the proxy's mcp_budget_search is listed with the server's tools", len(added) == 1 and not any(t["name"] == "mcp_budget_search" for t in reference["tools"]), f"listed {len(added)} times")
+            transcript = dict(transcript, tools=[t for t in transcript["tools"] if t["name"] != "mcp_budget_search"])
             missing = [t["name"] for t in transcript["tools"] if "after" not in t.get("inputSchema", {}).get("properties", {})]
             check(f"{label}: every tool gained the automatic paging argument after", not missing, f"missing on {missing}")
             transcript = dict(transcript, tools=[strip_after(t) for t in transcript["tools"]])
@@ -481,7 +486,7 @@ async def main():
                 shown = [t.name for t in (await session.list_tools()).tools]
                 refused = await session.call_tool("get-env", {})
                 echoed = await session.call_tool("echo", {"message": "still here"})
-            expected = [n for n in every if n != "get-env" and not n.startswith("trigger-")]
+            expected = [n for n in every if n != "get-env" and not n.startswith("trigger-")] + ["mcp_budget_search"]
             text = refused.content[0].text if refused.content else ""
             ok = shown == expected and len(expected) < len(every) and refused.isError and text.startswith("get-env is not available") and "still here" in echoed.content[0].text
             check(f"everything [tools] deny: {len(every) - len(shown)} of {len(every)} tools hidden, a call to one refused, the others answer", ok, f"shown {shown}, refused {refused.isError}: {text[:120]}")
@@ -563,6 +568,124 @@ async def main():
             subprocess.run(["git", "-C", repo, "fast-import", "--quiet"], input="".join(stream).encode(), check=True, env=env)
             subprocess.run(["git", "-C", repo, "checkout", "-q", "main"], check=True, env=env)
             await auto_check("git git_log of 2,000 commits", git_server, ["--repository", repo], "git_log", {"repo_path": repo, "max_count": 2000})
+    # mcp_budget_search over the chain of a large result, with a shipped policy (a rule chain)
+    # and without one (an automatic chain): the matches are what grep -n finds in the text the
+    # server returns directly, and the tool ran once.
+    async def search_check(label, options, command, args, tool, arguments, pattern):
+        try:
+            async with stdio_session(command, args) as direct_session:
+                await direct_session.initialize()
+                whole = (await direct_session.call_tool(tool, arguments)).content[0].text
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+                f.write(whole)
+            grepped = subprocess.run(["grep", "-n", "-E", pattern, f.name], capture_output=True, text=True).stdout
+            os.unlink(f.name)
+            expected = [(int(line.split(":", 1)[0]), line.split(":", 1)[1]) for line in grepped.splitlines()]
+            async with stdio_session(proxy, options + ["--", command] + args) as session:
+                await session.initialize()
+                listed = [t.name for t in (await session.list_tools()).tools]
+                first = await session.call_tool(tool, arguments)
+                cursor = (first.structuredContent or {}).get("next_after") or cursor_in(last_notice(first))
+                found, pages, search = [], 0, {"cursor": cursor, "pattern": pattern}
+                while True:
+                    answer = await session.call_tool("mcp_budget_search", search)
+                    body = answer.structuredContent or {}
+                    found += [(m["line"], m["text"]) for m in body.get("matches", [])]
+                    pages += 1
+                    if not body.get("next_after") or pages > 100:
+                        break
+                    search = dict(search, after=body["next_after"])
+            ok = "mcp_budget_search" in listed and bool(expected) and found == expected and body.get("total_matches") == len(expected)
+            check(f"{label}: mcp_budget_search {pattern!r} over the chain of {len(whole.encode())} bytes finds the {len(expected)} lines grep -n finds ({pages} page(s) of answer)", ok, f"found {len(found)}, expected {len(expected)}, listed: {'mcp_budget_search' in listed}; {json.dumps(body)[:300] if not ok else ''}")
+        except Exception as error:
+            causes = getattr(error, "exceptions", None) or [error]
+            check(f"{label} search", False, "; ".join(f"{type(e).__name__}: {str(e)[:400]}" for e in causes))
+
+    with tempfile.TemporaryDirectory() as root:
+        root = os.path.realpath(root)
+        with open(os.path.join(root, "big.log"), "w") as f:
+            i = 0
+            while f.tell() < 3_000_000:
+                state = "ERROR timeout" if i % 1999 == 0 else "ok"
+                f.write(f"2026-11-20T12:00:{i % 60:02d}Z worker-{i % 7} stream st-{i % 240:04d} état {state} — \"line\" {i}\n")
+                i += 1
+        big = {"path": os.path.join(root, "big.log")}
+        await search_check("filesystem read_text_file 3 MB, filesystem.toml", ["--policy", os.path.join(policies, "filesystem.toml")], node, [filesystem, root], "read_text_file", big, "ERROR timeout")
+        await search_check("filesystem read_text_file 3 MB, no policy", ["--policy", "none"], node, [filesystem, root], "read_text_file", big, "ERROR timeout")
+    if git_server:
+        with tempfile.TemporaryDirectory() as repo:
+            env = dict(os.environ, GIT_AUTHOR_NAME="Fleet Bot", GIT_AUTHOR_EMAIL="bot@example.com", GIT_COMMITTER_NAME="Fleet Bot", GIT_COMMITTER_EMAIL="bot@example.com")
+            subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env)
+            stream = []
+            for i in range(2000):
+                message = f"Record entry {i}: the reviewer confirmed the change and the liveness probe\n"
+                content = f"entry {i}\n"
+                stream.append(f"commit refs/heads/main\ncommitter Fleet Bot <bot@example.com> {1700000000 + i} +0000\ndata {len(message.encode())}\n{message}")
+                stream.append(f"M 644 inline ledger.txt\ndata {len(content.encode())}\n{content}\n")
+            subprocess.run(["git", "-C", repo, "fast-import", "--quiet"], input="".join(stream).encode(), check=True, env=env)
+            subprocess.run(["git", "-C", repo, "checkout", "-q", "main"], check=True, env=env)
+            log = {"repo_path": repo, "max_count": 2000}
+            await search_check("git git_log of 2,000 commits, git.toml", ["--policy", os.path.join(policies, "git.toml")], git_server, ["--repository", repo], "git_log", log, "Record entry 1[0-9]{2}:")
+            await search_check("git git_log of 2,000 commits, no policy", ["--policy", "none"], git_server, ["--repository", repo], "git_log", log, "Record entry 1[0-9]{2}:")
+    # A tool that runs only as a task (2025-11-25): server-everything's simulate-research-query,
+    # spoken as raw JSON-RPC (tools/call with params.task, tasks/get until completed,
+    # tasks/result), directly and through the proxy; then under a budget its report does not
+    # fit, where tasks/result comes in pages that reassemble it and continue with `after`.
+    def research(command, policy=None):
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ids = iter(range(1, 10_000))
+
+        def ask(method, params):
+            n = next(ids)
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}) + "\n")
+            proc.stdin.flush()
+            while True:
+                message = json.loads(proc.stdout.readline())
+                if message.get("id") == n:
+                    return message
+
+        try:
+            ask("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}}, "clientInfo": {"name": "interop-tasks", "version": "1"}})
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+            proc.stdin.flush()
+            ask("tools/list", {})
+            arguments = {"topic": "budgets for tool results\n" * 150}
+            created = ask("tools/call", {"name": "simulate-research-query", "arguments": arguments, "task": {"ttl": 120000}})
+            task = created["result"]["task"]["taskId"]
+            for _ in range(300):
+                status = ask("tasks/get", {"taskId": task})["result"]["status"]
+                if status not in ("working", "input_required"):
+                    break
+                time.sleep(0.1)
+            first = ask("tasks/result", {"taskId": task})["result"]
+            pages = [first]
+            while len(pages) < 50:
+                cursor = (pages[-1].get("structuredContent") or {}).get("next_after") or cursor_in(pages[-1]["content"][-1].get("text", ""))
+                if not cursor:
+                    break
+                pages.append(ask("tools/call", {"name": "simulate-research-query", "arguments": dict(arguments, after=cursor)})["result"])
+            return created, status, pages
+        finally:
+            proc.kill()
+            proc.wait()
+
+    try:
+        created, status, direct_pages = research([node, everything])
+        direct = direct_pages[0]["content"][0]["text"]
+        created_via, status_via, via = research([proxy, "--policy", "none", "--", node, everything])
+        same = [p["content"] for p in via] == [p["content"] for p in direct_pages] and status_via == status == "completed" and "task" in created_via["result"]
+        check(f"everything simulate-research-query as a task: CreateTaskResult, tasks/get until {status_via}, tasks/result's content through the proxy equal to direct (its _meta names the task) ({len(direct.encode())} bytes)", same, f"{str(via)[:400]} vs {str(direct_pages)[:400]}")
+        with tempfile.TemporaryDirectory() as d:
+            small = os.path.join(d, "small.toml")
+            with open(small, "w") as f:
+                f.write("[budget]\nmax_bytes = 4000\n")
+            _, _, pages = research([proxy, "--policy", small, "--", node, everything])
+            text = "".join("".join(b["text"] for b in p["content"][:-1] if b.get("type") == "text") for p in pages)
+            sizes = [len(json.dumps(p, separators=(",", ":"), ensure_ascii=False).encode()) for p in pages]
+            check(f"everything simulate-research-query as a task, under a 4,000-byte budget: tasks/result in {len(pages)} pages of at most {max(sizes)} bytes, continued with after, reassembled exactly", text == direct and len(pages) > 1 and max(sizes) < 4000, f"{len(pages)} pages, sizes {sizes}, equal: {text == direct}")
+    except Exception as error:
+        check("everything simulate-research-query as a task", False, f"{type(error).__name__}: {error}")
+
     for i in range(3000):
         os.environ[f"MCP_BUDGET_AUTO_{i:04d}"] = f"value-{i}-" + "y" * 80
     await auto_check("everything get-env of 3,000 variables", node, [everything], "get-env", {})

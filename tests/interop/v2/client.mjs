@@ -562,6 +562,7 @@ async function targetChecks(routes, mode, transport, prefix) {
     limit: `${prefix}: refusal: limit out of range is a tool error the client parses`,
     line: `${prefix}: refusal: a line no page can hold is a tool error the client parses`,
     paging: `${prefix}: automatic paging of a result reached through ${modern ? 'input_required' : 'elicitation'}`,
+    search: `${prefix}: mcp_budget_search over that chain finds the lines a RegExp finds in the direct text`,
   };
   const proxied = isProxy(transport);
   await withSession(Object.values(labels).filter((l) => proxied || !/refusal|paging/.test(l)), spec, async (session) => {
@@ -613,6 +614,31 @@ async function targetChecks(routes, mode, transport, prefix) {
       const ok = pages.length > 1 && Math.max(...sizes) < 200_000 && equal && typed && session.elicitations.length === 1;
       console.log(`     ${pages.length} pages of at most ${Math.max(...sizes)} bytes for ${Buffer.byteLength(whole)} bytes direct`);
       return [ok, `${pages.length} pages, sizes ${sizes.slice(0, 4)}, reassembled equal: ${equal}, resultType on every page: ${typed}, elicitations ${session.elicitations.length} (1 expected: later pages come from the proxy)`];
+    });
+
+    // 5: search inside the paged result, from its first page's cursor (the tool is not re-run).
+    await attempt(labels.search, session, async () => {
+      if (!whole) return [false, 'no direct reference'];
+      session.answerName = bigName;
+      session.elicitations = [];
+      const first = await session.client.callTool({ name: 'test_input_required_result_elicitation', arguments: {} });
+      const cursor = cursorIn(lastNotice(first));
+      const pattern = 'name line (0[0-4]|29)[0-9]{2} ';
+      const expected = whole.split('\n').flatMap((text, i) => (new RegExp(pattern).test(text) ? [[i + 1, text]] : []));
+      const found = [];
+      let args = { cursor, pattern };
+      let body = {};
+      for (let page = 0; page < 50; page += 1) {
+        const answer = await session.client.callTool({ name: 'mcp_budget_search', arguments: args });
+        if (answer.isError) return [false, `search refused: ${clip(textsOf(answer).join(' '), 300)}`];
+        body = answer.structuredContent ?? {};
+        found.push(...(body.matches ?? []).map((m) => [m.line, m.text]));
+        if (!body.next_after) break;
+        args = { ...args, after: body.next_after };
+      }
+      const typed = !modern || session.tap.call?.result?.resultType === 'complete';
+      const ok = expected.length > 100 && JSON.stringify(found) === JSON.stringify(expected) && body.total_matches === expected.length && typed;
+      return [ok, `found ${found.length}, expected ${expected.length}, total_matches ${body.total_matches}, resultType ${session.tap.call?.result?.resultType}`];
     });
   });
   if (!proxied) {
