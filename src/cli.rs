@@ -122,6 +122,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub initialize_timeout_secs: f64,
 
+    /// The server's protocol era: `auto` learns it (a `server/discover` probe, as a dual-era
+    /// client does, or a refused `initialize`), `modern` (2026-07-28) or `legacy` (2025-11-25
+    /// and earlier) take it as given. When a client speaks the other era, mcp-budget bridges
+    /// the two (see the README, "Which client works with which server").
+    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::bridge::EraChoice))]
+    pub server_era: crate::bridge::EraChoice,
+
     /// At most this many requests in flight per session; more get an error until answers come.
     #[arg(long, value_name = "N", default_value_t = crate::relay::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,

@@ -471,6 +471,11 @@ impl Interceptor {
         }
     }
 
+    /// The server's origin (its command line or URL), when known.
+    pub fn origin(&self) -> Option<&str> {
+        self.origin.as_deref()
+    }
+
     /// Keeps what the server said of itself for the other sessions of its origin.
     fn remember_identity(&self, name: &str) {
         if let Some(origin) = &self.origin {

@@ -75,6 +75,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bridge;
 pub mod budget;
 pub mod builtin;
 pub mod cache;

@@ -384,6 +384,8 @@ async fn proxy(
         request_timeout,
         initialize_timeout: seconds("--initialize-timeout-secs", run.initialize_timeout_secs)?,
         max_in_flight: run.max_in_flight,
+        server_era: run.server_era,
+        bridge: true,
     };
     let spec = match (upstream, &run.upstream, run.server.is_empty()) {
         (Some(spec), _, _) => spec,
@@ -417,6 +419,11 @@ async fn proxy(
         (None, None, true) => anyhow::bail!(
             "no server given: put its command after the options (e.g. `mcp-budget npx -y @modelcontextprotocol/server-everything`; `--` before it when its first word is a subcommand), or reach it with --upstream URL"
         ),
+    };
+    // A recording answers as the server did: no era is learned of it, nothing bridged.
+    let options = stdio::Options {
+        bridge: !matches!(spec, UpstreamSpec::Replay(_)),
+        ..options
     };
     let transport = format!(
         "{}→{}",

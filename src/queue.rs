@@ -44,6 +44,46 @@ impl<T> Clone for Sender<T> {
     }
 }
 
+/// A sender that does not keep the queue open: the receiver still ends once every
+/// [`Sender`] is gone.
+pub struct WeakSender<T> {
+    tx: mpsc::WeakUnboundedSender<(T, OwnedSemaphorePermit)>,
+    budget: Arc<Semaphore>,
+    max: u32,
+}
+
+impl<T> Clone for WeakSender<T> {
+    fn clone(&self) -> Self {
+        WeakSender {
+            tx: self.tx.clone(),
+            budget: self.budget.clone(),
+            max: self.max,
+        }
+    }
+}
+
+impl<T> WeakSender<T> {
+    /// A sender, while another one still keeps the queue open.
+    pub fn upgrade(&self) -> Option<Sender<T>> {
+        Some(Sender {
+            tx: self.tx.upgrade()?,
+            budget: self.budget.clone(),
+            max: self.max,
+        })
+    }
+}
+
+impl<T> Sender<T> {
+    /// A sender that does not keep the queue open.
+    pub fn downgrade(&self) -> WeakSender<T> {
+        WeakSender {
+            tx: self.tx.downgrade(),
+            budget: self.budget.clone(),
+            max: self.max,
+        }
+    }
+}
+
 /// The receiving half.
 pub struct Receiver<T> {
     rx: mpsc::UnboundedReceiver<(T, OwnedSemaphorePermit)>,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 
+use crate::bridge::{self, Era, EraChoice, LegacyClient};
 use crate::framing::Frame;
 use crate::intercept::{CallContext, CallDecision, Interceptor};
 use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
@@ -79,6 +80,15 @@ enum Pending {
     Discover,
     /// The proxy's own `server/discover` (see [`Routed::probe`]): its answer is the proxy's.
     Probe,
+    /// The proxy's own `initialize`, opening a legacy session for modern clients (the era
+    /// bridge): its answer is the proxy's.
+    BridgeInitialize,
+    /// A legacy client's `initialize`, answered from the modern server's `server/discover`
+    /// (the era bridge). `refused`: the server's answer to the `initialize` itself, given to
+    /// the client (under its id) if the server turns out not to be modern either.
+    InitializeByDiscover {
+        refused: Option<Vec<u8>>,
+    },
     Other,
 }
 
@@ -99,6 +109,11 @@ struct InFlight {
     sent: Option<Instant>,
     /// Its span (only with traces on).
     span: Option<tracing::Span>,
+    /// Whether it was a modern (2026-07-28) request.
+    modern: bool,
+    /// The log level it asked for (a rank), when it is a modern request bridged to a legacy
+    /// server: only such requests get the server's `notifications/message`.
+    log_level: Option<u8>,
 }
 
 /// Ids of requests that are over (answered, timed out, cancelled by the client): the server may
@@ -141,6 +156,62 @@ struct State {
     probed: bool,
     /// Set once the upstream is gone: new requests are answered with this reason.
     closed: Option<String>,
+    /// The era bridge of this session (see [`crate::bridge`]).
+    bridge: Bridge,
+    /// Messages for the server that a server message or a timeout produced (the era bridge's
+    /// own requests, and the client requests it held): see [`Relay::take_later`].
+    later: Later,
+}
+
+/// A legacy session the proxy opens for modern clients (the era bridge).
+#[derive(Default)]
+enum LegacySession {
+    #[default]
+    Closed,
+    /// Its `initialize` is in flight.
+    Opening,
+    /// Open: the server's `InitializeResult` (JSON text).
+    Open(std::sync::Arc<str>),
+}
+
+/// One session's era bridge ([`crate::bridge`]).
+#[derive(Default)]
+struct Bridge {
+    /// Whether it works at all (off for recordings and the relay's own tests).
+    on: bool,
+    /// The server's era, when known (learned, remembered for its origin, or forced).
+    server: Option<crate::bridge::Era>,
+    /// Whether the server's era was forced (`--server-era`): nothing is asked.
+    forced: bool,
+    /// Whether the proxy's `server/discover` is in flight to learn it.
+    asking: bool,
+    session: LegacySession,
+    /// Modern client messages held until the server's era is known and, for a legacy server,
+    /// its session is open; and their bytes.
+    held: Vec<Outgoing>,
+    held_bytes: usize,
+    /// What a legacy client declared in its `initialize`.
+    legacy_client: Option<crate::bridge::LegacyClient>,
+    /// Whether the proxy serves that legacy client in front of a modern server.
+    serving_legacy: bool,
+}
+
+/// At most this many bytes of modern requests are held while the server's era is learned.
+const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
+
+/// What went out of the relay while it handled a server message or a timeout.
+#[derive(Default, Debug)]
+pub struct Later {
+    /// Messages for the server.
+    pub to_server: Vec<Outgoing>,
+    /// Messages for the client (with their envelope, for routing).
+    pub to_client: Vec<(Vec<u8>, Option<Kind>)>,
+}
+
+impl Later {
+    pub fn is_empty(&self) -> bool {
+        self.to_server.is_empty() && self.to_client.is_empty()
+    }
 }
 
 /// Counts a client message refused as bad input, when metrics are on.
@@ -232,6 +303,28 @@ impl Relay {
         self.deadline_added.notified().await;
     }
 
+    /// Turns the era bridge on ([`crate::bridge`]): a client of one protocol era is served in
+    /// front of a server of the other. `server`: the server's era, or `auto` to learn it (what
+    /// was learned of the server's origin in this process is used).
+    pub fn with_bridge(self, server: EraChoice) -> Self {
+        {
+            let mut state = self.state();
+            let bridge = &mut state.bridge;
+            bridge.on = true;
+            bridge.forced = server.forced().is_some();
+            bridge.server = server
+                .forced()
+                .or_else(|| self.interceptor.origin().and_then(bridge::verdict));
+        }
+        self
+    }
+
+    /// What the relay sent or answered while it handled server messages and timeouts since
+    /// the last call: the transport sends it on (after the message it handled).
+    pub fn take_later(&self) -> Later {
+        std::mem::take(&mut self.state().later)
+    }
+
     /// At most `max` requests in flight; more are refused with an error until answers come.
     pub fn with_max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = max.max(1);
@@ -286,6 +379,23 @@ impl Relay {
                 );
                 out.to_server
                     .push(jsonrpc::cancelled(&flight.id, "mcp-budget: no answer"));
+                // No answer is a legacy server's (basic/versioning, "Backward Compatibility").
+                self.learned(Era::Legacy);
+                continue;
+            }
+            if matches!(flight.pending, Pending::BridgeInitialize) {
+                let seconds = self.initialize_timeout.as_secs_f64();
+                let refusal = jsonrpc::error_response(
+                    Some(&flight.id),
+                    UPSTREAM_ERROR,
+                    &format!(
+                        "the server did not answer mcp-budget's initialize within {seconds} s (--initialize-timeout-secs)"
+                    ),
+                    None,
+                );
+                out.to_server
+                    .push(jsonrpc::cancelled(&flight.id, "mcp-budget: no answer"));
+                self.legacy_session_answer(&refusal);
                 continue;
             }
             let (seconds, flag) = match (flight.method.as_str(), self.request_timeout) {
@@ -336,12 +446,29 @@ impl Relay {
     pub fn fail_pending(&self, reason: &str) -> Vec<Vec<u8>> {
         // The new server is asked again who it is.
         self.interceptor.server_restarted();
-        self.state().probed = false;
+        {
+            let mut state = self.state();
+            state.probed = false;
+            // The new server is asked its era again, and a legacy one gets a new session.
+            let bridge = &mut state.bridge;
+            if bridge.on {
+                bridge.held.clear();
+                bridge.held_bytes = 0;
+                bridge.asking = false;
+                bridge.session = LegacySession::Closed;
+                if !bridge.forced {
+                    bridge.server = None;
+                    if let Some(origin) = self.interceptor.origin() {
+                        bridge::forget(origin);
+                    }
+                }
+            }
+        }
         let errors: Vec<Vec<u8>> = self
             .state()
             .finish_all()
             .into_iter()
-            .filter(|f| !matches!(f.pending, Pending::Probe))
+            .filter(|f| !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize))
             .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
             .collect();
         self.record_answers(&errors);
@@ -377,9 +504,178 @@ impl Relay {
 
     /// A frame from the client.
     pub fn from_client(&self, frame: Frame) -> Routed {
-        let routed = self.route_client(frame);
+        let mut routed = self.route_client(frame);
+        self.bridge_outgoing(&mut routed);
         self.record_answers(&routed.to_client);
         routed
+    }
+
+    /// A modern client's message on its way to a server whose era is not known yet, or to a
+    /// legacy server whose session is not open yet, is held (and the session opened); to an
+    /// open legacy session it goes without the modern headers (its session carries it).
+    fn bridge_outgoing(&self, routed: &mut Routed) {
+        let mut state = self.state();
+        if !state.bridge.on {
+            return;
+        }
+        let Some(out) = routed.to_server.as_mut() else {
+            return;
+        };
+        if out.modern.is_none() {
+            return;
+        }
+        match (state.bridge.server, &state.bridge.session) {
+            (Some(Era::Modern), _) => return,
+            (Some(Era::Legacy), LegacySession::Open(_)) => {
+                out.modern = None;
+                return;
+            }
+            _ => {}
+        }
+        let Some(out) = routed.to_server.take() else {
+            return;
+        };
+        if state.bridge.held_bytes + out.bytes.len() > MAX_HELD_BYTES {
+            bad_input();
+            tracing::warn!(
+                held = state.bridge.held_bytes,
+                "too many modern requests wait for the server's era to be learned; refused"
+            );
+            for id in &out.requests {
+                if let Some(flight) = state.finish(id.key()) {
+                    routed.to_client.push(jsonrpc::error_response(
+                        Some(&flight.id),
+                        UPSTREAM_ERROR,
+                        "mcp-budget is still learning which protocol era the server speaks, and \
+                         more requests wait for it than it holds (8 MiB); send this one again \
+                         once an earlier one is answered",
+                        None,
+                    ));
+                }
+            }
+            return;
+        }
+        if state.bridge.server == Some(Era::Legacy)
+            && matches!(state.bridge.session, LegacySession::Closed)
+        {
+            routed.probe = Some(self.open_legacy(&mut state, &out.bytes));
+        }
+        state.bridge.held_bytes += out.bytes.len();
+        state.bridge.held.push(out);
+    }
+
+    /// The proxy's own `initialize`, opening a legacy session for modern clients with what
+    /// `request` (the first modern request) declared, in flight.
+    fn open_legacy(&self, state: &mut State, request: &[u8]) -> Outgoing {
+        state.fresh += 1;
+        let id = Id::from_json_text(&format!("\"mcp-budget-initialize-{}\"", state.fresh));
+        let bytes = bridge::initialize_for(&id, request);
+        tracing::info!(
+            "the server speaks a legacy revision: mcp-budget opens its session (initialize) for modern clients"
+        );
+        state.bridge.session = LegacySession::Opening;
+        state.pending.insert(
+            id.key().into(),
+            InFlight {
+                id: id.clone(),
+                upstream: None,
+                method: "initialize".into(),
+                pending: Pending::BridgeInitialize,
+                deadline: Some(Instant::now() + self.initialize_timeout),
+                progress_token: None,
+                sent: None,
+                span: None,
+                modern: false,
+                log_level: None,
+            },
+        );
+        self.deadline_added.notify_one();
+        Outgoing {
+            bytes,
+            requests: vec![id],
+            initialize: true,
+            ..Outgoing::default()
+        }
+    }
+
+    /// What the server's era turned out to be: kept for its origin; held modern requests go
+    /// on to a modern server, or wait for the legacy session the proxy now opens.
+    fn learned(&self, era: Era) {
+        let mut state = self.state();
+        state.bridge.asking = false;
+        if !state.bridge.on || state.bridge.forced {
+            return;
+        }
+        state.bridge.server = Some(era);
+        if let Some(origin) = self.interceptor.origin() {
+            bridge::record(origin, era);
+        }
+        tracing::info!(era = era.as_str(), "the server's protocol era");
+        match era {
+            Era::Modern => {
+                let held = std::mem::take(&mut state.bridge.held);
+                state.bridge.held_bytes = 0;
+                state.later.to_server.extend(held);
+            }
+            Era::Legacy => {
+                if matches!(state.bridge.session, LegacySession::Closed)
+                    && let Some(first) = state.bridge.held.first().map(|o| o.bytes.clone())
+                {
+                    let initialize = self.open_legacy(&mut state, &first);
+                    state.later.to_server.push(initialize);
+                }
+            }
+        }
+    }
+
+    /// The legacy server answered the proxy's `initialize`: the session is open and the held
+    /// requests go on; or it refused, and they get its error.
+    fn legacy_session_answer(&self, message: &[u8]) {
+        let result = bridge::result_of(message).map(std::sync::Arc::<str>::from);
+        if result.is_some() {
+            self.interceptor.initialize_response(message);
+        }
+        let mut state = self.state();
+        let held = std::mem::take(&mut state.bridge.held);
+        state.bridge.held_bytes = 0;
+        match result {
+            Some(init) => {
+                state.bridge.session = LegacySession::Open(init);
+                state.later.to_server.push(Outgoing {
+                    bytes: jsonrpc::initialized(),
+                    initialized: true,
+                    ..Outgoing::default()
+                });
+                for mut out in held {
+                    out.modern = None;
+                    state.later.to_server.push(out);
+                }
+            }
+            None => {
+                state.bridge.session = LegacySession::Closed;
+                tracing::warn!(excerpt = %jsonrpc::excerpt(message, 200), "the legacy server refused the proxy's initialize");
+                for out in held {
+                    for id in &out.requests {
+                        if let Some(flight) = state.finish(id.key()) {
+                            let answer =
+                                message::with_id(message, flight.id.raw()).unwrap_or_else(|| {
+                                    jsonrpc::error_response(
+                                        Some(&flight.id),
+                                        UPSTREAM_ERROR,
+                                        "the server refused mcp-budget's initialize",
+                                        None,
+                                    )
+                                });
+                            let kind = Kind::Response {
+                                id: Some(flight.id.clone()),
+                                result: None,
+                            };
+                            state.later.to_client.push((answer, Some(kind)));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn route_client(&self, frame: Frame) -> Routed {
@@ -512,9 +808,48 @@ impl Relay {
                         return Forward::Drop;
                     }
                 };
+                let mut upstream = upstream;
+                if state.bridge.on {
+                    if let Some(meta) = &modern {
+                        if state.bridge.server.is_none() && !state.bridge.asking {
+                            // The server's era is learned before this request goes on.
+                            state.bridge.asking = true;
+                            state.probed = true;
+                            routed.probe = Some(self.probe(&mut state, &meta.version));
+                        }
+                        if method == "server/discover"
+                            && state.bridge.server == Some(Era::Legacy)
+                            && let LegacySession::Open(init) = &state.bridge.session
+                        {
+                            let result = bridge::discover_result(init);
+                            routed
+                                .to_client
+                                .push(jsonrpc::result_response(&id, &result));
+                            return Forward::Drop;
+                        }
+                    } else if state.bridge.serving_legacy {
+                        // What a modern server has no use for, the proxy answers itself.
+                        match method.as_str() {
+                            "ping" => {
+                                routed.to_client.push(jsonrpc::result_response(&id, "{}"));
+                                return Forward::Drop;
+                            }
+                            "logging/setLevel" => {
+                                let level = bridge::log_level(bytes);
+                                if let Some(client) = state.bridge.legacy_client.as_mut() {
+                                    client.log_level = level;
+                                }
+                                routed.to_client.push(jsonrpc::result_response(&id, "{}"));
+                                return Forward::Drop;
+                            }
+                            _ => {}
+                        }
+                    }
+                }
                 if let Some(meta) = &modern
                     && !state.probed
                     && method != "server/discover"
+                    && state.bridge.server != Some(Era::Legacy)
                     && self.interceptor.unsettled()
                 {
                     state.probed = true;
@@ -523,6 +858,29 @@ impl Relay {
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
+                    "initialize" if state.bridge.on => {
+                        self.interceptor.initialize_request(bytes);
+                        let client = LegacyClient::of(bytes);
+                        let by_discover = state.bridge.server == Some(Era::Modern);
+                        let forward = if by_discover {
+                            // A modern server has no initialize: its discover answers it.
+                            let fresh = upstream.get_or_insert_with(|| {
+                                state.fresh += 1;
+                                Id::from_json_text(&format!(
+                                    "\"mcp-budget-discover-{}\"",
+                                    state.fresh
+                                ))
+                            });
+                            Forward::Rewritten(bridge::discover_for(fresh, &client))
+                        } else {
+                            Forward::Unchanged
+                        };
+                        state.bridge.legacy_client = Some(client);
+                        match by_discover {
+                            true => (Pending::InitializeByDiscover { refused: None }, forward),
+                            false => (Pending::Initialize, forward),
+                        }
+                    }
                     "initialize" => {
                         self.interceptor.initialize_request(bytes);
                         (Pending::Initialize, Forward::Unchanged)
@@ -533,6 +891,12 @@ impl Relay {
                             .tools_call_request(&id, bytes, modern.as_deref())
                         {
                             CallDecision::Answer(answer) => {
+                                // Written in the client's era (a legacy client's page of a
+                                // modern server's result has no resultType).
+                                let answer = match state.bridge.serving_legacy && modern.is_none() {
+                                    true => bridge::legacy_answer(&answer).unwrap_or(answer),
+                                    false => answer,
+                                };
                                 if crate::traces::enabled() {
                                     let span = crate::traces::request_span(&method, bytes);
                                     crate::traces::finish(
@@ -588,13 +952,49 @@ impl Relay {
                     self.request_timeout.map(|t| now + t)
                 };
                 let progress_token = self.request_timeout.and(progress).map(String::from);
+                let by_discover = matches!(pending, Pending::InitializeByDiscover { .. });
                 if method == "initialize" {
                     state.initialized = true;
-                    out.initialize = true;
+                    out.initialize = !by_discover;
                 }
+                // A legacy client's request to a modern server carries the modern `_meta`.
+                let bridged = state.bridge.serving_legacy && modern.is_none() && !by_discover;
+                let forward = match (bridged, &state.bridge.legacy_client) {
+                    (true, Some(client)) => {
+                        let current = match &forward {
+                            Forward::Rewritten(b) => b.as_slice(),
+                            _ => bytes,
+                        };
+                        match client.modern_request(current) {
+                            Some(b) => Forward::Rewritten(b),
+                            None => forward,
+                        }
+                    }
+                    _ => forward,
+                };
                 out.requests
                     .push(upstream.clone().unwrap_or_else(|| id.clone()));
-                if let Some(modern) = &modern {
+                let headers = match &modern {
+                    Some(modern) => Some((
+                        modern.version.as_str(),
+                        method.as_str(),
+                        modern.named.clone(),
+                    )),
+                    None if by_discover => Some((crate::era::MODERN, "server/discover", None)),
+                    None if bridged => {
+                        let sent = match &forward {
+                            Forward::Rewritten(b) => b.as_slice(),
+                            _ => bytes,
+                        };
+                        Some((
+                            crate::era::MODERN,
+                            method.as_str(),
+                            bridge::named(&method, sent),
+                        ))
+                    }
+                    None => None,
+                };
+                if let Some((version, header_method, named)) = headers {
                     let sent = match &forward {
                         Forward::Rewritten(b) => b.as_slice(),
                         _ => bytes,
@@ -606,13 +1006,17 @@ impl Relay {
                         _ => Vec::new(),
                     };
                     out.modern = Some(Box::new(crate::era::Headers::of(
-                        &modern.version,
-                        &method,
-                        modern.named.clone(),
+                        version,
+                        header_method,
+                        named,
                         sent,
                         &annotated,
                     )));
                 }
+                let log_level = match (&modern, state.bridge.on, state.bridge.server) {
+                    (Some(_), true, Some(Era::Legacy) | None) => bridge::requested_log_level(bytes),
+                    _ => None,
+                };
                 let key: Box<str> = match &upstream {
                     Some(fresh) => {
                         state.aliases.insert(id.key().into(), fresh.key().into());
@@ -633,6 +1037,8 @@ impl Relay {
                         progress_token,
                         sent: crate::metrics::get().map(|_| now),
                         span,
+                        modern: modern.is_some(),
+                        log_level,
                     },
                 );
                 drop(state);
@@ -643,6 +1049,10 @@ impl Relay {
                 forward
             }
             Kind::Notification { method } => {
+                if method == "notifications/initialized" && self.state().bridge.serving_legacy {
+                    // A modern server has no session to be told of.
+                    return Forward::Drop;
+                }
                 // A notification always goes upstream (a cancellation perhaps rewritten).
                 out.initialized |= method == "notifications/initialized";
                 if method == "notifications/cancelled"
@@ -720,6 +1130,8 @@ impl Relay {
                 progress_token: None,
                 sent: None,
                 span: None,
+                modern: false,
+                log_level: None,
             },
         );
         self.deadline_added.notify_one();
@@ -920,6 +1332,24 @@ impl Relay {
                 self.progress_seen(&line);
                 Delivery::Unchanged
             }
+            // A legacy server's logs reach modern clients only for requests that asked for
+            // them, at or above the level asked; its requests get answers from the proxy.
+            Parsed::Single(Kind::Notification { method })
+                if method == "notifications/message" && self.bridging_legacy_server() =>
+            {
+                if self.log_wanted(bridge::message_level(&line)) {
+                    Delivery::Unchanged
+                } else {
+                    tracing::debug!(
+                        "a legacy server's log message no modern request asked for; dropped"
+                    );
+                    Delivery::Drop
+                }
+            }
+            Parsed::Single(Kind::Request { id, method, .. }) if self.bridging_legacy_server() => {
+                self.answer_server_request(&id, &method);
+                Delivery::Drop
+            }
             // A completed task's result, delivered on a listen stream, is budgeted too.
             Parsed::Single(Kind::Notification { method }) if method == "notifications/tasks" => {
                 match self.interceptor.task_notification(&line) {
@@ -1046,9 +1476,13 @@ impl Relay {
             (None, true) => Delivery::Rewritten(bytes.to_vec()),
             (None, false) => Delivery::Unchanged,
         };
-        let (pending, span) = match finished {
-            Ok(flight) => (Ok(flight.pending), flight.span),
-            Err(over) => (Err(over), None),
+        let (pending, span, client) = match finished {
+            Ok(flight) => (
+                Ok(flight.pending),
+                flight.span,
+                Some((flight.id, flight.method, flight.modern)),
+            ),
+            Err(over) => (Err(over), None, None),
         };
         // Whether the budget rewrote a tools/call answer (not only its id).
         let mut budgeted = false;
@@ -1058,16 +1492,85 @@ impl Relay {
                     .tools_list_response(bytes, modern.as_deref()),
             ),
             Ok(Pending::Discover) => {
-                self.interceptor.discover_response(bytes);
-                changed(None)
+                // A legacy server has no discover: the proxy answers from its session.
+                let init = match &self.state().bridge.session {
+                    LegacySession::Open(init) if bridge::is_error(bytes) => Some(init.clone()),
+                    _ => None,
+                };
+                match (init, &client) {
+                    (Some(init), Some((client_id, _, true))) => Delivery::Rewritten(
+                        jsonrpc::result_response(client_id, &bridge::discover_result(&init)),
+                    ),
+                    _ => {
+                        self.interceptor.discover_response(bytes);
+                        changed(None)
+                    }
+                }
             }
             Ok(Pending::Probe) => {
-                self.interceptor.discover_response(bytes);
+                let bridged = self.state().bridge.on;
+                let era = bridge::era_of_discover_answer(bytes);
+                if !bridged || era == Era::Modern {
+                    self.interceptor.discover_response(bytes);
+                }
+                self.learned(era);
+                Delivery::Drop
+            }
+            Ok(Pending::BridgeInitialize) => {
+                self.legacy_session_answer(bytes);
                 Delivery::Drop
             }
             Ok(Pending::Initialize) => {
-                self.interceptor.initialize_response(bytes);
-                changed(None)
+                let refused = bridge::is_error(bytes);
+                let ask = {
+                    let state = self.state();
+                    refused
+                        && state.bridge.on
+                        && state.bridge.server != Some(Era::Legacy)
+                        && state.bridge.legacy_client.is_some()
+                };
+                match (ask, &client) {
+                    // The server refused initialize: perhaps it is modern-only. Ask it.
+                    (true, Some((client_id, _, _))) => {
+                        self.ask_after_refusal(client_id, bytes);
+                        Delivery::Drop
+                    }
+                    _ => {
+                        self.interceptor.initialize_response(bytes);
+                        changed(None)
+                    }
+                }
+            }
+            Ok(Pending::InitializeByDiscover { refused }) => {
+                let era = bridge::era_of_discover_answer(bytes);
+                let result = bridge::result_of(bytes);
+                match (era, result, &client) {
+                    (Era::Modern, Some(result), Some((client_id, _, _))) => {
+                        self.interceptor.discover_response(bytes);
+                        self.learned(Era::Modern);
+                        let mut state = self.state();
+                        state.bridge.serving_legacy = true;
+                        let init = state
+                            .bridge
+                            .legacy_client
+                            .as_ref()
+                            .map(|c| c.initialize_result(result))
+                            .unwrap_or_default();
+                        tracing::info!(
+                            "the server speaks only 2026-07-28: mcp-budget answers this legacy client's initialize from its server/discover and bridges the session"
+                        );
+                        Delivery::Rewritten(jsonrpc::result_response(client_id, &init))
+                    }
+                    _ => {
+                        if refused.is_some() {
+                            self.learned(era);
+                        }
+                        match refused {
+                            Some(refused) => Delivery::Rewritten(refused),
+                            None => changed(None),
+                        }
+                    }
+                }
             }
             Ok(Pending::ToolsCall(context)) => {
                 // The envelope's range of the result holds for these bytes unless the id was
@@ -1103,6 +1606,10 @@ impl Relay {
                 Delivery::Drop
             }
         };
+        let delivery = match &client {
+            Some((_, method, modern)) => self.in_client_era(delivery, bytes, method, *modern),
+            None => delivery,
+        };
         if let Some(span) = span {
             let (out, budget) = match &delivery {
                 Delivery::Rewritten(b) if budgeted => {
@@ -1114,6 +1621,151 @@ impl Relay {
             crate::traces::finish(&span, out, budget);
         }
         delivery
+    }
+
+    /// A bridged answer written in its client's era: a legacy server's answer to a modern
+    /// request made modern; a modern server's answer to a legacy client made legacy.
+    fn in_client_era(
+        &self,
+        delivery: Delivery,
+        bytes: &[u8],
+        method: &str,
+        modern: bool,
+    ) -> Delivery {
+        let (server, serving_legacy) = {
+            let state = self.state();
+            if !state.bridge.on {
+                return delivery;
+            }
+            (state.bridge.server, state.bridge.serving_legacy)
+        };
+        let current = match &delivery {
+            Delivery::Drop => return delivery,
+            Delivery::Unchanged => bytes,
+            Delivery::Rewritten(b) => b.as_slice(),
+        };
+        if modern && server == Some(Era::Legacy) {
+            return match bridge::modern_answer(method, current) {
+                Some(b) => Delivery::Rewritten(b),
+                None => delivery,
+            };
+        }
+        if !modern && serving_legacy && method != "initialize" {
+            if let Some(kind) = bridge::incomplete_kind(current) {
+                let id = message::parse(current).ok().and_then(|p| match p.single() {
+                    Some(Kind::Response { id, .. }) => id,
+                    _ => None,
+                });
+                tracing::warn!(
+                    kind,
+                    method,
+                    "a modern server's answer a legacy client cannot take"
+                );
+                return Delivery::Rewritten(jsonrpc::error_response(
+                    id.as_ref(),
+                    UPSTREAM_ERROR,
+                    &format!(
+                        "the server answered {method} with a result of type {kind:?}, which \
+                         2025 clients have no form for (the server needs input or runs it as a \
+                         task); mcp-budget does not relay that across the eras yet"
+                    ),
+                    None,
+                ));
+            }
+            return match bridge::legacy_answer(current) {
+                Some(b) => Delivery::Rewritten(b),
+                None => delivery,
+            };
+        }
+        delivery
+    }
+
+    /// Whether the proxy opened (or is opening) a legacy session for modern clients.
+    fn bridging_legacy_server(&self) -> bool {
+        let state = self.state();
+        state.bridge.on
+            && state.bridge.server == Some(Era::Legacy)
+            && !matches!(state.bridge.session, LegacySession::Closed)
+    }
+
+    /// Whether a request in flight asked for logs at `level` or below.
+    fn log_wanted(&self, level: u8) -> bool {
+        self.state()
+            .pending
+            .values()
+            .any(|f| f.log_level.is_some_and(|asked| asked <= level))
+    }
+
+    /// A legacy server's request in a session the proxy holds for modern clients, which take
+    /// no server requests: `ping` is answered; anything else gets an error at once, so that
+    /// the server never waits on a client that cannot answer.
+    fn answer_server_request(&self, id: &Id, method: &str) {
+        let answer = if method == "ping" {
+            jsonrpc::result_response(id, "{}")
+        } else {
+            tracing::warn!(
+                method,
+                "a legacy server's request to modern clients; refused"
+            );
+            jsonrpc::error_response(
+                Some(id),
+                jsonrpc::METHOD_NOT_FOUND,
+                &format!(
+                    "mcp-budget: {method} cannot reach this server's clients (they speak MCP 2026-07-28, which has no server-to-client requests, and the proxy does not turn them into input_required results yet)"
+                ),
+                None,
+            )
+        };
+        self.state()
+            .later
+            .to_server
+            .push(Outgoing::notification(answer));
+    }
+
+    /// A legacy client's `initialize` the server refused: the proxy asks it `server/discover`
+    /// (it may be modern-only); `refused` (the server's answer, under the client's id) goes to
+    /// the client if it is not.
+    fn ask_after_refusal(&self, client_id: &Id, refused: &[u8]) {
+        let mut state = self.state();
+        let Some(client) = state.bridge.legacy_client.clone() else {
+            return;
+        };
+        state.fresh += 1;
+        let fresh = Id::from_json_text(&format!("\"mcp-budget-discover-{}\"", state.fresh));
+        let bytes = bridge::discover_for(&fresh, &client);
+        tracing::info!(
+            "the server refused initialize; asking it server/discover (it may speak only 2026-07-28)"
+        );
+        state
+            .aliases
+            .insert(client_id.key().into(), fresh.key().into());
+        state.pending.insert(
+            fresh.key().into(),
+            InFlight {
+                id: client_id.clone(),
+                upstream: Some(fresh.clone()),
+                method: "initialize".into(),
+                pending: Pending::InitializeByDiscover {
+                    refused: Some(refused.to_vec()),
+                },
+                deadline: Some(Instant::now() + PROBE_TIMEOUT),
+                progress_token: None,
+                sent: None,
+                span: None,
+                modern: false,
+                log_level: None,
+            },
+        );
+        let headers =
+            crate::era::Headers::of(crate::era::MODERN, "server/discover", None, &bytes, &[]);
+        state.later.to_server.push(Outgoing {
+            bytes,
+            requests: vec![fresh],
+            modern: Some(Box::new(headers)),
+            ..Outgoing::default()
+        });
+        drop(state);
+        self.deadline_added.notify_one();
     }
 
     /// The batch as it reaches the client: responses for ids not in flight are left out.
@@ -1190,7 +1842,7 @@ impl Relay {
             state
                 .finish_all()
                 .into_iter()
-                .filter(|f| !matches!(f.pending, Pending::Probe))
+                .filter(|f| !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize))
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()
         };

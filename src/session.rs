@@ -30,6 +30,11 @@ pub struct Options {
     pub initialize_timeout: Duration,
     /// At most this many requests in flight per session.
     pub max_in_flight: usize,
+    /// The server's protocol era, or `auto` to learn it (`--server-era`).
+    pub server_era: crate::bridge::EraChoice,
+    /// Whether a client of one era is bridged to a server of the other (off for a recording:
+    /// it answers as the server did).
+    pub bridge: bool,
 }
 
 impl Default for Options {
@@ -40,6 +45,8 @@ impl Default for Options {
             request_timeout: None,
             initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
+            server_era: crate::bridge::EraChoice::Auto,
+            bridge: true,
         }
     }
 }
@@ -47,10 +54,14 @@ impl Default for Options {
 impl Options {
     /// A relay for one session under these options.
     pub fn relay(&self, interceptor: Interceptor) -> Relay {
-        Relay::new(interceptor)
+        let relay = Relay::new(interceptor)
             .with_request_timeout(self.request_timeout)
             .with_initialize_timeout(self.initialize_timeout)
-            .with_max_in_flight(self.max_in_flight)
+            .with_max_in_flight(self.max_in_flight);
+        match self.bridge {
+            true => relay.with_bridge(self.server_era),
+            false => relay,
+        }
     }
 }
 
@@ -101,6 +112,7 @@ pub async fn server_to_client(
     mut events: queue::Receiver<Event>,
     relay: &Arc<Relay>,
     client: &impl ClientSide,
+    to_server: &queue::WeakSender<crate::upstream::Outgoing>,
 ) -> Option<(String, bool)> {
     // A policy reload that changes descriptors: the client is told to list the tools again.
     // (Without a policy file to reload, the loop waits on the server alone.)
@@ -125,41 +137,85 @@ pub async fn server_to_client(
             },
         };
         match event? {
-            Event::Frame(frame) => {
-                if let Some((bytes, kind)) = budgeted(relay, frame).await
-                    && !client.deliver(bytes, kind).await
-                {
-                    return None;
-                }
-            }
-            Event::Large(frame, hold) => {
-                let budgeted = budgeted(relay, frame).await;
-                // Budgeted: the next large message may be read (a client slow to take this
-                // one's page holds up no other session).
-                drop(hold);
-                if let Some((bytes, kind)) = budgeted
-                    && !client.deliver(bytes, kind).await
-                {
-                    return None;
-                }
-            }
-            Event::Related { frame, request } => {
-                if let Some((bytes, kind)) = budgeted(relay, frame).await
-                    && !client.deliver_related(bytes, kind, request).await
-                {
-                    return None;
-                }
-            }
             Event::Ended { reason, stopped } => return Some((reason, stopped)),
-            Event::Restarting { reason } => {
-                for error in relay.fail_pending(&restarting(&reason)) {
-                    if !deliver_own(client, error).await {
-                        return None;
-                    }
+            event => {
+                if !handle_event(event, relay, client).await {
+                    return None;
+                }
+                // What the era bridge sent or answered on the way (see `Relay::take_later`).
+                if !send_later(relay, client, to_server).await {
+                    return None;
                 }
             }
         }
     }
+}
+
+/// What the relay sent or answered while it handled a server message or a timeout goes on:
+/// `false` once the client is gone.
+async fn send_later(
+    relay: &Relay,
+    client: &impl ClientSide,
+    to_server: &queue::WeakSender<crate::upstream::Outgoing>,
+) -> bool {
+    let later = relay.take_later();
+    if later.is_empty() {
+        return true;
+    }
+    for message in later.to_server {
+        let Some(sender) = to_server.upgrade() else {
+            break;
+        };
+        if sender.send(message).await.is_err() {
+            break;
+        }
+    }
+    for (bytes, kind) in later.to_client {
+        if !client.deliver(bytes, kind).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// One server event through the relay to the client: `false` once the client is gone.
+async fn handle_event(event: Event, relay: &Arc<Relay>, client: &impl ClientSide) -> bool {
+    match event {
+        Event::Frame(frame) => {
+            if let Some((bytes, kind)) = budgeted(relay, frame).await
+                && !client.deliver(bytes, kind).await
+            {
+                return false;
+            }
+        }
+        Event::Large(frame, hold) => {
+            let budgeted = budgeted(relay, frame).await;
+            // Budgeted: the next large message may be read (a client slow to take this
+            // one's page holds up no other session).
+            drop(hold);
+            if let Some((bytes, kind)) = budgeted
+                && !client.deliver(bytes, kind).await
+            {
+                return false;
+            }
+        }
+        Event::Related { frame, request } => {
+            if let Some((bytes, kind)) = budgeted(relay, frame).await
+                && !client.deliver_related(bytes, kind, request).await
+            {
+                return false;
+            }
+        }
+        Event::Ended { .. } => {}
+        Event::Restarting { reason } => {
+            for error in relay.fail_pending(&restarting(&reason)) {
+                if !deliver_own(client, error).await {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// A server message at least this large may take the budget milliseconds of CPU (a 10 MB
@@ -214,6 +270,9 @@ pub async fn sweep_timeouts(
             if !deliver_own(client, error).await {
                 return;
             }
+        }
+        if !send_later(relay, client, &to_server.downgrade()).await {
+            return;
         }
     }
 }

@@ -101,10 +101,13 @@ where
             (relay.clone(), upstream.to_server.clone(), client_tx.clone());
         async move { session::sweep_timeouts(&relay, &to_server, &client).await }
     });
+    // The era bridge sends on the server's behalf; a weak sender, so that the server's
+    // input still ends with the client's.
+    let to_server = upstream.to_server.downgrade();
     drop(upstream.to_server);
     let mut server_reader = tokio::spawn({
         let (relay, client, events) = (relay.clone(), client_tx.clone(), upstream.events);
-        async move { session::server_to_client(events, &relay, &client).await }
+        async move { session::server_to_client(events, &relay, &client, &to_server).await }
     });
 
     tokio::pin!(shutdown);

@@ -497,6 +497,18 @@ async fn an_http_upstreams_error_status_passes_with_its_json_rpc_error() {
     use wiremock::matchers::{header, method};
     use wiremock::{Mock, MockServer, ResponseTemplate};
     let server = MockServer::start().await;
+    // A modern server that serves another revision: its discover says so, a modern error
+    // (so the proxy takes it as modern, and bridges nothing).
+    Mock::given(method("POST"))
+        .and(header("mcp-method", "server/discover"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({
+            "jsonrpc": "2.0",
+            "id": "mcp-budget-discover-1",
+            "error": {"code": -32022, "message": "Unsupported protocol version",
+                      "data": {"supported": ["2025-11-25"], "requested": "2026-07-28"}}
+        })))
+        .mount(&server)
+        .await;
     Mock::given(method("POST"))
         .and(header("mcp-protocol-version", "2026-07-28"))
         .and(header("mcp-method", "tools/call"))

@@ -1150,7 +1150,9 @@ impl Sessions {
 
 /// Reads the upstream's messages into the session until it ends.
 async fn pump(sessions: Weak<Sessions>, session: Arc<Session>, events: queue::Receiver<Event>) {
-    let ended = crate::session::server_to_client(events, &session.relay, &session).await;
+    let to_server = session.to_server.downgrade();
+    let ended =
+        crate::session::server_to_client(events, &session.relay, &session, &to_server).await;
     let (reason, stopped) = ended.unwrap_or_else(|| ("the session ended".to_string(), true));
     if !stopped {
         tracing::warn!(session = %session.id, %reason, "upstream ended; ending the session");

@@ -33,6 +33,10 @@
 //                               port; once listening it prints
 //                               `listening on http://127.0.0.1:N/mcp` to stderr.
 //
+//   --modern-only               with either: serve 2026-07-28 alone (a legacy
+//                               opening gets the SDK's unsupported-version
+//                               error), as a modern-only server does.
+//
 // All modes build their servers with the same createServer() factory.
 // Dependencies: @modelcontextprotocol/server (pinned in package.json) and Node
 // built-ins (Node >= 20). ES modules ignore NODE_PATH, so this file must sit
@@ -752,6 +756,7 @@ class MemoryEventStore {
 
 function runStdio() {
   const handle = serveStdio(({ era }) => createServer({ era }), {
+    legacy: modernOnly ? 'reject' : 'serve',
     onerror: (err) => log('stdio error:', err?.message ?? err),
   });
   log('ready on stdio');
@@ -908,7 +913,7 @@ async function runHttp(port) {
       }
     }
     const request = toWebRequest(req, res, body);
-    const legacy = await isLegacyRequest(request, parsedBody);
+    const legacy = !modernOnly && (await isLegacyRequest(request, parsedBody));
     const response = legacy ? await serveLegacy(request, parsedBody) : await modern.fetch(request, { parsedBody });
     await writeWebResponse(res, response);
   }
@@ -949,11 +954,14 @@ async function runHttp(port) {
 // ---------------------------------------------------------------------------
 
 function usage() {
-  console.error('usage: node target.mjs --stdio | --port <N>');
+  console.error('usage: node target.mjs --stdio | --port <N>  [--modern-only]');
   process.exit(2);
 }
 
-const argv = process.argv.slice(2);
+// --modern-only: 2026-07-28 alone (the SDK refuses a legacy opening with the
+// unsupported-version error naming the modern revision), as a modern-only server is.
+const modernOnly = process.argv.includes('--modern-only');
+const argv = process.argv.slice(2).filter((a) => a !== '--modern-only');
 if (argv[0] === '--stdio' && argv.length === 1) {
   runStdio();
 } else if (argv[0] === '--port' && argv.length === 2 && /^\d+$/.test(argv[1]) && Number(argv[1]) < 65536) {

@@ -349,15 +349,18 @@ const oneLineName = 'q'.repeat(300_000);
 const everything = { command: 'node', args: [opts.everything] };
 const filesystem = { command: 'node', args: [opts.filesystem, fsRoot] };
 const target = { command: 'node', args: [opts.target, '--stdio'] };
+const modernOnly = { command: 'node', args: [opts.target, '--stdio', '--modern-only'] };
 const viaProxy = (server, policy) => ({ command: opts.proxy, args: [...policy, '--', server.command, ...server.args] });
 
 async function startRoutes() {
   const everythingPort = await freePort();
   startProcess('node', [opts.everything, 'streamableHttp'], { env: { ...childEnv(), PORT: String(everythingPort) } });
   const targetHttp = startProcess('node', [opts.target, '--port', '0'], { urlFrom: 'stderr' });
+  const modernHttp = startProcess('node', [opts.target, '--port', '0', '--modern-only'], { urlFrom: 'stderr' });
   const listen = ['--listen', 'http://127.0.0.1:0/mcp'];
   const everythingUrl = `http://127.0.0.1:${everythingPort}/mcp`;
   const targetUrl = await targetHttp.url;
+  const modernUrl = await modernHttp.url;
   await waitPort(everythingPort);
   const listeners = {
     everythingHttp: startProcess(opts.proxy, ['--policy', 'none', ...listen, '--', ...[everything.command, ...everything.args]], { urlFrom: 'stdout' }),
@@ -365,6 +368,8 @@ async function startRoutes() {
     filesystemHttp: startProcess(opts.proxy, [...listen, '--', filesystem.command, ...filesystem.args], { urlFrom: 'stdout' }),
     targetHttp: startProcess(opts.proxy, ['--policy', policyFile, ...listen, '--', target.command, ...target.args], { urlFrom: 'stdout' }),
     targetUp: startProcess(opts.proxy, ['--policy', policyFile, ...listen, '--upstream', targetUrl], { urlFrom: 'stdout' }),
+    modernHttp: startProcess(opts.proxy, ['--policy', 'none', ...listen, '--', modernOnly.command, ...modernOnly.args], { urlFrom: 'stdout' }),
+    modernUp: startProcess(opts.proxy, ['--policy', 'none', ...listen, '--upstream', modernUrl], { urlFrom: 'stdout' }),
   };
   const url = async (name) => ({ url: await listeners[name].url });
   return {
@@ -387,7 +392,57 @@ async function startRoutes() {
       http: await url('targetHttp'),
       'http-upstream': await url('targetUp'),
     },
+    modernOnly: {
+      direct: modernOnly,
+      'direct-http': { url: modernUrl },
+      stdio: viaProxy(modernOnly, ['--policy', 'none']),
+      http: await url('modernHttp'),
+      'http-upstream': await url('modernUp'),
+    },
   };
+}
+
+// The target serving 2026-07-28 only: a legacy client cannot reach it directly (the spec's
+// matrix says so, and it fails here), and reaches it through the proxy's era bridge, which
+// answers its initialize from the server's discover and gives every request the modern _meta.
+async function modernOnlyChecks(routes, mode, transport, prefix) {
+  const route = routes.modernOnly[transport];
+  if (!route) return;
+  if (mode !== 'legacy') {
+    // Modern and auto clients speak its era: connecting is the dual-era target's checks.
+    const label = `${prefix}: modern-only target connects in the 2026-07-28 era`;
+    await withSession([label], { target: route, mode, transport }, async (session) => {
+      check(label, session.era === 'modern', `era ${session.era}`);
+    });
+    return;
+  }
+  if (!isProxy(transport)) {
+    const label = `${prefix}: a legacy client cannot reach the modern-only target directly`;
+    try {
+      const session = await openSession({ target: route, mode, transport });
+      await session.close();
+      check(label, false, 'it connected');
+    } catch (error) {
+      check(label, true);
+    }
+    return;
+  }
+  const labels = {
+    era: `${prefix}: through the era bridge: a legacy client initializes with the modern-only target`,
+    list: `${prefix}: through the era bridge: tools/list and a call, in the legacy era`,
+  };
+  await withSession(Object.values(labels), { target: route, mode, transport }, async (session) => {
+    const info = session.client.getServerVersion();
+    check(labels.era, session.era === 'legacy' && info?.name === 'mcp-budget-conformance-target', `era ${session.era}, server ${clip(info)}`);
+    await attempt(labels.list, session, async () => {
+      const { tools } = await session.client.listTools();
+      const result = await session.client.callTool({ name: 'test_simple_text', arguments: {} });
+      const raw = session.tap.call?.result;
+      const text = textsOf(result).join('');
+      const ok = tools.some((t) => t.name === 'test_simple_text') && text === 'This is a simple text response for testing.' && raw?.resultType === undefined;
+      return [ok, `${tools.length} tools, text ${clip(text, 100)}, resultType on the wire ${raw?.resultType}`];
+    });
+  });
 }
 
 // The direct leg each proxy leg is compared with.
@@ -443,9 +498,12 @@ async function reference(key, spec, tool, args, prepare = () => {}) {
   return references[key];
 }
 
-function expectedEra(server, mode) {
+// The era a client ends up in: the target is dual-era; the reference servers speak only
+// 2025-11-25, so directly an auto client falls back to it, while through the proxy (which
+// bridges the eras, and so serves 2026-07-28 in front of any server) it stays modern.
+function expectedEra(server, mode, transport = 'direct') {
   if (mode === 'legacy') return 'legacy';
-  return server === 'target' ? 'modern' : 'legacy';
+  return server === 'target' || isProxy(transport) ? 'modern' : 'legacy';
 }
 
 // 1 and 2: everything get-env (2025 only: legacy and auto modes).
@@ -466,7 +524,7 @@ async function everythingChecks(routes, mode, transport, prefix) {
   await withSession([label1], spec, async (session) => {
     await attempt(label1, session, async () => {
       if (!whole) return [false, `no direct reference: ${describe(ref.error)}`];
-      if (session.era !== expectedEra('everything', mode)) return [false, `era ${session.era}, expected ${expectedEra('everything', mode)}`];
+      if (session.era !== expectedEra('everything', mode, transport)) return [false, `era ${session.era}, expected ${expectedEra('everything', mode, transport)}`];
       await session.client.listTools();
       const pages = await chain(session, 'get-env', {});
       const sizes = pages.map((p) => wireSize(p.raw));
@@ -498,8 +556,16 @@ async function filesystemChecks(routes, mode, transport, prefix) {
   const whole = fs.readFileSync(bigLog, 'utf8');
   if (!routes.filesystem[transport]) return;
   if (!isProxy(transport)) {
-    if (expectedEra('filesystem', mode) === 'legacy' && mode === 'pinned') {
-      skip(`${prefix}: filesystem read_text_file`, 'server-filesystem speaks only 2025-11-25: a client pinned to 2026-07-28 cannot reach it directly');
+    if (mode === 'pinned') {
+      // The spec's matrix: a modern-only client with a legacy server fails. It does here.
+      const label = `${prefix}: a client pinned to 2026-07-28 cannot reach server-filesystem (2025-11-25 only) directly`;
+      try {
+        const session = await openSession({ target: routes.filesystem[transport], mode, transport });
+        await session.close();
+        check(label, false, 'it connected');
+      } catch (error) {
+        check(label, true);
+      }
       return;
     }
     await withSession([`${prefix}: filesystem read_text_file (the reference)`], { target: routes.filesystem[transport], mode, transport }, async (session) => {
@@ -510,13 +576,9 @@ async function filesystemChecks(routes, mode, transport, prefix) {
     });
     return;
   }
-  // server-filesystem speaks only 2025-11-25: a pinned client gets its pages only if the proxy
-  // bridges the eras (directly, it cannot reach the server at all): issue #26, not yet built.
-  if (mode === 'pinned') {
-    skip(label, 'server-filesystem speaks only 2025-11-25: a client pinned to 2026-07-28 reaches it only through the era bridge (issue #26)');
-    return;
-  }
-  const bridge = '';
+  // server-filesystem speaks only 2025-11-25: a pinned client gets its pages through the
+  // proxy's era bridge (directly, it cannot reach the server at all: checked above).
+  const bridge = mode === 'pinned' ? 'through the era bridge: ' : '';
   await withSession([label], { target: routes.filesystem[transport], mode, transport, note: bridge }, async (session) => {
     await attempt(label, session, async () => {
       const { tools } = await session.client.listTools();
@@ -674,13 +736,14 @@ async function main() {
       const prefix = `${CLIENT}/${mode}/${transport}`;
       if (opts.only && !opts.only.test(prefix)) continue;
       const t0 = Date.now();
-      if (mode === 'pinned') {
-        if (!isProxy(transport)) skip(`${prefix}: everything get-env`, 'server-everything speaks only 2025-11-25 (paging and profiles in 2026-07-28 are checked against the target)');
+      if (mode === 'pinned' && !isProxy(transport)) {
+        skip(`${prefix}: everything get-env`, 'server-everything speaks only 2025-11-25: a pinned client cannot reach it directly (the filesystem cell checks that it fails)');
       } else if (routes.everything[transport]) {
         await everythingChecks(routes, mode, transport, prefix);
       }
       await filesystemChecks(routes, mode, transport, prefix);
       await targetChecks(routes, mode, transport, prefix);
+      await modernOnlyChecks(routes, mode, transport, prefix);
       console.log(`     (${prefix}: ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
     }
   }

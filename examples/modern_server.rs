@@ -1,0 +1,154 @@
+//! A raw-JSON MCP server that speaks only 2026-07-28 (no `initialize`, no session), for the
+//! era bridge's tests: every request must carry the revision's `_meta`, as the spec requires.
+//!
+//! - `initialize` (or any request without `_meta["io.modelcontextprotocol/protocolVersion"]`)
+//!   is refused, naming the revision it serves, as a modern-only server SHOULD;
+//! - another version gets `-32022` with `data.supported`;
+//! - `server/discover` names the server in `_meta`;
+//! - tools: `rows` (`arguments.rows` rows as `structuredContent`, counted in
+//!   `arguments.file` when given), `meta` (the request's `_meta`, as text), `ask` (an
+//!   `input_required` result);
+//! - a request that sets `_meta["io.modelcontextprotocol/logLevel"]` gets one
+//!   `notifications/message` at `info` before its answer.
+
+use std::io::{BufRead, Write};
+
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+
+fn send(out: &mut impl Write, message: &Value) {
+    if writeln!(out, "{message}")
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}
+
+fn error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
+}
+
+fn result(id: &Value, mut result: Value) -> Value {
+    result["resultType"] = json!("complete");
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn tools() -> Value {
+    json!({"tools": [
+        {"name": "rows", "description": "Rows of a table.",
+         "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}, "file": {"type": "string"}}}},
+        {"name": "meta", "description": "The request's _meta.",
+         "inputSchema": {"type": "object", "properties": {}}},
+        {"name": "ask", "description": "Needs the user's input.",
+         "inputSchema": {"type": "object", "properties": {}}}
+    ], "ttlMs": 60000, "cacheScope": "public"})
+}
+
+fn call(params: &Value) -> Result<Value, (i64, String)> {
+    let arguments = &params["arguments"];
+    match params["name"].as_str().unwrap_or("") {
+        "rows" => {
+            if let Some(file) = arguments["file"].as_str() {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(file)
+                    .map_err(|e| (-32603, e.to_string()))?;
+                let _ = writeln!(f, "ran");
+            }
+            let n = arguments["rows"].as_u64().unwrap_or(10);
+            let rows: Vec<Value> = (0..n)
+                .map(|i| json!({"n": i, "label": format!("row {i:06} {}", "m".repeat(40))}))
+                .collect();
+            let text = Value::Array(rows.clone()).to_string();
+            Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": rows}))
+        }
+        "meta" => Ok(json!({"content": [{"type": "text", "text": params["_meta"].to_string()}]})),
+        "ask" => Ok(json!({
+            "resultType": "input_required",
+            "inputRequests": {"confirm": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "Go on?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}},
+            "requestState": "opaque-1"
+        })),
+        other => Err((-32602, format!("unknown tool {other}"))),
+    }
+}
+
+fn main() {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            send(&mut out, &error(&Value::Null, -32700, "parse error", None));
+            continue;
+        };
+        let (Some(method), Some(id)) = (message["method"].as_str(), message.get("id")) else {
+            continue; // notifications and responses
+        };
+        let params = &message["params"];
+        let meta = &params["_meta"];
+        let supported = json!({"supported": [MODERN]});
+        let Some(version) = meta["io.modelcontextprotocol/protocolVersion"].as_str() else {
+            let text = match method {
+                "initialize" => format!(
+                    "Method not found: initialize (this server speaks only MCP {MODERN}, without initialize)"
+                ),
+                _ => format!(
+                    "Invalid params: a request carries params._meta[\"io.modelcontextprotocol/protocolVersion\"] ({MODERN})"
+                ),
+            };
+            let code = if method == "initialize" {
+                -32601
+            } else {
+                -32602
+            };
+            send(&mut out, &error(id, code, &text, Some(supported)));
+            continue;
+        };
+        if version != MODERN {
+            let data = json!({"supported": [MODERN], "requested": version});
+            send(
+                &mut out,
+                &error(id, -32022, "Unsupported protocol version", Some(data)),
+            );
+            continue;
+        }
+        if meta.get("io.modelcontextprotocol/logLevel").is_some() {
+            let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                "params": {"level": "info", "logger": "modern", "data": format!("handling {method}")}});
+            send(&mut out, &log);
+        }
+        let answer = match method {
+            "server/discover" => result(
+                id,
+                json!({
+                    "supportedVersions": [MODERN],
+                    "capabilities": {"tools": {}, "logging": {}},
+                    "instructions": "A server of rows.",
+                    "ttlMs": 60000, "cacheScope": "public",
+                    "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern-only", "version": "1.0.0"}}
+                }),
+            ),
+            "tools/list" => result(id, tools()),
+            "tools/call" => match call(params) {
+                Ok(value) if value["resultType"].is_string() => {
+                    json!({"jsonrpc": "2.0", "id": id, "result": value})
+                }
+                Ok(value) => result(id, value),
+                Err((code, text)) => error(id, code, &text, None),
+            },
+            "ping" => result(id, json!({})),
+            other => error(id, -32601, &format!("Method not found: {other}"), None),
+        };
+        send(&mut out, &answer);
+    }
+}

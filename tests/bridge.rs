@@ -1,0 +1,400 @@
+//! The era bridge, through the real binary: a modern (2026-07-28) client in front of a legacy
+//! server (the quirky server, which knows only `initialize`), and a legacy client in front of a
+//! modern-only server (`examples/modern_server.rs`), on stdio and through `--listen`. Each
+//! pairing fails directly (the spec's compatibility matrix says so; the tests show it), and
+//! works through the proxy: list, call, automatic paging that follows `after`, each side's era
+//! in what it reads.
+
+mod common;
+
+use common::{Peer, example};
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+
+fn meta(client: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
+    })
+}
+
+/// A line-speaking client of one era over a child's stdio (the proxy, or a server directly).
+struct Client {
+    peer: Peer,
+    next: u64,
+    modern: bool,
+    /// Messages that came for no request (notifications), in order.
+    notes: Vec<Value>,
+}
+
+impl Client {
+    fn over(peer: Peer, modern: bool) -> Client {
+        Client {
+            peer,
+            next: 0,
+            modern,
+            notes: Vec::new(),
+        }
+    }
+
+    async fn request(&mut self, method: &str, mut params: Value) -> Value {
+        self.next += 1;
+        if self.modern {
+            let own = params["_meta"].take();
+            params["_meta"] = meta("bridge-test");
+            if let Value::Object(extra) = own {
+                for (key, value) in extra {
+                    params["_meta"][key] = value;
+                }
+            }
+        }
+        let request =
+            json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        self.peer.send(&request.to_string()).await;
+        loop {
+            let message = self.peer.recv_json().await;
+            if message["id"] == self.next {
+                return message;
+            }
+            self.notes.push(message);
+        }
+    }
+
+    async fn initialize(&mut self, version: &str) -> Value {
+        let params = json!({"protocolVersion": version, "capabilities": {"roots": {}},
+            "clientInfo": {"name": "codex", "version": "0.9"}});
+        let answer = self.request("initialize", params).await;
+        self.peer.send(common::INITIALIZED).await;
+        answer
+    }
+}
+
+fn proxy(server: &str, env: &[(&str, &str)]) -> Peer {
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--policy", "none", "--"])
+        .arg(example(server));
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    Peer::from_command(command)
+}
+
+/// Every page of a tool's answer, following `after` on the tool.
+async fn pages(client: &mut Client, tool: &str, arguments: Value) -> Vec<Value> {
+    let first = client
+        .request("tools/call", json!({"name": tool, "arguments": arguments}))
+        .await;
+    let mut pages = vec![first["result"].clone()];
+    while let Some(after) = common::continuation(pages.last().unwrap()) {
+        let mut args = arguments.clone();
+        args["after"] = json!(after);
+        let answer = client
+            .request("tools/call", json!({"name": tool, "arguments": args}))
+            .await;
+        assert!(answer["result"].is_object(), "{answer:.300}");
+        pages.push(answer["result"].clone());
+        assert!(pages.len() < 200);
+    }
+    pages
+}
+
+fn rows_of(pages: &[Value]) -> Vec<Value> {
+    pages
+        .iter()
+        .flat_map(|p| {
+            p["structuredContent"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_modern_client_with_a_legacy_server_fails_directly() {
+    let mut direct = Client::over(Peer::quirky(), true);
+    let answer = direct.request("server/discover", json!({})).await;
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+}
+
+#[tokio::test]
+async fn a_modern_client_is_served_by_a_legacy_server_through_the_proxy() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    // server/discover, answered from the legacy server's InitializeResult.
+    let discover = client.request("server/discover", json!({})).await;
+    let result = &discover["result"];
+    assert_eq!(result["resultType"], "complete", "{discover}");
+    assert_eq!(result["supportedVersions"], json!([MODERN]));
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "quirky"
+    );
+    assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+    // A list, modern: resultType and the caching fields.
+    let list = client.request("tools/list", json!({})).await;
+    assert_eq!(list["result"]["resultType"], "complete", "{list:.300}");
+    assert_eq!(list["result"]["cacheScope"], "private");
+    assert!(list["result"]["ttlMs"].is_number());
+    assert!(list["result"]["tools"].as_array().unwrap().len() > 3);
+    // A call, paged automatically; `after` on the tool reassembles it, every page modern.
+    let pages = pages(&mut client, "rows", json!({"rows": 3000})).await;
+    assert!(pages.len() > 2, "paged: {} pages", pages.len());
+    for page in &pages {
+        assert_eq!(page["resultType"], "complete", "{page:.200}");
+    }
+    let rows = rows_of(&pages);
+    assert_eq!(rows.len(), 3000);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["n"], i);
+    }
+    // The legacy server's logs reach no modern request that did not ask for them.
+    assert!(
+        client
+            .notes
+            .iter()
+            .all(|n| n["method"] != "notifications/message"),
+        "{:?}",
+        client.notes
+    );
+    // Asked for: they come, at or above the level asked.
+    let params = json!({"name": "flood", "arguments": {"count": 2, "bytes": 10},
+        "_meta": {"io.modelcontextprotocol/logLevel": "info"}});
+    let answer = client.request("tools/call", params).await;
+    assert!(answer["result"].is_object(), "{answer:.300}");
+    let logs = client
+        .notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .count();
+    assert_eq!(logs, 2, "{:?}", client.notes);
+    // A legacy server's error passes as it wrote it.
+    let answer = client.request("x/nothing", json!({})).await;
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+}
+
+#[tokio::test]
+async fn the_legacy_session_declares_the_modern_clients_capabilities() {
+    // quirky's `report` asks its client for sampling: the session the proxy opened declared
+    // what the modern client declared (elicitation, not sampling), and the server's request
+    // is answered with an error at once, not left waiting.
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let answer = client
+        .request("tools/call", json!({"name": "report", "arguments": {}}))
+        .await;
+    // The call ends (an answer, or the server's error), and nothing hangs.
+    assert!(
+        answer.get("result").is_some() || answer.get("error").is_some(),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_client_with_a_modern_only_server_fails_directly() {
+    let direct = Peer::spawn(example("modern_server"), &[]);
+    let mut client = Client::over(direct, false);
+    let answer = client.initialize("2025-11-25").await;
+    assert!(answer["error"]["code"].is_number(), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(MODERN),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_client_is_served_by_a_modern_only_server_through_the_proxy() {
+    let mut client = Client::over(proxy("modern_server", &[]), false);
+    let init = client.initialize("2025-06-18").await;
+    let result = &init["result"];
+    assert_eq!(result["protocolVersion"], "2025-06-18", "{init}");
+    assert_eq!(result["serverInfo"]["name"], "modern-only");
+    assert_eq!(result["instructions"], "A server of rows.");
+    assert!(result["capabilities"]["tools"].is_object());
+    assert!(result.get("resultType").is_none(), "{init}");
+    // The proxy answers what a modern server has no use for.
+    let ping = client.request("ping", json!({})).await;
+    assert_eq!(ping["result"], json!({}), "{ping}");
+    let list = client.request("tools/list", json!({})).await;
+    assert!(list["result"].get("resultType").is_none(), "{list:.300}");
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.starts_with(&["rows", "meta", "ask"]), "{names:?}");
+    // Every forwarded request carries the modern _meta, from what initialize declared.
+    let answer = client
+        .request("tools/call", json!({"name": "meta", "arguments": {}}))
+        .await;
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let sent: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(sent["io.modelcontextprotocol/protocolVersion"], MODERN);
+    assert_eq!(sent["io.modelcontextprotocol/clientInfo"]["name"], "codex");
+    assert_eq!(
+        sent["io.modelcontextprotocol/clientCapabilities"],
+        json!({"roots": {}})
+    );
+    assert!(sent.get("io.modelcontextprotocol/logLevel").is_none());
+    // logging/setLevel is kept, and sent as logLevel from then on; the server's logs come.
+    let set = client
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await;
+    assert_eq!(set["result"], json!({}), "{set}");
+    let answer = client
+        .request("tools/call", json!({"name": "meta", "arguments": {}}))
+        .await;
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    let sent: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(sent["io.modelcontextprotocol/logLevel"], "info");
+    assert!(
+        client
+            .notes
+            .iter()
+            .any(|n| n["method"] == "notifications/message"),
+        "{:?}",
+        client.notes
+    );
+    // Paged for the client (Codex), every page legacy, reassembled by `after`; ran once.
+    let file = std::env::temp_dir().join(format!("mcp-budget-bridge-runs-{}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let arguments = json!({"rows": 3000, "file": file.to_str().unwrap()});
+    let pages = pages(&mut client, "rows", arguments).await;
+    assert!(pages.len() > 2);
+    for page in &pages {
+        assert!(page.get("resultType").is_none(), "{page:.200}");
+        assert!(serde_json::to_string(page).unwrap().len() < 40_000);
+    }
+    let rows = rows_of(&pages);
+    assert_eq!(rows.len(), 3000);
+    assert_eq!(rows[2999]["n"], 2999);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "ran\n");
+    let _ = std::fs::remove_file(&file);
+    // input_required has no 2025 form yet: a clear error, never a result the client misreads.
+    let answer = client
+        .request("tools/call", json!({"name": "ask", "arguments": {}}))
+        .await;
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("input_required"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_forced_server_era_is_not_asked() {
+    // --server-era modern: the legacy client's initialize goes to the server as discover at
+    // once (no refused initialize first).
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--policy", "none", "--server-era", "modern", "--"])
+        .arg(example("modern_server"));
+    let mut client = Client::over(Peer::from_command(command), false);
+    let init = client.initialize("2025-11-25").await;
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "modern-only",
+        "{init}"
+    );
+    // A bad value names the choices.
+    let out = common::run(["--server-era", "2024", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("auto, modern"), "{stderr}");
+}
+
+/// A reqwest client (rustls needs its crypto provider chosen first).
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A modern POST to the proxy's listener.
+async fn modern_post(
+    http: &reqwest::Client,
+    url: &str,
+    id: u64,
+    method: &str,
+    params: Value,
+    name: Option<&str>,
+) -> Value {
+    let mut params = params;
+    params["_meta"] = meta("claude-ai");
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", method)
+        .body(body.to_string());
+    if let Some(name) = name {
+        request = request.header("mcp-name", name);
+    }
+    let text = request.send().await.unwrap().text().await.unwrap();
+    last_message(&text)
+}
+
+/// The last JSON-RPC message of a JSON or SSE body.
+fn last_message(text: &str) -> Value {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).unwrap();
+    }
+    let data = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .rfind(|d| !d.is_empty())
+        .unwrap_or_else(|| panic!("no event in {text}"));
+    serde_json::from_str(data).unwrap()
+}
+
+#[tokio::test]
+async fn over_http_a_modern_client_reaches_a_legacy_stdio_server() {
+    let quirky = example("quirky_server");
+    let (_proxy, url) =
+        common::listen(&["--policy", "none", "--", quirky.to_str().unwrap()], &[]).await;
+    let http = http_client();
+    let discover = modern_post(&http, &url, 1, "server/discover", json!({}), None).await;
+    assert_eq!(
+        discover["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "quirky",
+        "{discover}"
+    );
+    let call = modern_post(
+        &http,
+        &url,
+        2,
+        "tools/call",
+        json!({"name": "rows", "arguments": {"rows": 3000}}),
+        Some("rows"),
+    )
+    .await;
+    assert_eq!(call["result"]["resultType"], "complete", "{call:.300}");
+    assert!(
+        common::continuation(&call["result"]).is_some(),
+        "paged: {call:.300}"
+    );
+}
+
+#[tokio::test]
+async fn over_http_a_legacy_client_reaches_a_modern_only_stdio_server() {
+    let server = example("modern_server");
+    let (_proxy, url) =
+        common::listen(&["--policy", "none", "--", server.to_str().unwrap()], &[]).await;
+    let http = http_client();
+    let session = common::mcp_initialize(&http, &url).await;
+    let list = common::mcp_post(
+        &http,
+        &url,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    )
+    .send()
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let list = last_message(&list);
+    assert_eq!(list["result"]["tools"][0]["name"], "rows", "{list}");
+    assert!(list["result"].get("resultType").is_none());
+}
