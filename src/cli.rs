@@ -129,6 +129,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::bridge::EraChoice))]
     pub server_era: crate::bridge::EraChoice,
 
+    /// A legacy server's request for input (elicitation, sampling, roots) reaches a modern
+    /// client as an `input_required` result; the call waits upstream this many seconds for
+    /// the client's retry, then is cancelled.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub input_timeout_secs: f64,
+
     /// At most this many requests in flight per session; more get an error until answers come.
     #[arg(long, value_name = "N", default_value_t = crate::relay::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,

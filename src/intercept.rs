@@ -471,6 +471,11 @@ impl Interceptor {
         }
     }
 
+    /// The key cursors are minted under (the era bridge mints its `requestState` with it).
+    pub fn cursor_key(&self) -> crate::budget::cursor::CursorKey {
+        self.budget().key().clone()
+    }
+
     /// The server's origin (its command line or URL), when known.
     pub fn origin(&self) -> Option<&str> {
         self.origin.as_deref()

@@ -385,6 +385,7 @@ async fn proxy(
         initialize_timeout: seconds("--initialize-timeout-secs", run.initialize_timeout_secs)?,
         max_in_flight: run.max_in_flight,
         server_era: run.server_era,
+        input_timeout: seconds("--input-timeout-secs", run.input_timeout_secs)?,
         bridge: true,
     };
     let spec = match (upstream, &run.upstream, run.server.is_empty()) {

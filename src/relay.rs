@@ -114,7 +114,29 @@ struct InFlight {
     /// The log level it asked for (a rank), when it is a modern request bridged to a legacy
     /// server: only such requests get the server's `notifications/message`.
     log_level: Option<u8>,
+    /// What identifies it across MRTR rounds ([`bridge::call_digest`]), when it is a modern
+    /// request a legacy server may ask input for.
+    digest: Option<[u8; 16]>,
+    /// Parked: its client got `input_required` and the call waits upstream for the retry
+    /// (the number of its entry in [`Bridge::parked`]).
+    parked: Option<u64>,
 }
+
+/// A legacy server's call parked while its modern client answers the server's request (the
+/// era bridge's MRTR, [`crate::bridge`]).
+struct Parked {
+    /// The call's key in `pending` (it stays there, its client id detached).
+    upstream_key: Box<str>,
+    /// The server's requests the client was asked: input key, server request id.
+    asked: Vec<(String, Id)>,
+    /// The server's answer, when it came before the retry.
+    done: Option<Vec<u8>>,
+}
+
+/// At most this many calls are parked per session; a server request past it is refused.
+const MAX_PARKED: usize = 64;
+/// How long a parked call waits for its retry by default (`--input-timeout-secs`).
+pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Ids of requests that are over (answered, timed out, cancelled by the client): the server may
 /// still answer them, late or again, so they are not taken again. Oldest first, bounded.
@@ -194,6 +216,15 @@ struct Bridge {
     legacy_client: Option<crate::bridge::LegacyClient>,
     /// Whether the proxy serves that legacy client in front of a modern server.
     serving_legacy: bool,
+    /// Calls parked for MRTR, by number; the last number given.
+    parked: HashMap<u64, Parked>,
+    parked_seq: u64,
+    /// A random name of this session, in every `requestState` it mints: another session's
+    /// (another principal's) state is refused.
+    nonce: String,
+    /// A parked call whose server answer came before the retry: it is answered (under the
+    /// retry's id) once the retry is routed.
+    resumed_done: Option<(Id, Vec<u8>)>,
 }
 
 /// At most this many bytes of modern requests are held while the server's era is learned.
@@ -229,6 +260,8 @@ pub struct Relay {
     request_timeout: Option<Duration>,
     initialize_timeout: Duration,
     max_in_flight: usize,
+    /// How long a parked MRTR call waits for its client's retry.
+    input_timeout: Duration,
     /// Signalled when a request with a deadline goes in flight.
     deadline_added: tokio::sync::Notify,
 }
@@ -285,6 +318,7 @@ impl Relay {
             request_timeout: None,
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            input_timeout: DEFAULT_INPUT_TIMEOUT,
             deadline_added: tokio::sync::Notify::new(),
         }
     }
@@ -312,10 +346,20 @@ impl Relay {
             let bridge = &mut state.bridge;
             bridge.on = true;
             bridge.forced = server.forced().is_some();
+            let mut raw = [0u8; 8];
+            let _ = getrandom::fill(&mut raw);
+            bridge.nonce = crate::canonical::hex(&raw);
             bridge.server = server
                 .forced()
                 .or_else(|| self.interceptor.origin().and_then(bridge::verdict));
         }
+        self
+    }
+
+    /// How long a call the era bridge parked (its client answering the server's request)
+    /// waits for the client's retry before it is cancelled upstream.
+    pub fn with_input_timeout(mut self, timeout: Duration) -> Self {
+        self.input_timeout = timeout;
         self
     }
 
@@ -381,6 +425,29 @@ impl Relay {
                     .push(jsonrpc::cancelled(&flight.id, "mcp-budget: no answer"));
                 // No answer is a legacy server's (basic/versioning, "Backward Compatibility").
                 self.learned(Era::Legacy);
+                continue;
+            }
+            if let Some(n) = flight.parked {
+                // Its client never retried: the call is cancelled, its server requests refused.
+                tracing::info!(
+                    id = flight.id.raw(),
+                    "a parked call's client did not retry; cancelling it upstream"
+                );
+                let upstream = flight.upstream.as_ref().unwrap_or(&flight.id);
+                out.to_server.push(jsonrpc::cancelled(
+                    upstream,
+                    "mcp-budget: the client did not answer the server's request in time",
+                ));
+                if let Some(parked) = self.state().bridge.parked.remove(&n) {
+                    for (_, server_id) in parked.asked {
+                        out.to_server.push(jsonrpc::error_response(
+                            Some(&server_id),
+                            jsonrpc::UPSTREAM_ERROR,
+                            "mcp-budget: the client did not answer within --input-timeout-secs",
+                            None,
+                        ));
+                    }
+                }
                 continue;
             }
             if matches!(flight.pending, Pending::BridgeInitialize) {
@@ -468,7 +535,10 @@ impl Relay {
             .state()
             .finish_all()
             .into_iter()
-            .filter(|f| !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize))
+            .filter(|f| {
+                !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize)
+                    && f.parked.is_none()
+            })
             .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
             .collect();
         self.record_answers(&errors);
@@ -506,6 +576,20 @@ impl Relay {
     pub fn from_client(&self, frame: Frame) -> Routed {
         let mut routed = self.route_client(frame);
         self.bridge_outgoing(&mut routed);
+        let done = self.state().bridge.resumed_done.take();
+        if let Some((upstream, answer)) = done {
+            let mut restored = None;
+            let parsed = message::parse(&answer).ok();
+            let result = match parsed.and_then(Parsed::single) {
+                Some(Kind::Response { result, .. }) => result,
+                _ => None,
+            };
+            match self.server_response(&upstream, &answer, result, &mut restored) {
+                Delivery::Rewritten(bytes) => routed.to_client.push(bytes),
+                Delivery::Unchanged => routed.to_client.push(answer),
+                Delivery::Drop => {}
+            }
+        }
         self.record_answers(&routed.to_client);
         routed
     }
@@ -587,6 +671,8 @@ impl Relay {
                 span: None,
                 modern: false,
                 log_level: None,
+                digest: None,
+                parked: None,
             },
         );
         self.deadline_added.notify_one();
@@ -827,6 +913,13 @@ impl Relay {
                                 .push(jsonrpc::result_response(&id, &result));
                             return Forward::Drop;
                         }
+                        // A retry of a call the proxy parked (MRTR to a legacy server).
+                        if state.bridge.server == Some(Era::Legacy)
+                            && bridge::takes_input(&method)
+                            && let Some(token) = bridge::request_state(bytes)
+                        {
+                            return self.resume(&mut state, &id, &method, bytes, &token, routed);
+                        }
                     } else if state.bridge.serving_legacy {
                         // What a modern server has no use for, the proxy answers itself.
                         match method.as_str() {
@@ -1013,10 +1106,14 @@ impl Relay {
                         &annotated,
                     )));
                 }
-                let log_level = match (&modern, state.bridge.on, state.bridge.server) {
-                    (Some(_), true, Some(Era::Legacy) | None) => bridge::requested_log_level(bytes),
-                    _ => None,
-                };
+                let to_legacy = modern.is_some()
+                    && state.bridge.on
+                    && matches!(state.bridge.server, Some(Era::Legacy) | None);
+                let log_level = to_legacy
+                    .then(|| bridge::requested_log_level(bytes))
+                    .flatten();
+                let digest = (to_legacy && bridge::takes_input(&method))
+                    .then(|| bridge::call_digest(&method, bytes));
                 let key: Box<str> = match &upstream {
                     Some(fresh) => {
                         state.aliases.insert(id.key().into(), fresh.key().into());
@@ -1039,6 +1136,8 @@ impl Relay {
                         span,
                         modern: modern.is_some(),
                         log_level,
+                        digest,
+                        parked: None,
                     },
                 );
                 drop(state);
@@ -1132,6 +1231,8 @@ impl Relay {
                 span: None,
                 modern: false,
                 log_level: None,
+                digest: None,
+                parked: None,
             },
         );
         self.deadline_added.notify_one();
@@ -1347,8 +1448,16 @@ impl Relay {
                 }
             }
             Parsed::Single(Kind::Request { id, method, .. }) if self.bridging_legacy_server() => {
-                self.answer_server_request(&id, &method);
-                Delivery::Drop
+                match self.park(&id, &method, &line) {
+                    Some((client, answer)) => {
+                        restored = Some(client);
+                        Delivery::Rewritten(answer)
+                    }
+                    None => {
+                        self.answer_server_request(&id, &method);
+                        Delivery::Drop
+                    }
+                }
             }
             // A completed task's result, delivered on a listen stream, is budgeted too.
             Parsed::Single(Kind::Notification { method }) if method == "notifications/tasks" => {
@@ -1425,6 +1534,13 @@ impl Relay {
     ) -> Delivery {
         let finished = {
             let mut state = self.state();
+            // A parked call's answer, before its client retried: kept for the retry.
+            if let Some(n) = state.pending.get(id.key()).and_then(|f| f.parked) {
+                if let Some(parked) = state.bridge.parked.get_mut(&n) {
+                    parked.done = Some(bytes.to_vec());
+                }
+                return Delivery::Drop;
+            }
             match state.finish(id.key()) {
                 Some(flight) => Ok(flight),
                 None => Err(state.retired.contains(id.key())),
@@ -1680,6 +1796,163 @@ impl Relay {
         delivery
     }
 
+    /// A legacy server's request for input (elicitation, sampling, roots) during a modern
+    /// client's call: the call is parked upstream and its client answered `input_required`,
+    /// carrying the request and a `requestState` minted under the cursor key for this session
+    /// and this call. `None`: no single call can take it (it is refused, see
+    /// [`Relay::answer_server_request`]). The client's id and the answer to it.
+    fn park(&self, server_id: &Id, method: &str, line: &[u8]) -> Option<(Id, Vec<u8>)> {
+        if !bridge::is_input_request(method) {
+            return None;
+        }
+        let key = self.interceptor.cursor_key();
+        let mut state = self.state();
+        if state.bridge.parked.len() >= MAX_PARKED {
+            tracing::warn!(
+                method,
+                "too many calls wait for their clients' input; refused"
+            );
+            return None;
+        }
+        // On stdio a server request names no call: it is the only one that can take input.
+        let mut calls = state
+            .pending
+            .iter()
+            .filter(|(_, f)| f.modern && f.parked.is_none() && f.digest.is_some())
+            .map(|(k, _)| k.clone());
+        let (Some(upstream_key), None) = (calls.next(), calls.next()) else {
+            tracing::warn!(
+                method,
+                "a legacy server's request for input with no single modern call it belongs to; refused"
+            );
+            return None;
+        };
+        drop(calls);
+        state.bridge.parked_seq += 1;
+        let n = state.bridge.parked_seq;
+        let nonce = state.bridge.nonce.clone();
+        let deadline = Instant::now() + self.input_timeout;
+        let flight = state.pending.get_mut(&upstream_key)?;
+        let client = flight.id.clone();
+        let digest = flight.digest?;
+        if flight.upstream.is_none() {
+            // The server knows it by the client's id; a new request under that id goes
+            // upstream under a fresh one.
+            flight.upstream = Some(flight.id.clone());
+        }
+        flight.parked = Some(n);
+        flight.deadline = Some(deadline);
+        state.aliases.remove(client.key());
+        let token = key.mint(
+            &crate::budget::page::Position {
+                offset: usize::try_from(n).unwrap_or(usize::MAX),
+                key: Some(format!("mrtr.{nonce}")),
+            },
+            &digest,
+        );
+        let input_key = format!("mcp-budget-{n}");
+        state.bridge.parked.insert(
+            n,
+            Parked {
+                upstream_key,
+                asked: vec![(input_key.clone(), server_id.clone())],
+                done: None,
+            },
+        );
+        drop(state);
+        self.deadline_added.notify_one();
+        tracing::info!(
+            method,
+            "a legacy server asks for input: the modern client gets input_required, the call waits for its retry"
+        );
+        let params = bridge::params_of(line);
+        let result = bridge::input_required(&input_key, method, &params, &token);
+        Some((client.clone(), jsonrpc::result_response(&client, &result)))
+    }
+
+    /// A modern client's retry of a parked call: its answers go to the server's requests, and
+    /// the call, still running upstream, is the retry's from now on.
+    fn resume(
+        &self,
+        state: &mut State,
+        id: &Id,
+        method: &str,
+        bytes: &[u8],
+        token: &str,
+        routed: &mut Routed,
+    ) -> Forward {
+        let mut refuse = |message: &str| {
+            bad_input();
+            tracing::warn!(id = id.raw(), message, "an MRTR retry refused");
+            routed.to_client.push(jsonrpc::error_response(
+                Some(id),
+                jsonrpc::INVALID_PARAMS,
+                message,
+                None,
+            ));
+            Forward::Drop
+        };
+        let digest = bridge::call_digest(method, bytes);
+        let position = match self.interceptor.cursor_key().verify(token, &digest) {
+            Ok(position) => position,
+            Err(_) => {
+                return refuse(
+                    "Invalid params: this requestState was not minted by mcp-budget for this request (it was altered, or is another request's); send the request again without requestState and inputResponses",
+                );
+            }
+        };
+        if position.key.as_deref() != Some(format!("mrtr.{}", state.bridge.nonce).as_str()) {
+            return refuse(
+                "Invalid params: this requestState belongs to another session or principal; send the request again without requestState and inputResponses",
+            );
+        }
+        let n = position.offset as u64;
+        let Some(parked) = state.bridge.parked.remove(&n) else {
+            return refuse(&format!(
+                "Invalid params: the call this requestState continues is no longer held by mcp-budget (it was retried already, or waited longer than {} s, --input-timeout-secs); send the request again without requestState and inputResponses (the tool was not run again)",
+                self.input_timeout.as_secs()
+            ));
+        };
+        let answers = bridge::input_responses(bytes);
+        let mut to_server: Vec<String> = Vec::new();
+        for (key, server_id) in &parked.asked {
+            let answer = match answers.get(key) {
+                Some(value) => jsonrpc::result_response(server_id, value),
+                None => jsonrpc::error_response(
+                    Some(server_id),
+                    jsonrpc::INVALID_PARAMS,
+                    "the client's retry gave no answer to this request",
+                    None,
+                ),
+            };
+            to_server.push(String::from_utf8_lossy(&answer).into_owned());
+        }
+        let deadline = self.request_timeout.map(|t| Instant::now() + t);
+        let Some(flight) = state.pending.get_mut(&parked.upstream_key) else {
+            return refuse("Invalid params: the call this requestState continues has ended");
+        };
+        flight.id = id.clone();
+        flight.parked = None;
+        flight.deadline = deadline;
+        let upstream = flight.upstream.clone();
+        state
+            .aliases
+            .insert(id.key().into(), parked.upstream_key.clone());
+        routed.accepted.push(id.clone());
+        if let (Some(done), Some(upstream)) = (parked.done, upstream) {
+            state.bridge.resumed_done = Some((upstream, done));
+        }
+        tracing::debug!(
+            id = id.raw(),
+            "an MRTR retry: the client's answers go to the legacy server"
+        );
+        let bytes = match to_server.len() {
+            1 => to_server.remove(0),
+            _ => format!("[{}]", to_server.join(",")),
+        };
+        Forward::Rewritten(bytes.into_bytes())
+    }
+
     /// Whether the proxy opened (or is opening) a legacy session for modern clients.
     fn bridging_legacy_server(&self) -> bool {
         let state = self.state();
@@ -1754,6 +2027,8 @@ impl Relay {
                 span: None,
                 modern: false,
                 log_level: None,
+                digest: None,
+                parked: None,
             },
         );
         let headers =
@@ -1842,7 +2117,10 @@ impl Relay {
             state
                 .finish_all()
                 .into_iter()
-                .filter(|f| !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize))
+                .filter(|f| {
+                    !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize)
+                        && f.parked.is_none()
+                })
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()
         };

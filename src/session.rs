@@ -32,6 +32,9 @@ pub struct Options {
     pub max_in_flight: usize,
     /// The server's protocol era, or `auto` to learn it (`--server-era`).
     pub server_era: crate::bridge::EraChoice,
+    /// How long a call waits upstream for a modern client's retry with the input a legacy
+    /// server asked for (`--input-timeout-secs`).
+    pub input_timeout: Duration,
     /// Whether a client of one era is bridged to a server of the other (off for a recording:
     /// it answers as the server did).
     pub bridge: bool,
@@ -46,6 +49,7 @@ impl Default for Options {
             initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
             server_era: crate::bridge::EraChoice::Auto,
+            input_timeout: crate::relay::DEFAULT_INPUT_TIMEOUT,
             bridge: true,
         }
     }
@@ -57,7 +61,8 @@ impl Options {
         let relay = Relay::new(interceptor)
             .with_request_timeout(self.request_timeout)
             .with_initialize_timeout(self.initialize_timeout)
-            .with_max_in_flight(self.max_in_flight);
+            .with_max_in_flight(self.max_in_flight)
+            .with_input_timeout(self.input_timeout);
         match self.bridge {
             true => relay.with_bridge(self.server_era),
             false => relay,

@@ -175,19 +175,135 @@ async fn a_modern_client_is_served_by_a_legacy_server_through_the_proxy() {
     assert_eq!(answer["error"]["code"], -32601, "{answer}");
 }
 
-#[tokio::test]
-async fn the_legacy_session_declares_the_modern_clients_capabilities() {
-    // quirky's `report` asks its client for sampling: the session the proxy opened declared
-    // what the modern client declared (elicitation, not sampling), and the server's request
-    // is answered with an error at once, not left waiting.
-    let mut client = Client::over(proxy("quirky_server", &[]), true);
+/// The quirky server's `report` asks its client for sampling mid-call (a legacy server
+/// request): through the proxy, a modern client gets `input_required` for it.
+async fn report_asks(client: &mut Client) -> Value {
     let answer = client
-        .request("tools/call", json!({"name": "report", "arguments": {}}))
+        .request(
+            "tools/call",
+            json!({"name": "report", "arguments": {"quarter": "Q3"}}),
+        )
         .await;
-    // The call ends (an answer, or the server's error), and nothing hangs.
+    let result = &answer["result"];
+    assert_eq!(result["resultType"], "input_required", "{answer}");
+    result.clone()
+}
+
+fn sampled() -> Value {
+    json!({"role": "assistant", "content": {"type": "text", "text": "Q3 was fine"},
+        "model": "test-model", "stopReason": "endTurn"})
+}
+
+#[tokio::test]
+async fn a_legacy_servers_request_reaches_a_modern_client_as_input_required() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let asked = report_asks(&mut client).await;
+    let (key, request) = asked["inputRequests"]
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{asked}");
+    // The server's request params as it wrote them.
+    assert_eq!(
+        request["params"]["messages"][0]["content"]["text"],
+        "Summarize Q3"
+    );
+    assert_eq!(request["params"]["_meta"]["x-origin"], "report");
+    let state = asked["requestState"].as_str().unwrap().to_string();
+    // A forged state, a state for other arguments: refused, and the call still waits.
+    let mut forged = state.clone();
+    forged.insert(3, 'x');
+    for (state, quarter) in [(forged.as_str(), "Q3"), (state.as_str(), "Q4")] {
+        let retry = client
+            .request(
+                "tools/call",
+                json!({"name": "report", "arguments": {"quarter": quarter},
+                    "inputResponses": {key.clone(): sampled()}, "requestState": state}),
+            )
+            .await;
+        assert_eq!(retry["error"]["code"], -32602, "{retry}");
+    }
+    // The retry (a new id) delivers the answer; the call, still running upstream, ends.
+    let retry = json!({"name": "report", "arguments": {"quarter": "Q3"},
+        "inputResponses": {key.clone(): sampled()}, "requestState": state});
+    let answer = client.request("tools/call", retry.clone()).await;
+    let result = &answer["result"];
+    assert_eq!(result["resultType"], "complete", "{answer}");
+    assert!(answer.to_string().contains("Q3 was fine"), "{answer}");
+    // Replayed: the call is no longer held, and the tool is not run again.
+    let again = client.request("tools/call", retry).await;
+    assert_eq!(again["error"]["code"], -32602, "{again}");
     assert!(
-        answer.get("result").is_some() || answer.get("error").is_some(),
-        "{answer}"
+        again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no longer held"),
+        "{again}"
+    );
+    let runs = client
+        .request("tools/call", json!({"name": "executions", "arguments": {}}))
+        .await;
+    assert_eq!(runs["result"]["structuredContent"]["report"], 1, "{runs}");
+}
+
+#[tokio::test]
+async fn a_client_that_never_retries_has_its_call_cancelled_upstream() {
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--policy", "none", "--input-timeout-secs", "2", "--"])
+        .arg(example("quirky_server"));
+    let mut client = Client::over(Peer::from_command(command), true);
+    let asked = report_asks(&mut client).await;
+    let key = asked["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap();
+    // The server hears of it: its log of the cancellation reaches a request that asks for
+    // logs (a modern client gets none otherwise), sent now, well within the 2 s bound (only
+    // one call may be open when the server asks, so it cannot go first).
+    let wait = json!({"name": "slow", "arguments": {},
+        "_meta": {"io.modelcontextprotocol/logLevel": "info"}});
+    client.next += 1;
+    let id = client.next;
+    let mut params = wait;
+    let own = params["_meta"].take();
+    params["_meta"] = meta("bridge-test");
+    params["_meta"]["io.modelcontextprotocol/logLevel"] =
+        own["io.modelcontextprotocol/logLevel"].clone();
+    client
+        .peer
+        .send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string(),
+        )
+        .await;
+    let cancelled = loop {
+        let message = client.peer.recv_json().await;
+        if message["method"] == "notifications/message"
+            && message["params"]["data"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("cancelled"))
+        {
+            break message;
+        }
+    };
+    assert!(cancelled.to_string().contains("cancelled"), "{cancelled}");
+    // A retry after the bound: a clear error; the tool is not run again behind its back.
+    let retry = client
+        .request(
+            "tools/call",
+            json!({"name": "report", "arguments": {"quarter": "Q3"},
+                "inputResponses": {key: sampled()}, "requestState": asked["requestState"]}),
+        )
+        .await;
+    assert_eq!(retry["error"]["code"], -32602, "{retry}");
+    assert!(
+        retry["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--input-timeout-secs"),
+        "{retry}"
     );
 }
 
@@ -397,4 +513,76 @@ async fn over_http_a_legacy_client_reaches_a_modern_only_stdio_server() {
     let list = last_message(&list);
     assert_eq!(list["result"]["tools"][0]["name"], "rows", "{list}");
     assert!(list["result"].get("resultType").is_none());
+}
+
+#[tokio::test]
+async fn a_request_state_from_another_principal_is_refused() {
+    let quirky = example("quirky_server");
+    let (_proxy, url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--auth-token-env",
+            "TOKEN_A",
+            "--auth-token-env",
+            "TOKEN_B",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
+    )
+    .await;
+    let http = http_client();
+    let call = |token: &'static str, id: u64, params: Value| {
+        let mut params = params;
+        params["_meta"] = meta("claude-ai");
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "report")
+            .header("authorization", format!("Bearer {token}"))
+            .body(body.to_string())
+            .send()
+    };
+    let report = json!({"name": "report", "arguments": {"quarter": "Q3"}});
+    let asked = last_message(
+        &call("a-secret", 1, report)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let key = asked["result"]["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap();
+    let retry = json!({"name": "report", "arguments": {"quarter": "Q3"},
+        "inputResponses": {key: sampled()}, "requestState": asked["result"]["requestState"]});
+    // Principal B with A's state: refused; nothing of A's call reaches B.
+    let other = last_message(
+        &call("b-secret", 2, retry.clone())
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(other["error"]["code"], -32602, "{other}");
+    assert!(!other.to_string().contains("Q3 was fine"));
+    // A itself: the call completes.
+    let own = last_message(
+        &call("a-secret", 3, retry)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(own["result"]["resultType"], "complete", "{own}");
+    assert!(own.to_string().contains("Q3 was fine"), "{own}");
 }

@@ -506,6 +506,9 @@ function expectedEra(server, mode, transport = 'direct') {
   return server === 'target' || isProxy(transport) ? 'modern' : 'legacy';
 }
 
+const session_era_label = (mode, transport) =>
+  expectedEra('everything', mode, transport) === 'modern' ? 'input_required through the era bridge' : 'a server-to-client request';
+
 // 1 and 2: everything get-env (2025 only: legacy and auto modes).
 async function everythingChecks(routes, mode, transport, prefix) {
   const spec = { target: routes.everything[transport], mode, transport };
@@ -532,6 +535,20 @@ async function everythingChecks(routes, mode, transport, prefix) {
       const ok = pages.length > 1 && Math.max(...sizes) < 200_000 && equal === true && /after:"/.test(lastNotice(pages[0].result));
       console.log(`     ${pages.length} pages of at most ${Math.max(...sizes)} bytes for ${Buffer.byteLength(whole)} bytes direct`);
       return [ok, `${pages.length} pages, sizes ${sizes.slice(0, 4)}, reassembled equal: ${equal}`];
+    });
+  });
+  // An elicitation round trip: server-everything asks its client mid-call (a server-to-client
+  // request). A modern client gets it through the proxy as input_required, and retries.
+  const label2 = `${prefix}: everything trigger-elicitation-request round trip (${session_era_label(mode, transport)})`;
+  await withSession([label2], spec, async (session) => {
+    await attempt(label2, session, async () => {
+      session.elicitations = [];
+      const result = await session.client.callTool({ name: 'trigger-elicitation-request', arguments: {} }, { timeout: 30_000 });
+      const text = textsOf(result).join(' ');
+      const raw = session.tap.call?.result;
+      const modern = session.era === 'modern';
+      const ok = !result.isError && session.elicitations.length === 1 && /octocat/.test(text) && (!modern || raw?.resultType === 'complete');
+      return [ok, `isError ${result.isError}, elicitations ${session.elicitations.length}, era ${session.era}, final resultType ${raw?.resultType}, text ${clip(text, 200)}`];
     });
   });
   for (const [name, limit, unit] of [['codex-mcp-client', 10 * 1024, '10 KiB'], ['claude-code', 50_000, '50,000 bytes']]) {
