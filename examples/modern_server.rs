@@ -7,7 +7,8 @@
 //! - `server/discover` names the server in `_meta`;
 //! - tools: `rows` (`arguments.rows` rows as `structuredContent`, counted in
 //!   `arguments.file` when given), `meta` (the request's `_meta`, as text), `ask` (an
-//!   `input_required` result);
+//!   `input_required` result asking `confirm` by elicitation, with `requestState`
+//!   `opaque-1`; the retry that echoes it with the answer gets `confirmed: <answer>`);
 //! - a request that sets `_meta["io.modelcontextprotocol/logLevel"]` gets one
 //!   `notifications/message` at `info` before its answer.
 
@@ -70,6 +71,13 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
             Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": rows}))
         }
         "meta" => Ok(json!({"content": [{"type": "text", "text": params["_meta"].to_string()}]})),
+        "ask"
+            if params["requestState"] == "opaque-1"
+                && params["inputResponses"]["confirm"].is_object() =>
+        {
+            let answer = &params["inputResponses"]["confirm"];
+            Ok(json!({"content": [{"type": "text", "text": format!("confirmed: {answer}")}]}))
+        }
         "ask" => Ok(json!({
             "resultType": "input_required",
             "inputRequests": {"confirm": {"method": "elicitation/create", "params": {

@@ -120,7 +120,36 @@ struct InFlight {
     /// Parked: its client got `input_required` and the call waits upstream for the retry
     /// (the number of its entry in [`Bridge::parked`]).
     parked: Option<u64>,
+    /// A legacy client's request to a modern server that may be answered `input_required`:
+    /// the bytes it went upstream as (the proxy retries it with the client's answers), and
+    /// how many rounds it had.
+    kept: Option<Box<[u8]>>,
+    rounds: u8,
 }
+
+/// A legacy client's call a modern server asked input for: the proxy asks the client (real
+/// server-to-client requests) and retries the call with the answers (the era bridge's MRTR).
+struct Round {
+    /// The client's call.
+    client: Id,
+    method: String,
+    pending: Pending,
+    /// The call as it went upstream.
+    sent: Box<[u8]>,
+    /// The server's `requestState`, echoed on the retry.
+    state: Option<String>,
+    /// The answers so far (input key, result JSON), and how many are still awaited.
+    answers: Vec<(String, String)>,
+    waiting: usize,
+    rounds: u8,
+    deadline: Instant,
+}
+
+/// At most this many rounds of input per call, and rounds open per session.
+const MAX_ROUNDS: u8 = 8;
+const MAX_OPEN_ROUNDS: usize = 64;
+/// A legacy client's request kept for a retry with input is at most this large.
+const MAX_KEPT_REQUEST: usize = 1024 * 1024;
 
 /// A legacy server's call parked while its modern client answers the server's request (the
 /// era bridge's MRTR, [`crate::bridge`]).
@@ -225,6 +254,11 @@ struct Bridge {
     /// A parked call whose server answer came before the retry: it is answered (under the
     /// retry's id) once the retry is routed.
     resumed_done: Option<(Id, Vec<u8>)>,
+    /// Legacy clients' calls waiting for their answers to a modern server's input requests;
+    /// the proxy's requests to the client, by id key: (round, input key).
+    rounds: HashMap<u64, Round>,
+    round_seq: u64,
+    inputs: HashMap<Box<str>, (u64, String)>,
 }
 
 /// At most this many bytes of modern requests are held while the server's era is learned.
@@ -235,8 +269,9 @@ const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
 pub struct Later {
     /// Messages for the server.
     pub to_server: Vec<Outgoing>,
-    /// Messages for the client (with their envelope, for routing).
-    pub to_client: Vec<(Vec<u8>, Option<Kind>)>,
+    /// Messages for the client (with their envelope, for routing, and the client request
+    /// they belong to, if any).
+    pub to_client: Vec<(Vec<u8>, Option<Kind>, Option<Id>)>,
 }
 
 impl Later {
@@ -325,11 +360,10 @@ impl Relay {
 
     /// The earliest deadline of a request in flight.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.state()
-            .pending
-            .values()
-            .filter_map(|f| f.deadline)
-            .min()
+        let state = self.state();
+        let calls = state.pending.values().filter_map(|f| f.deadline);
+        let rounds = state.bridge.rounds.values().map(|r| r.deadline);
+        calls.chain(rounds).min()
     }
 
     /// Completes when a request with a deadline went in flight (since the last call).
@@ -416,6 +450,51 @@ impl Relay {
             keys.iter().filter_map(|k| state.finish(k)).collect()
         };
         let mut out = Expired::default();
+        // A legacy client that did not answer a modern server's request for input in time:
+        // its call gets an error, and the proxy's requests are withdrawn.
+        {
+            let mut state = self.state();
+            let late: Vec<u64> = state
+                .bridge
+                .rounds
+                .iter()
+                .filter(|(_, r)| r.deadline <= now)
+                .map(|(n, _)| *n)
+                .collect();
+            for n in late {
+                let Some(round) = state.bridge.rounds.remove(&n) else {
+                    continue;
+                };
+                let asked: Vec<Box<str>> = state
+                    .bridge
+                    .inputs
+                    .iter()
+                    .filter(|(_, (m, _))| *m == n)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in asked {
+                    state.bridge.inputs.remove(&key);
+                    out.to_client.push(jsonrpc::cancelled(
+                        &Id::from_json_text(&key),
+                        "mcp-budget: no answer within --input-timeout-secs",
+                    ));
+                }
+                tracing::warn!(
+                    id = round.client.raw(),
+                    "the client did not answer the server's request for input in time"
+                );
+                out.to_client.push(jsonrpc::error_response(
+                    Some(&round.client),
+                    UPSTREAM_ERROR,
+                    &format!(
+                        "the server asked for input that the client did not give within {} s (--input-timeout-secs); {} was not completed",
+                        self.input_timeout.as_secs_f64(),
+                        round.method
+                    ),
+                    None,
+                ));
+            }
+        }
         for flight in expired {
             if matches!(flight.pending, Pending::Probe) {
                 tracing::info!(
@@ -673,6 +752,8 @@ impl Relay {
                 log_level: None,
                 digest: None,
                 parked: None,
+                kept: None,
+                rounds: 0,
             },
         );
         self.deadline_added.notify_one();
@@ -756,7 +837,7 @@ impl Relay {
                                 id: Some(flight.id.clone()),
                                 result: None,
                             };
-                            state.later.to_client.push((answer, Some(kind)));
+                            state.later.to_client.push((answer, Some(kind), None));
                         }
                     }
                 }
@@ -1114,6 +1195,16 @@ impl Relay {
                     .flatten();
                 let digest = (to_legacy && bridge::takes_input(&method))
                     .then(|| bridge::call_digest(&method, bytes));
+                let kept = match &forward {
+                    Forward::Rewritten(b)
+                        if bridged
+                            && bridge::takes_input(&method)
+                            && b.len() <= MAX_KEPT_REQUEST =>
+                    {
+                        Some(b.clone().into_boxed_slice())
+                    }
+                    _ => None,
+                };
                 let key: Box<str> = match &upstream {
                     Some(fresh) => {
                         state.aliases.insert(id.key().into(), fresh.key().into());
@@ -1138,6 +1229,8 @@ impl Relay {
                         log_level,
                         digest,
                         parked: None,
+                        kept,
+                        rounds: 0,
                     },
                 );
                 drop(state);
@@ -1197,8 +1290,243 @@ impl Relay {
                 ));
                 Forward::Drop
             }
+            Kind::Response { id: Some(id), .. }
+                if self.state().bridge.inputs.contains_key(id.key()) =>
+            {
+                self.answered_by_legacy_client(&id, bytes, routed, out)
+            }
             Kind::Response { .. } | Kind::Other | Kind::Invalid => Forward::Unchanged,
         }
+    }
+
+    /// A modern server's `input_required` for a legacy client's call: each of its requests
+    /// goes to the client as a real server-to-client request (on the call's stream); the
+    /// answers are collected and the call retried ([`Relay::answered_by_legacy_client`]).
+    fn ask_legacy_client(
+        &self,
+        client: &Id,
+        method: &str,
+        pending: Pending,
+        sent: Box<[u8]>,
+        rounds: u8,
+        answer: &[u8],
+    ) -> Delivery {
+        let refuse = |why: &str| {
+            tracing::warn!(method, why, "a modern server's input_required not relayed");
+            Delivery::Rewritten(jsonrpc::error_response(
+                Some(client),
+                UPSTREAM_ERROR,
+                &format!(
+                    "the server needs input for {method} that mcp-budget could not ask this client for: {why}"
+                ),
+                None,
+            ))
+        };
+        let Some(asked) = bridge::input_requests(answer) else {
+            return refuse("its input_required result could not be read");
+        };
+        if rounds >= MAX_ROUNDS {
+            return refuse(&format!("it asked more than {MAX_ROUNDS} rounds"));
+        }
+        let mut state = self.state();
+        if state.bridge.rounds.len() >= MAX_OPEN_ROUNDS {
+            return refuse("too many calls of this session wait for input");
+        }
+        state.bridge.round_seq += 1;
+        let n = state.bridge.round_seq;
+        let waiting = asked.requests.len();
+        for request in &asked.requests {
+            state.fresh += 1;
+            let id = Id::from_json_text(&format!("\"mcp-budget-input-{}\"", state.fresh));
+            let bytes = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":{},"params":{}}}"#,
+                id.raw(),
+                serde_json::Value::from(request.method.as_str()),
+                request.params
+            )
+            .into_bytes();
+            let kind = Kind::Request {
+                id: id.clone(),
+                method: request.method.clone(),
+                progress: None,
+                modern: None,
+            };
+            state
+                .bridge
+                .inputs
+                .insert(id.key().into(), (n, request.key.clone()));
+            state
+                .later
+                .to_client
+                .push((bytes, Some(kind), Some(client.clone())));
+        }
+        tracing::info!(
+            method,
+            requests = waiting,
+            "a modern server asks for input: mcp-budget asks the legacy client"
+        );
+        state.bridge.rounds.insert(
+            n,
+            Round {
+                client: client.clone(),
+                method: method.to_string(),
+                pending,
+                sent,
+                state: asked.state,
+                answers: Vec::new(),
+                waiting,
+                rounds: rounds + 1,
+                deadline: Instant::now() + self.input_timeout,
+            },
+        );
+        if waiting == 0 {
+            // Only a requestState: the call is retried at once.
+            match self.retry_round(&mut state, n) {
+                Some(Ok(retry)) => state.later.to_server.push(retry),
+                Some(Err(error)) => state.later.to_client.push((error, None, None)),
+                None => {}
+            }
+        }
+        drop(state);
+        self.deadline_added.notify_one();
+        Delivery::Drop
+    }
+
+    /// A legacy client's answer to one of the proxy's input requests; once every answer is in,
+    /// the call goes upstream again with them.
+    fn answered_by_legacy_client(
+        &self,
+        id: &Id,
+        bytes: &[u8],
+        routed: &mut Routed,
+        out: &mut Outgoing,
+    ) -> Forward {
+        let mut state = self.state();
+        let Some((n, key)) = state.bridge.inputs.remove(id.key()) else {
+            return Forward::Drop;
+        };
+        let Some(result) = bridge::result_of(bytes).map(str::to_string) else {
+            // The client refused (an error): the call ends with it.
+            let other: Vec<Box<str>> = state
+                .bridge
+                .inputs
+                .iter()
+                .filter(|(_, (m, _))| *m == n)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in other {
+                state.bridge.inputs.remove(&key);
+            }
+            if let Some(round) = state.bridge.rounds.remove(&n) {
+                let message = serde_json::from_slice::<serde_json::Value>(bytes)
+                    .ok()
+                    .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                routed.to_client.push(jsonrpc::error_response(
+                    Some(&round.client),
+                    UPSTREAM_ERROR,
+                    &format!(
+                        "the client answered the server's request for input with an error ({message}); {} was not completed",
+                        round.method
+                    ),
+                    None,
+                ));
+            }
+            return Forward::Drop;
+        };
+        let Some(round) = state.bridge.rounds.get_mut(&n) else {
+            return Forward::Drop;
+        };
+        round.answers.push((key, result));
+        round.waiting = round.waiting.saturating_sub(1);
+        if round.waiting > 0 {
+            return Forward::Drop;
+        }
+        match self.retry_round(&mut state, n) {
+            Some(Ok(retry)) => {
+                let Outgoing {
+                    bytes,
+                    requests,
+                    modern,
+                    ..
+                } = retry;
+                let id = requests.first().cloned();
+                out.requests.extend(requests);
+                out.modern = modern;
+                drop(state);
+                if id.is_some() && self.request_timeout.is_some() {
+                    self.deadline_added.notify_one();
+                }
+                Forward::Rewritten(bytes)
+            }
+            Some(Err(error)) => {
+                routed.to_client.push(error);
+                Forward::Drop
+            }
+            None => Forward::Drop,
+        }
+    }
+
+    /// Round `n`'s call, retried upstream with the client's answers and the server's
+    /// `requestState`, under a fresh id (in flight again, as the client's call). `Err`: the
+    /// client's error (the call could not be retried).
+    fn retry_round(&self, state: &mut State, n: u64) -> Option<Result<Outgoing, Vec<u8>>> {
+        let round = state.bridge.rounds.remove(&n)?;
+        state.fresh += 1;
+        let fresh = Id::from_json_text(&format!("\"mcp-budget-retry-{}\"", state.fresh));
+        let Some(bytes) =
+            bridge::retry(&round.sent, &fresh, &round.answers, round.state.as_deref())
+        else {
+            return Some(Err(jsonrpc::error_response(
+                Some(&round.client),
+                UPSTREAM_ERROR,
+                &format!(
+                    "mcp-budget could not retry {} with the client's input",
+                    round.method
+                ),
+                None,
+            )));
+        };
+        let annotated = match &round.pending {
+            Pending::ToolsCall(context) => self.interceptor.param_headers(context.tool()),
+            _ => Vec::new(),
+        };
+        let headers = crate::era::Headers::of(
+            crate::era::MODERN,
+            &round.method,
+            bridge::named(&round.method, &bytes),
+            &bytes,
+            &annotated,
+        );
+        state
+            .aliases
+            .insert(round.client.key().into(), fresh.key().into());
+        state.pending.insert(
+            fresh.key().into(),
+            InFlight {
+                id: round.client,
+                upstream: Some(fresh.clone()),
+                method: round.method,
+                pending: round.pending,
+                deadline: self.request_timeout.map(|t| Instant::now() + t),
+                progress_token: None,
+                sent: None,
+                span: None,
+                modern: false,
+                log_level: None,
+                digest: None,
+                parked: None,
+                kept: Some(round.sent),
+                rounds: round.rounds,
+            },
+        );
+        tracing::debug!("a legacy client's answers: its call goes upstream again with them");
+        Some(Ok(Outgoing {
+            bytes,
+            requests: vec![fresh],
+            modern: Some(Box::new(headers)),
+            ..Outgoing::default()
+        }))
     }
 
     /// The proxy's own `server/discover`, in flight (see [`Routed::probe`]).
@@ -1233,6 +1561,8 @@ impl Relay {
                 log_level: None,
                 digest: None,
                 parked: None,
+                kept: None,
+                rounds: 0,
             },
         );
         self.deadline_added.notify_one();
@@ -1592,13 +1922,24 @@ impl Relay {
             (None, true) => Delivery::Rewritten(bytes.to_vec()),
             (None, false) => Delivery::Unchanged,
         };
-        let (pending, span, client) = match finished {
+        let (pending, span, client, sent, rounds) = match finished {
             Ok(flight) => (
                 Ok(flight.pending),
                 flight.span,
                 Some((flight.id, flight.method, flight.modern)),
+                flight.kept,
+                flight.rounds,
             ),
-            Err(over) => (Err(over), None, None),
+            Err(over) => (Err(over), None, None, None, 0),
+        };
+        // A modern server asks a legacy client's call for input: the proxy asks the client.
+        let pending = match (pending, &client, sent) {
+            (Ok(pending), Some((client_id, method, false)), Some(sent))
+                if bridge::incomplete_kind(bytes).as_deref() == Some("input_required") =>
+            {
+                return self.ask_legacy_client(client_id, method, pending, sent, rounds, bytes);
+            }
+            (pending, _, _) => pending,
         };
         // Whether the budget rewrote a tools/call answer (not only its id).
         let mut budgeted = false;
@@ -2029,6 +2370,8 @@ impl Relay {
                 log_level: None,
                 digest: None,
                 parked: None,
+                kept: None,
+                rounds: 0,
             },
         );
         let headers =

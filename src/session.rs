@@ -175,8 +175,12 @@ async fn send_later(
             break;
         }
     }
-    for (bytes, kind) in later.to_client {
-        if !client.deliver(bytes, kind).await {
+    for (bytes, kind, related) in later.to_client {
+        let delivered = match related {
+            Some(request) => client.deliver_related(bytes, kind, request).await,
+            None => client.deliver(bytes, kind).await,
+        };
+        if !delivered {
             return false;
         }
     }

@@ -391,12 +391,62 @@ async fn a_legacy_client_is_served_by_a_modern_only_server_through_the_proxy() {
     assert_eq!(rows[2999]["n"], 2999);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "ran\n");
     let _ = std::fs::remove_file(&file);
-    // input_required has no 2025 form yet: a clear error, never a result the client misreads.
-    let answer = client
-        .request("tools/call", json!({"name": "ask", "arguments": {}}))
-        .await;
-    let message = answer["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("input_required"), "{answer}");
+    // A modern server's input_required: the legacy client is asked by a real request, and
+    // the call is retried with its answer and the server's requestState.
+    client.next += 1;
+    let call = client.next;
+    let request = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
+        "params": {"name": "ask", "arguments": {}}});
+    client.peer.send(&request.to_string()).await;
+    let asked = next_request(&mut client).await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert_eq!(asked["params"]["message"], "Go on?");
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"ok": true}}});
+    client.peer.send(&answer.to_string()).await;
+    let done = loop {
+        let message = client.peer.recv_json().await;
+        if message["id"] == call {
+            break message;
+        }
+    };
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("confirmed: "), "{done}");
+    assert!(text.contains(r#""ok":true"#), "{done}");
+    assert!(done["result"].get("resultType").is_none(), "{done}");
+    // A client that refuses: the call ends with an error that says so.
+    client.next += 1;
+    let call = client.next;
+    let request = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
+        "params": {"name": "ask", "arguments": {}}});
+    client.peer.send(&request.to_string()).await;
+    let asked = next_request(&mut client).await;
+    let refusal = json!({"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -1, "message": "user said no"}});
+    client.peer.send(&refusal.to_string()).await;
+    let done = loop {
+        let message = client.peer.recv_json().await;
+        if message["id"] == call {
+            break message;
+        }
+    };
+    assert!(
+        done["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("user said no"),
+        "{done}"
+    );
+}
+
+/// The next request the client is sent (notifications skipped).
+async fn next_request(client: &mut Client) -> Value {
+    loop {
+        let message = client.peer.recv_json().await;
+        if message.get("method").is_some() && message.get("id").is_some() {
+            return message;
+        }
+    }
 }
 
 #[tokio::test]

@@ -430,6 +430,9 @@ async function modernOnlyChecks(routes, mode, transport, prefix) {
   const labels = {
     era: `${prefix}: through the era bridge: a legacy client initializes with the modern-only target`,
     list: `${prefix}: through the era bridge: tools/list and a call, in the legacy era`,
+    elicit: `${prefix}: through the era bridge: the target's input_required reaches the legacy client as an elicitation request`,
+    rounds: `${prefix}: through the era bridge: two rounds of input, the target's requestState echoed`,
+    paging: `${prefix}: through the era bridge: the final result after input is paged automatically`,
   };
   await withSession(Object.values(labels), { target: route, mode, transport }, async (session) => {
     const info = session.client.getServerVersion();
@@ -441,6 +444,29 @@ async function modernOnlyChecks(routes, mode, transport, prefix) {
       const text = textsOf(result).join('');
       const ok = tools.some((t) => t.name === 'test_simple_text') && text === 'This is a simple text response for testing.' && raw?.resultType === undefined;
       return [ok, `${tools.length} tools, text ${clip(text, 100)}, resultType on the wire ${raw?.resultType}`];
+    });
+    await attempt(labels.elicit, session, async () => {
+      session.elicitations = [];
+      session.answerName = 'octocat';
+      const result = await session.client.callTool({ name: 'test_input_required_result_elicitation', arguments: {} });
+      const text = textsOf(result).join('');
+      return [text === 'Hello, octocat!' && session.elicitations.length === 1 && session.tap.call?.result?.resultType === undefined, `text ${clip(text, 200)}, elicitations ${session.elicitations.length}`];
+    });
+    await attempt(labels.rounds, session, async () => {
+      session.elicitations = [];
+      const result = await session.client.callTool({ name: 'test_input_required_result_multi_round', arguments: {} });
+      const text = textsOf(result).join('');
+      return [text === 'Multi-round complete: octocat likes teal' && session.elicitations.length === 2, `text ${clip(text, 200)}, elicitations ${session.elicitations.length}`];
+    });
+    await attempt(labels.paging, session, async () => {
+      session.answerName = bigName;
+      session.elicitations = [];
+      const pages = await chain(session, 'test_input_required_result_elicitation', {});
+      const sizes = pages.map((p) => wireSize(p.raw));
+      const whole = `Hello, ${bigName}!`;
+      const equal = pageTexts(pages).join('') === whole;
+      const ok = pages.length > 1 && Math.max(...sizes) < 200_000 && equal && session.elicitations.length === 1;
+      return [ok, `${pages.length} pages, sizes ${sizes.slice(0, 4)}, reassembled equal: ${equal}, elicitations ${session.elicitations.length}`];
     });
   });
 }
