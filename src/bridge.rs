@@ -498,10 +498,58 @@ pub fn message_level(notification: &[u8]) -> u8 {
         .unwrap_or(u8::MAX)
 }
 
+/// What a modern request's `clientCapabilities` declare that a legacy server may use
+/// (sampling, elicitation and its modes, roots): requests that differ in it need legacy
+/// sessions of their own. Canonical text, `""` when none.
+pub fn capability_profile(request: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Top {
+        params: Option<P>,
+    }
+    #[derive(Deserialize)]
+    struct P {
+        #[serde(rename = "_meta")]
+        meta: Option<M>,
+    }
+    #[derive(Deserialize)]
+    struct M {
+        #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
+        capabilities: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    let Some(capabilities) = serde_json::from_slice::<Top>(request)
+        .ok()
+        .and_then(|t| t.params?.meta?.capabilities)
+    else {
+        return String::new();
+    };
+    let mut out = Vec::new();
+    for name in ["elicitation", "roots", "sampling"] {
+        let Some(value) = capabilities.get(name) else {
+            continue;
+        };
+        let mut modes: Vec<&str> = value
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        modes.sort_unstable();
+        out.push(format!("{name}({})", modes.join(",")));
+    }
+    out.join(";")
+}
+
 /// The methods a server may answer with `input_required` (basic/patterns/mrtr, "Supported
 /// Requests").
 pub fn takes_input(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
+}
+
+/// The client capability a server-to-client request needs.
+pub fn capability_of(method: &str) -> &'static str {
+    match method {
+        "sampling/createMessage" => "sampling",
+        "roots/list" => "roots",
+        _ => "elicitation",
+    }
 }
 
 /// The server-to-client requests MRTR carries.
@@ -583,13 +631,22 @@ pub fn params_of(message: &[u8]) -> String {
         .map_or_else(|| "{}".to_string(), |p| p.get().to_string())
 }
 
-/// An `input_required` result carrying one server request (`method`, `params`: JSON text)
-/// under `key`, and `state` as its `requestState`.
-pub fn input_required(key: &str, method: &str, params: &str, state: &str) -> String {
+/// An `input_required` result carrying server requests (key, method, params JSON text),
+/// and `state` as its `requestState`.
+pub fn input_required(requests: &[(String, String, String)], state: &str) -> String {
+    let members: Vec<String> = requests
+        .iter()
+        .map(|(key, method, params)| {
+            format!(
+                r#"{}:{{"method":{},"params":{params}}}"#,
+                quote(key),
+                quote(method)
+            )
+        })
+        .collect();
     format!(
-        r#"{{"resultType":"input_required","inputRequests":{{{}:{{"method":{},"params":{params}}}}},"requestState":{}}}"#,
-        quote(key),
-        quote(method),
+        r#"{{"resultType":"input_required","inputRequests":{{{}}},"requestState":{}}}"#,
+        members.join(","),
         quote(state)
     )
 }

@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 use crate::bridge::{self, Era, EraChoice, LegacyClient};
 use crate::framing::Frame;
 use crate::intercept::{CallContext, CallDecision, Interceptor};
-use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR, UPSTREAM_ERROR};
+use crate::jsonrpc::{self, INVALID_REQUEST, MISSING_CAPABILITY, PARSE_ERROR, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind, Modern, Parsed};
 use crate::recording::{Dir, Recorder};
 use crate::upstream::Outgoing;
@@ -125,6 +125,9 @@ struct InFlight {
     /// how many rounds it had.
     kept: Option<Box<[u8]>>,
     rounds: u8,
+    /// What a modern call bridged to a legacy server declared that the server may use
+    /// ([`bridge::capability_profile`]).
+    caps: Option<Box<str>>,
 }
 
 /// A legacy client's call a modern server asked input for: the proxy asks the client (real
@@ -160,6 +163,9 @@ struct Parked {
     asked: Vec<(String, Id)>,
     /// The server's answer, when it came before the retry.
     done: Option<Vec<u8>>,
+    /// The server's requests that came after the client was answered (method, params,
+    /// server request id): the retry gets them as the next `input_required`.
+    extra: Vec<(String, String, Id)>,
 }
 
 /// At most this many calls are parked per session; a server request past it is refused.
@@ -518,7 +524,8 @@ impl Relay {
                     "mcp-budget: the client did not answer the server's request in time",
                 ));
                 if let Some(parked) = self.state().bridge.parked.remove(&n) {
-                    for (_, server_id) in parked.asked {
+                    let extra = parked.extra.into_iter().map(|(_, _, id)| id);
+                    for server_id in parked.asked.into_iter().map(|(_, id)| id).chain(extra) {
                         out.to_server.push(jsonrpc::error_response(
                             Some(&server_id),
                             jsonrpc::UPSTREAM_ERROR,
@@ -754,6 +761,7 @@ impl Relay {
                 parked: None,
                 kept: None,
                 rounds: 0,
+                caps: None,
             },
         );
         self.deadline_added.notify_one();
@@ -994,6 +1002,27 @@ impl Relay {
                                 .push(jsonrpc::result_response(&id, &result));
                             return Forward::Drop;
                         }
+                        // What 2026-07-28 removed is not served to a modern client, though
+                        // the legacy server behind would answer it.
+                        if state.bridge.server == Some(Era::Legacy)
+                            && matches!(
+                                method.as_str(),
+                                "ping"
+                                    | "logging/setLevel"
+                                    | "resources/subscribe"
+                                    | "resources/unsubscribe"
+                            )
+                        {
+                            routed.to_client.push(jsonrpc::error_response(
+                                Some(&id),
+                                jsonrpc::METHOD_NOT_FOUND,
+                                &format!(
+                                    "Method not found: {method} is not part of MCP 2026-07-28"
+                                ),
+                                None,
+                            ));
+                            return Forward::Drop;
+                        }
                         // A retry of a call the proxy parked (MRTR to a legacy server).
                         if state.bridge.server == Some(Era::Legacy)
                             && bridge::takes_input(&method)
@@ -1231,6 +1260,7 @@ impl Relay {
                         parked: None,
                         kept,
                         rounds: 0,
+                        caps: digest.map(|_| bridge::capability_profile(bytes).into_boxed_str()),
                     },
                 );
                 drop(state);
@@ -1518,6 +1548,7 @@ impl Relay {
                 parked: None,
                 kept: Some(round.sent),
                 rounds: round.rounds,
+                caps: None,
             },
         );
         tracing::debug!("a legacy client's answers: its call goes upstream again with them");
@@ -1563,6 +1594,7 @@ impl Relay {
                 parked: None,
                 kept: None,
                 rounds: 0,
+                caps: None,
             },
         );
         self.deadline_added.notify_one();
@@ -1779,11 +1811,12 @@ impl Relay {
             }
             Parsed::Single(Kind::Request { id, method, .. }) if self.bridging_legacy_server() => {
                 match self.park(&id, &method, &line) {
-                    Some((client, answer)) => {
+                    Ok(Some((client, answer))) => {
                         restored = Some(client);
                         Delivery::Rewritten(answer)
                     }
-                    None => {
+                    Ok(None) => Delivery::Drop,
+                    Err(()) => {
                         self.answer_server_request(&id, &method);
                         Delivery::Drop
                     }
@@ -2142,10 +2175,19 @@ impl Relay {
     /// carrying the request and a `requestState` minted under the cursor key for this session
     /// and this call. `None`: no single call can take it (it is refused, see
     /// [`Relay::answer_server_request`]). The client's id and the answer to it.
-    fn park(&self, server_id: &Id, method: &str, line: &[u8]) -> Option<(Id, Vec<u8>)> {
+    fn park(&self, server_id: &Id, method: &str, line: &[u8]) -> Result<Option<(Id, Vec<u8>)>, ()> {
         if !bridge::is_input_request(method) {
-            return None;
+            return Err(());
         }
+        self.park_inner(server_id, method, line).ok_or(())
+    }
+
+    fn park_inner(
+        &self,
+        server_id: &Id,
+        method: &str,
+        line: &[u8],
+    ) -> Option<Option<(Id, Vec<u8>)>> {
         let key = self.interceptor.cursor_key();
         let mut state = self.state();
         if state.bridge.parked.len() >= MAX_PARKED {
@@ -2155,20 +2197,41 @@ impl Relay {
             );
             return None;
         }
-        // On stdio a server request names no call: it is the only one that can take input.
-        let mut calls = state
+        // On stdio a server request names no call: it is the only one open that can take
+        // input; with none open, the call parked last (a server asking several things at
+        // once asks them for one call).
+        let open: Vec<Box<str>> = state
             .pending
             .iter()
-            .filter(|(_, f)| f.modern && f.parked.is_none() && f.digest.is_some())
-            .map(|(k, _)| k.clone());
-        let (Some(upstream_key), None) = (calls.next(), calls.next()) else {
-            tracing::warn!(
-                method,
-                "a legacy server's request for input with no single modern call it belongs to; refused"
-            );
-            return None;
+            .filter(|(_, f)| f.modern && f.digest.is_some() && f.parked.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let latest = state
+            .pending
+            .iter()
+            .filter_map(|(k, f)| f.parked.filter(|_| f.modern).map(|n| (n, k.clone())))
+            .max_by_key(|(n, _)| *n);
+        let (upstream_key, parked) = match (open.as_slice(), latest) {
+            ([one], _) => (one.clone(), None),
+            ([], Some((n, key))) => (key, Some(n)),
+            _ => {
+                tracing::warn!(
+                    method,
+                    "a legacy server's request for input with no single modern call it belongs to; refused"
+                );
+                return None;
+            }
         };
-        drop(calls);
+        if let Some(n) = parked {
+            // The client has its input_required already: this one goes with the next round.
+            let entry = state.bridge.parked.get_mut(&n)?;
+            entry.extra.push((
+                method.to_string(),
+                bridge::params_of(line),
+                server_id.clone(),
+            ));
+            return Some(None);
+        }
         state.bridge.parked_seq += 1;
         let n = state.bridge.parked_seq;
         let nonce = state.bridge.nonce.clone();
@@ -2176,6 +2239,46 @@ impl Relay {
         let flight = state.pending.get_mut(&upstream_key)?;
         let client = flight.id.clone();
         let digest = flight.digest?;
+        let capability = bridge::capability_of(method);
+        let declared = flight.caps.as_deref().is_some_and(|caps| {
+            caps.split(';')
+                .any(|c| c.starts_with(&format!("{capability}(")))
+        });
+        if !declared {
+            // The server needs what the client did not declare: the call fails as a modern
+            // server fails it (-32021), and the server's call is cancelled.
+            let upstream = flight.upstream.clone().unwrap_or_else(|| flight.id.clone());
+            let finished = state.finish(&upstream_key);
+            state
+                .later
+                .to_server
+                .push(Outgoing::notification(jsonrpc::error_response(
+                    Some(server_id),
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &format!("mcp-budget: the client did not declare the {capability} capability"),
+                    None,
+                )));
+            state
+                .later
+                .to_server
+                .push(Outgoing::notification(jsonrpc::cancelled(
+                    &upstream,
+                    "mcp-budget: the client did not declare the capability this call needs",
+                )));
+            drop(state);
+            tracing::info!(
+                method,
+                "a legacy server needs a capability the modern call did not declare: -32021"
+            );
+            let data = serde_json::json!({"requiredCapabilities": {capability: {}}});
+            let answer = jsonrpc::error_response(
+                Some(&client),
+                MISSING_CAPABILITY,
+                &format!("Server requires the {capability} capability for this request"),
+                Some(&data),
+            );
+            return finished.map(|_| Some((client, answer)));
+        }
         if flight.upstream.is_none() {
             // The server knows it by the client's id; a new request under that id goes
             // upstream under a fresh one.
@@ -2198,6 +2301,7 @@ impl Relay {
                 upstream_key,
                 asked: vec![(input_key.clone(), server_id.clone())],
                 done: None,
+                extra: Vec::new(),
             },
         );
         drop(state);
@@ -2207,8 +2311,11 @@ impl Relay {
             "a legacy server asks for input: the modern client gets input_required, the call waits for its retry"
         );
         let params = bridge::params_of(line);
-        let result = bridge::input_required(&input_key, method, &params, &token);
-        Some((client.clone(), jsonrpc::result_response(&client, &result)))
+        let result = bridge::input_required(&[(input_key, method.to_string(), params)], &token);
+        Some(Some((
+            client.clone(),
+            jsonrpc::result_response(&client, &result),
+        )))
     }
 
     /// A modern client's retry of a parked call: its answers go to the server's requests, and
@@ -2268,6 +2375,48 @@ impl Relay {
             };
             to_server.push(String::from_utf8_lossy(&answer).into_owned());
         }
+        let bytes = match to_server.len() {
+            1 => to_server.remove(0),
+            _ => format!("[{}]", to_server.join(",")),
+        };
+        if !parked.extra.is_empty() {
+            // The server asked more meanwhile: the retry gets it, as the next round.
+            state.bridge.parked_seq += 1;
+            let m = state.bridge.parked_seq;
+            let nonce = state.bridge.nonce.clone();
+            let Some(flight) = state.pending.get_mut(&parked.upstream_key) else {
+                return refuse("Invalid params: the call this requestState continues has ended");
+            };
+            flight.id = id.clone();
+            flight.parked = Some(m);
+            flight.deadline = Some(Instant::now() + self.input_timeout);
+            let token = self.interceptor.cursor_key().mint(
+                &crate::budget::page::Position {
+                    offset: usize::try_from(m).unwrap_or(usize::MAX),
+                    key: Some(format!("mrtr.{nonce}")),
+                },
+                &digest,
+            );
+            let mut requests = Vec::new();
+            let mut asked = Vec::new();
+            for (i, (method, params, server_id)) in parked.extra.into_iter().enumerate() {
+                let key = format!("mcp-budget-{m}-{i}");
+                asked.push((key.clone(), server_id));
+                requests.push((key, method, params));
+            }
+            state.bridge.parked.insert(
+                m,
+                Parked {
+                    upstream_key: parked.upstream_key,
+                    asked,
+                    done: parked.done,
+                    extra: Vec::new(),
+                },
+            );
+            let result = bridge::input_required(&requests, &token);
+            routed.to_client.push(jsonrpc::result_response(id, &result));
+            return Forward::Rewritten(bytes.into_bytes());
+        }
         let deadline = self.request_timeout.map(|t| Instant::now() + t);
         let Some(flight) = state.pending.get_mut(&parked.upstream_key) else {
             return refuse("Invalid params: the call this requestState continues has ended");
@@ -2287,10 +2436,6 @@ impl Relay {
             id = id.raw(),
             "an MRTR retry: the client's answers go to the legacy server"
         );
-        let bytes = match to_server.len() {
-            1 => to_server.remove(0),
-            _ => format!("[{}]", to_server.join(",")),
-        };
         Forward::Rewritten(bytes.into_bytes())
     }
 
@@ -2372,6 +2517,7 @@ impl Relay {
                 parked: None,
                 kept: None,
                 rounds: 0,
+                caps: None,
             },
         );
         let headers =

@@ -15,7 +15,7 @@ const MODERN: &str = "2026-07-28";
 fn meta(client: &str) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}},
         "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
     })
 }
@@ -245,6 +245,23 @@ async fn a_legacy_servers_request_reaches_a_modern_client_as_input_required() {
         .request("tools/call", json!({"name": "executions", "arguments": {}}))
         .await;
     assert_eq!(runs["result"]["structuredContent"]["report"], 1, "{runs}");
+}
+
+#[tokio::test]
+async fn a_legacy_server_that_needs_an_undeclared_capability_fails_the_call_with_32021() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    // This call declares elicitation only; quirky's report asks for sampling.
+    let params = json!({"name": "report", "arguments": {"quarter": "Q3"},
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    let answer = client.request("tools/call", params).await;
+    assert_eq!(answer["error"]["code"], -32021, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    // What 2026-07-28 removed is refused, though the legacy server would answer it.
+    let ping = client.request("ping", json!({})).await;
+    assert_eq!(ping["error"]["code"], -32601, "{ping}");
 }
 
 #[tokio::test]

@@ -773,9 +773,10 @@ async fn handle_post(
                     ..
                 } => {
                     check_modern(headers, id, method, meta.as_deref())?;
+                    let profile = listener.sessions.capability_profile(&body);
                     let session = listener
                         .sessions
-                        .stateless(client)
+                        .stateless(client, profile)
                         .await
                         .map_err(open_refusal)?;
                     let named = meta.as_ref().and_then(|m| m.named.as_deref());
@@ -823,7 +824,7 @@ async fn handle_post(
                 _ => {
                     let session = listener
                         .sessions
-                        .stateless(client)
+                        .stateless(client, None)
                         .await
                         .map_err(open_refusal)?;
                     (session, body, message::Parsed::Single(kind))

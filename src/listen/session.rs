@@ -940,8 +940,10 @@ pub(super) struct Sessions {
     tasks: Mutex<JoinSet<()>>,
     /// Set when the listener shuts down: no session opens after it.
     closing: AtomicBool,
-    /// Each principal's stateless session (modern requests), by its id in `map`.
-    stateless: Mutex<HashMap<Client, String>>,
+    /// Each principal's stateless sessions (modern requests), by the capabilities a legacy
+    /// server may use that its requests declare (see [`crate::bridge::capability_profile`]),
+    /// by its id in `map`.
+    stateless: Mutex<HashMap<(Client, String), String>>,
     /// One stateless session opens at a time (two first requests of one principal share it).
     stateless_open: tokio::sync::Mutex<()>,
 }
@@ -966,10 +968,26 @@ impl Sessions {
     }
 
     /// The session that serves `client`'s modern requests: opened at its first one, and ended
-    /// like any other when idle. Its cache and cursors are the principal's.
-    pub async fn stateless(self: &Arc<Self>, client: Client) -> Result<Arc<Session>, OpenError> {
+    /// like any other when idle. Its cache and cursors are the principal's. `profile`: what the
+    /// requests declare that a legacy server may use (the era bridge opens its legacy session
+    /// with it, so requests that declare other capabilities get a session of their own);
+    /// `None` (a notification, which declares nothing) takes any of the principal's.
+    pub async fn stateless(
+        self: &Arc<Self>,
+        client: Client,
+        profile: Option<String>,
+    ) -> Result<Arc<Session>, OpenError> {
         let find = |sessions: &Sessions| {
-            let id = lock(&sessions.stateless).get(&client).cloned()?;
+            let id = {
+                let map = lock(&sessions.stateless);
+                match &profile {
+                    Some(profile) => map.get(&(client.clone(), profile.clone())).cloned(),
+                    None => map
+                        .iter()
+                        .find(|((c, _), _)| *c == client)
+                        .map(|(_, id)| id.clone()),
+                }
+            }?;
             sessions.get(&id).filter(|s| !s.is_ended())
         };
         if let Some(session) = find(self) {
@@ -982,8 +1000,21 @@ impl Sessions {
         let session = self.open(client.clone()).await?;
         session.stateless.store(true, Ordering::SeqCst);
         tracing::info!(session = %session.id, ?client, "stateless session for this client's 2026-07-28 requests");
-        lock(&self.stateless).insert(client, session.id.clone());
+        lock(&self.stateless).insert((client, profile.unwrap_or_default()), session.id.clone());
         Ok(session)
+    }
+
+    /// What a modern request declares that a legacy server may use, when the server may be
+    /// legacy; `None` when it is known to be modern (one session serves every capability set:
+    /// any of the principal's).
+    pub fn capability_profile(&self, body: &[u8]) -> Option<String> {
+        let origin = self.spec.origin();
+        let modern =
+            origin.as_deref().and_then(crate::bridge::verdict) == Some(crate::bridge::Era::Modern);
+        if modern || !self.options.session.bridge {
+            return None;
+        }
+        Some(crate::bridge::capability_profile(body))
     }
 
     pub fn options(&self) -> &ListenOptions {

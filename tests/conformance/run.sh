@@ -7,7 +7,10 @@
 # v2, both eras on one endpoint):
 #   1. directly (the target over Streamable HTTP);
 #   2. through `mcp-budget --listen`, the target a stdio child            (mode "stdio");
-#   3. through `mcp-budget --listen --upstream`, the target over HTTP     (mode "http").
+#   3. through `mcp-budget --listen --upstream`, the target over HTTP     (mode "http");
+#   4. through the era bridge: `--listen` in front of the target serving the OTHER era only
+#      (--modern-only for the 2025-11-25 suite, --legacy-only for 2026-07-28) (mode "bridge"):
+#      everything the direct run passes, but the scenarios bridge_cannot names (and says why).
 # Every scenario the suite runs is counted, the scored (required) ones and those it runs
 # without scoring (extensions, pending). The target must pass every required scenario
 # directly, and the proxy must pass, in each era and mode, every scenario the direct run
@@ -31,7 +34,7 @@ cache="${MCP_BUDGET_CONFORMANCE_CACHE:-$HOME/.cache/mcp-budget-conformance}"
 suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 node22="node@22"  # the suite needs Node >= 22; the target runs on any node >= 20
 eras="${CONFORMANCE_ERAS:-2026-07-28 2025-11-25}"
-modes="${CONFORMANCE_MODES-stdio http}"
+modes="${CONFORMANCE_MODES-stdio http bridge}"
 timeout_ms="${CONFORMANCE_TIMEOUT_MS:-10000}"
 
 fail() { echo "conformance: $*" >&2; exit 1; }
@@ -42,7 +45,7 @@ for era in $eras; do
 done
 [ "$modes" = none ] && modes=""
 for mode in $modes; do
-  case "$mode" in stdio | http) ;; *) fail "unknown mode '$mode' in CONFORMANCE_MODES (stdio, http, none)" ;; esac
+  case "$mode" in stdio | http | bridge) ;; *) fail "unknown mode '$mode' in CONFORMANCE_MODES (stdio, http, bridge, none)" ;; esac
 done
 [[ "$timeout_ms" =~ ^[0-9]+$ ]] || fail "CONFORMANCE_TIMEOUT_MS must be a number of milliseconds"
 
@@ -110,6 +113,29 @@ start_proxy() {  # $1: name, then the proxy's upstream arguments
 }
 
 strip_colors() { sed -E 's/\x1b\[[0-9;]*m//g'; }
+
+# The scenarios the era bridge cannot pass, by their nature or not yet (the README's table
+# says why): a scenario listed here that passes is reported, so that the list stays true.
+bridge_cannot() {
+  local era="$1" scenario="$2"
+  case "$era:$scenario" in
+    # The modern-only target's own tools ask by server-to-client requests, which its SDK
+    # refuses on a 2026-07-28 wire: it cannot ask, bridged or not.
+    2025-11-25:tools-call-sampling | 2025-11-25:tools-call-elicitation) return 0 ;;
+    2025-11-25:elicitation-sep1034-defaults | 2025-11-25:elicitation-sep1330-enums) return 0 ;;
+    # resources/subscribe onto subscriptions/listen: not bridged yet (#26).
+    2025-11-25:resources-subscribe | 2025-11-25:resources-unsubscribe) return 0 ;;
+    # A legacy server checks an undeclared capability itself (a complete error, not -32021),
+    # and subscriptions/listen onto its GET stream is not bridged yet (#26).
+    2026-07-28:server-stateless) return 0 ;;
+    # The scenario expects the server's own input key ("user_name"): a legacy server's
+    # requests have no keys, the bridge names them.
+    2026-07-28:input-required-result-basic-elicitation) return 0 ;;
+    # A legacy server's three concurrent requests reach the client in two rounds, not one.
+    2026-07-28:input-required-result-multiple-input-requests) return 0 ;;
+  esac
+  return 1
+}
 
 # Runs the era's requirement set against a URL. Writes "scenario passed failed" lines to
 # $name.txt, the names of the scenarios run without being scored to $name.unscored, the
@@ -227,6 +253,15 @@ for era in $eras; do
     if [ "$mode" = stdio ]; then
       start_proxy "$mode-$era" -- node "$target" --stdio
       label="through --listen (stdio)"
+    elif [ "$mode" = bridge ]; then
+      # The era bridge: this era's client in front of a target of the other era only.
+      if [ "$era" = 2025-11-25 ]; then
+        start_proxy "$mode-$era" -- node "$target" --stdio --modern-only
+        label="through the era bridge (--listen, a modern-only stdio target)"
+      else
+        start_proxy "$mode-$era" -- node "$target" --stdio --legacy-only
+        label="through the era bridge (--listen, a legacy-only stdio target)"
+      fi
     else
       start_proxy "$mode-$era" --upstream "$upstream_url"
       label="through --listen --upstream"
@@ -236,9 +271,15 @@ for era in $eras; do
     run_suite "$era" "$proxy_url" "$name"
     ok=0
     bad=()
+    known=()
     for scenario in "${expected[@]}"; do
       if passes "$era" "$proxy_url" "$scenario" "$name"; then
         ok=$((ok + 1))
+        if [ "$mode" = bridge ] && bridge_cannot "$era" "$scenario"; then
+          echo "conformance $era bridge: $scenario now passes: take it out of bridge_cannot in $0"
+        fi
+      elif [ "$mode" = bridge ] && bridge_cannot "$era" "$scenario"; then
+        known+=("$scenario")
       else
         bad+=("$scenario")
         echo "FAIL ($era, $mode): $scenario passes directly but not through the proxy" >&2
@@ -257,6 +298,7 @@ for era in $eras; do
       fi
     fi
     line="conformance $era $label: $ok of ${#expected[@]} pass (${SECONDS}s)"
+    [ "${#known[@]}" -gt 0 ] && line="$line; not bridged (README, \"Which client works with which server\"): ${known[*]}"
     echo "$line"; summary+=("$line")
     if [ "${#bad[@]}" -gt 0 ] || [ -n "$polling" ]; then
       {
@@ -300,7 +342,7 @@ if [ "$failed" -gt 0 ]; then
   exit 1
 fi
 if [ -n "$modes" ]; then
-  echo "conformance: the proxy passes everything the direct run passes, in each era ($eras) and mode ($modes)"
+  echo "conformance: the proxy passes everything the direct run passes, in each era ($eras) and mode ($modes); through the era bridge, all but what bridge_cannot names"
 else
   echo "conformance: direct runs pass (no proxy mode asked for)"
 fi

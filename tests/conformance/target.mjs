@@ -36,6 +36,9 @@
 //   --modern-only               with either: serve 2026-07-28 alone (a legacy
 //                               opening gets the SDK's unsupported-version
 //                               error), as a modern-only server does.
+//   --legacy-only               with either: serve 2025-11-25 alone (initialize
+//                               and sessions; server/discover unknown), as a
+//                               server not yet updated does.
 //
 // All modes build their servers with the same createServer() factory.
 // Dependencies: @modelcontextprotocol/server (pinned in package.json) and Node
@@ -63,7 +66,7 @@ import {
   validateHostHeader,
   validateOriginHeader,
 } from '@modelcontextprotocol/server';
-import { serveStdio } from '@modelcontextprotocol/server/stdio';
+import { StdioServerTransport, serveStdio } from '@modelcontextprotocol/server/stdio';
 
 const SERVER_INFO = { name: 'mcp-budget-conformance-target', version: '2.0.0' };
 
@@ -755,6 +758,14 @@ class MemoryEventStore {
 // ---------------------------------------------------------------------------
 
 function runStdio() {
+  if (legacyOnly) {
+    // Hand-wired, as a 2025 server is: initialize only; server/discover is unknown.
+    const server = createServer({ era: 'legacy' });
+    server.server.onerror = (err) => log('stdio error:', err?.message ?? err);
+    server.connect(new StdioServerTransport());
+    log('ready on stdio (legacy only)');
+    return;
+  }
   const handle = serveStdio(({ era }) => createServer({ era }), {
     legacy: modernOnly ? 'reject' : 'serve',
     onerror: (err) => log('stdio error:', err?.message ?? err),
@@ -913,7 +924,7 @@ async function runHttp(port) {
       }
     }
     const request = toWebRequest(req, res, body);
-    const legacy = !modernOnly && (await isLegacyRequest(request, parsedBody));
+    const legacy = legacyOnly || (!modernOnly && (await isLegacyRequest(request, parsedBody)));
     const response = legacy ? await serveLegacy(request, parsedBody) : await modern.fetch(request, { parsedBody });
     await writeWebResponse(res, response);
   }
@@ -954,14 +965,16 @@ async function runHttp(port) {
 // ---------------------------------------------------------------------------
 
 function usage() {
-  console.error('usage: node target.mjs --stdio | --port <N>  [--modern-only]');
+  console.error('usage: node target.mjs --stdio | --port <N>  [--modern-only | --legacy-only]');
   process.exit(2);
 }
 
 // --modern-only: 2026-07-28 alone (the SDK refuses a legacy opening with the
 // unsupported-version error naming the modern revision), as a modern-only server is.
 const modernOnly = process.argv.includes('--modern-only');
-const argv = process.argv.slice(2).filter((a) => a !== '--modern-only');
+// --legacy-only: 2025-11-25 alone (sessions, initialize), as a server not yet updated is.
+const legacyOnly = process.argv.includes('--legacy-only');
+const argv = process.argv.slice(2).filter((a) => a !== '--modern-only' && a !== '--legacy-only');
 if (argv[0] === '--stdio' && argv.length === 1) {
   runStdio();
 } else if (argv[0] === '--port' && argv.length === 2 && /^\d+$/.test(argv[1]) && Number(argv[1]) < 65536) {
