@@ -308,6 +308,7 @@ async def main():
     parser.add_argument("--proxy", required=True)
     parser.add_argument("--everything", required=True)
     parser.add_argument("--filesystem", required=True)
+    parser.add_argument("--target", help="the conformance target (target.mjs): its --modern-only mode is a modern-only server")
     options = parser.parse_args()
     proxy, everything, filesystem = options.proxy, options.everything, options.filesystem
     passed = failed = 0
@@ -689,6 +690,31 @@ async def main():
     for i in range(3000):
         os.environ[f"MCP_BUDGET_AUTO_{i:04d}"] = f"value-{i}-" + "y" * 80
     await auto_check("everything get-env of 3,000 variables", node, [everything], "get-env", {})
+
+    if options.target:
+        # The era bridge: this legacy (1.x) client and a server that speaks 2026-07-28 only.
+        modern_only = [options.target, "--stdio", "--modern-only"]
+
+        async def bridged(session):
+            init = await session.initialize()
+            tools = await session.list_tools()
+            result = await session.call_tool("test_simple_text", {})
+            return init, tools, result
+
+        try:
+            async with stdio_session(node, modern_only) as session:
+                await asyncio.wait_for(session.initialize(), 20)
+            check("modern-only target directly: a legacy client cannot initialize", False, "it initialized")
+        except Exception:
+            check("modern-only target directly: a legacy client cannot initialize", True)
+        out = await run("modern-only target through the era bridge", bridged, stdio_session(proxy, ["--policy", "none", "--", node, *modern_only]))
+        if out:
+            init, tools, result = out
+            names = [t.name for t in tools.tools]
+            text = "".join(b.text for b in result.content if b.type == "text")
+            check("modern-only target through the era bridge: initialize, tools/list and a call in the legacy era",
+                  init.serverInfo.name == "mcp-budget-conformance-target" and "test_simple_text" in names and text == "This is a simple text response for testing.",
+                  f"server {init.serverInfo.name}, {len(names)} tools, text {text[:80]!r}")
 
     print(f"{comparisons} results compared with a direct run")
     print(f"{passed} passed, {failed} failed")

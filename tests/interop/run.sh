@@ -117,7 +117,7 @@ run_client() {
   summary+=("interop $name: $line ($(($(date +%s) - began)) s)")
 }
 
-run_client "python-sdk-1.x" "$cache/venv/bin/python" "$here/client.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem"
+run_client "python-sdk-1.x" "$cache/venv/bin/python" "$here/client.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 run_client "typescript-sdk-v2" node "$cache/v2/client.mjs" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 run_client "python-sdk-2.x" "$cache/venv2/bin/python" "$here/client2.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 
