@@ -269,54 +269,90 @@ fn client_pages(budget: &Budget, profile: &crate::client::Profile, tool: &str) -
     lines.join("\n")
 }
 
-/// Starts `command`, initializes it, and reads every page of its `tools/list`.
-pub async fn fetch_tools(command: &[String]) -> Result<Vec<Value>, ExplainError> {
+/// Starts `command`, learns its protocol era as the proxy does (`server/discover`, else
+/// `initialize`), and reads every page of its `tools/list`; with what was detected, in words.
+pub async fn fetch_tools(command: &[String]) -> Result<(Vec<Value>, String), ExplainError> {
     let (mut child, pipes) = ChildServer::spawn(command)?;
     let mut stdin = pipes.stdin;
     let mut frames = FrameReader::new(pipes.stdout, DEFAULT_MAX_MESSAGE_BYTES);
     let mut next_id = 0u64;
-    let mut request = async |method: &str, params: Value| -> Result<Value, ExplainError> {
-        next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
-        stdin.write_all(format!("{line}\n").as_bytes()).await?;
-        stdin.flush().await?;
-        loop {
-            let frame = tokio::time::timeout(Duration::from_secs(30), frames.next_frame())
-                .await
-                .map_err(|_| {
-                    ExplainError::Input(format!("the server did not answer {method} within 30 s"))
-                })??;
-            let Some(Frame::Line(line)) = frame else {
-                return Err(ExplainError::Input(format!(
-                    "the server closed its output before answering {method}"
-                )));
-            };
-            let Ok(message) = serde_json::from_slice::<Value>(&line) else {
-                continue;
-            };
-            if message.get("id") == Some(&json!(next_id)) {
-                if let Some(error) = message.get("error") {
+    let mut request =
+        async |method: &str, params: Value, secs: u64| -> Result<Value, ExplainError> {
+            next_id += 1;
+            let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
+            stdin.write_all(format!("{line}\n").as_bytes()).await?;
+            stdin.flush().await?;
+            loop {
+                let frame = tokio::time::timeout(Duration::from_secs(secs), frames.next_frame())
+                    .await
+                    .map_err(|_| {
+                        ExplainError::Input(format!(
+                            "the server did not answer {method} within {secs} s"
+                        ))
+                    })??;
+                let Some(Frame::Line(line)) = frame else {
                     return Err(ExplainError::Input(format!(
-                        "the server answered {method} with an error: {error}"
+                        "the server closed its output before answering {method}"
                     )));
+                };
+                let Ok(message) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                if message.get("id") == Some(&json!(next_id)) {
+                    if let Some(error) = message.get("error") {
+                        return Err(ExplainError::Input(format!(
+                            "the server answered {method} with an error: {error}"
+                        )));
+                    }
+                    return Ok(message.get("result").cloned().unwrap_or(Value::Null));
                 }
-                return Ok(message.get("result").cloned().unwrap_or(Value::Null));
             }
+        };
+    let client_info = json!({"name": "mcp-budget explain", "version": env!("CARGO_PKG_VERSION")});
+    let meta = json!({
+        crate::message::META_VERSION: crate::era::MODERN,
+        crate::message::META_CLIENT_CAPABILITIES: {},
+        crate::message::META_CLIENT_INFO: client_info,
+    });
+    let (modern, detected) = match request("server/discover", json!({"_meta": meta}), 10).await {
+        Ok(result) => {
+            let name = result["_meta"][crate::message::META_SERVER_INFO]["name"]
+                .as_str()
+                .unwrap_or("unnamed")
+                .to_string();
+            (
+                true,
+                format!("server {name}: modern (2026-07-28), it answered server/discover"),
+            )
+        }
+        Err(why) => {
+            let init = request(
+                "initialize",
+                json!({"protocolVersion": crate::bridge::LEGACY, "capabilities": {}, "clientInfo": client_info}),
+                30,
+            )
+            .await?;
+            let name = init["serverInfo"]["name"].as_str().unwrap_or("unnamed");
+            let version = init["protocolVersion"].as_str().unwrap_or("?");
+            (
+                false,
+                format!(
+                    "server {name}: legacy ({version}, by initialize); server/discover: {why}; a 2026-07-28 client reaches it through mcp-budget's era bridge"
+                ),
+            )
         }
     };
-    request(
-        "initialize",
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "mcp-budget explain", "version": env!("CARGO_PKG_VERSION")}}),
-    )
-    .await?;
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..1000 {
-        let params = match &cursor {
+        let mut params = match &cursor {
             Some(c) => json!({"cursor": c}),
             None => json!({}),
         };
-        let page = request("tools/list", params).await?;
+        if modern {
+            params["_meta"] = meta.clone();
+        }
+        let page = request("tools/list", params, 30).await?;
         tools.extend(tools_in(&page));
         cursor = page
             .get("nextCursor")
@@ -328,7 +364,7 @@ pub async fn fetch_tools(command: &[String]) -> Result<Vec<Value>, ExplainError>
     }
     drop(stdin);
     child.terminate(Duration::from_millis(500)).await.ok();
-    Ok(tools)
+    Ok((tools, detected))
 }
 
 /// What `check --recording` found.

@@ -198,7 +198,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .with_context(|| format!("{} is not JSON", path.display()))?;
                     explain::tools_in(&document)
                 }
-                (None, false) => explain::fetch_tools(&server).await?,
+                (None, false) => {
+                    let (tools, detected) = explain::fetch_tools(&server).await?;
+                    // What was detected goes to stderr: stdout is the descriptor.
+                    eprintln!("{detected}");
+                    tools
+                }
                 (None, true) => anyhow::bail!(
                     "explain needs the upstream descriptor: --descriptor FILE.json, or the server command after `--`"
                 ),

@@ -151,8 +151,34 @@ struct Round {
 /// At most this many rounds of input per call, and rounds open per session.
 const MAX_ROUNDS: u8 = 8;
 const MAX_OPEN_ROUNDS: usize = 64;
-/// A legacy client's request kept for a retry with input is at most this large.
+/// A legacy client's request kept for a retry with input is at most this large, and such
+/// requests (and the answers collected for them) hold at most this many bytes per session.
 const MAX_KEPT_REQUEST: usize = 1024 * 1024;
+const MAX_KEPT_BYTES: usize = 16 * 1024 * 1024;
+/// At most this many input requests in one `input_required` are relayed to a legacy client.
+const MAX_INPUTS: usize = 64;
+
+/// The bytes a session keeps for MRTR retries: requests in flight and rounds waiting.
+fn kept_bytes(state: &State) -> usize {
+    let calls: usize = state
+        .pending
+        .values()
+        .filter_map(|f| f.kept.as_ref().map(|k| k.len()))
+        .sum();
+    let rounds: usize = state
+        .bridge
+        .rounds
+        .values()
+        .map(|r| {
+            r.sent.len()
+                + r.answers
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
+        })
+        .sum();
+    calls + rounds
+}
 
 /// A legacy server's call parked while its modern client answers the server's request (the
 /// era bridge's MRTR, [`crate::bridge`]).
@@ -1228,7 +1254,8 @@ impl Relay {
                     Forward::Rewritten(b)
                         if bridged
                             && bridge::takes_input(&method)
-                            && b.len() <= MAX_KEPT_REQUEST =>
+                            && b.len() <= MAX_KEPT_REQUEST
+                            && kept_bytes(&state) + b.len() <= MAX_KEPT_BYTES =>
                     {
                         Some(b.clone().into_boxed_slice())
                     }
@@ -1364,6 +1391,13 @@ impl Relay {
         }
         state.bridge.round_seq += 1;
         let n = state.bridge.round_seq;
+        if asked.requests.len() > MAX_INPUTS {
+            drop(state);
+            return refuse(&format!(
+                "it asked {} inputs at once, more than {MAX_INPUTS}",
+                asked.requests.len()
+            ));
+        }
         let waiting = asked.requests.len();
         for request in &asked.requests {
             state.fresh += 1;
@@ -1464,6 +1498,21 @@ impl Relay {
             }
             return Forward::Drop;
         };
+        if kept_bytes(&state) + result.len() > MAX_KEPT_BYTES {
+            if let Some(round) = state.bridge.rounds.remove(&n) {
+                state.bridge.inputs.retain(|_, (m, _)| *m != n);
+                routed.to_client.push(jsonrpc::error_response(
+                    Some(&round.client),
+                    UPSTREAM_ERROR,
+                    &format!(
+                        "the client's answers to the server's requests for input are more than mcp-budget holds for a retry ({MAX_KEPT_BYTES} bytes a session); {} was not completed",
+                        round.method
+                    ),
+                    None,
+                ));
+            }
+            return Forward::Drop;
+        }
         let Some(round) = state.bridge.rounds.get_mut(&n) else {
             return Forward::Drop;
         };
@@ -2156,8 +2205,10 @@ impl Relay {
                     UPSTREAM_ERROR,
                     &format!(
                         "the server answered {method} with a result of type {kind:?}, which \
-                         2025 clients have no form for (the server needs input or runs it as a \
-                         task); mcp-budget does not relay that across the eras yet"
+                         2025 clients have no form for; mcp-budget relays input_required by asking \
+                         the client, but kept no copy of this request to retry it (over 1 MiB, or \
+                         the session holds 16 MiB for retries already), and relays no task \
+                         across the eras"
                     ),
                     None,
                 ));

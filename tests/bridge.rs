@@ -653,3 +653,39 @@ async fn a_request_state_from_another_principal_is_refused() {
     assert_eq!(own["result"]["resultType"], "complete", "{own}");
     assert!(own.to_string().contains("Q3 was fine"), "{own}");
 }
+
+#[test]
+fn explain_says_which_era_it_found() {
+    let dir =
+        std::env::temp_dir().join(format!("mcp-budget-bridge-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, "[budget]\n").unwrap();
+    for (server, tool, said) in [
+        (
+            "modern_server",
+            "rows",
+            "server modern-only: modern (2026-07-28)",
+        ),
+        (
+            "quirky_server",
+            "rows",
+            "server quirky: legacy (2025-11-25, by initialize)",
+        ),
+    ] {
+        let out = common::run([
+            "explain".as_ref(),
+            policy.as_os_str(),
+            "--tool".as_ref(),
+            tool.as_ref(),
+            "--".as_ref(),
+            example(server).as_os_str(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{server}: {stderr}");
+        assert!(stderr.contains(said), "{server}: {stderr}");
+        let descriptor: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(descriptor["name"], tool);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
