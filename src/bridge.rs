@@ -789,8 +789,9 @@ fn cacheable(method: &str) -> bool {
 
 /// A legacy server's answer to a modern client's `method`, made modern: a result gains
 /// `resultType: "complete"` (and, for the cacheable results, `ttlMs: 0` and
-/// `cacheScope: "private"` where the server wrote none); an error `-32002` (resource not
-/// found, which 2026-07-28 spells `-32602`) is re-coded, its message and data kept. `None`:
+/// `cacheScope: "private"` where the server wrote none); a `resources/read` error `-32002`
+/// (resource not found, which 2026-07-28 spells `-32602`) is re-coded, its message and data
+/// kept. `None`:
 /// nothing to change.
 pub fn modern_answer(method: &str, message: &[u8]) -> Option<Vec<u8>> {
     if let Some(result) = result_of(message) {
@@ -818,7 +819,7 @@ pub fn modern_answer(method: &str, message: &[u8]) -> Option<Vec<u8>> {
         }
         return (new != result).then(|| message::splice(message, result, new.as_bytes()));
     }
-    if error_code(message) == Some(-32002) {
+    if method == "resources/read" && error_code(message) == Some(-32002) {
         #[derive(Deserialize)]
         struct Top<'a> {
             #[serde(borrow)]
@@ -985,6 +986,8 @@ mod tests {
         let done = br#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete"}}"#;
         assert_eq!(modern_answer("tools/call", done), None);
         let missing = br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"no such","data":{"uri":"x"}}}"#;
+        // Only resources/read's -32002 is 2026-07-28's -32602; any other passes as written.
+        assert_eq!(modern_answer("tools/call", missing), None);
         assert_eq!(
             String::from_utf8(modern_answer("resources/read", missing).unwrap()).unwrap(),
             r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"no such","data":{"uri":"x"}}}"#

@@ -44,6 +44,9 @@ pub struct Routed {
     /// Answers the proxy writes off the I/O threads (a search): run each on the heavy-work
     /// pool ([`crate::heavy::run`]) and send what it returns, after `to_client`.
     pub deferred: Vec<crate::intercept::Deferred>,
+    /// More messages for the server, after `to_server`, each on its own (a modern client's
+    /// answers to several of a legacy server's requests: 2025 servers take no batches).
+    pub also_to_server: Vec<Outgoing>,
 }
 
 /// What happens to one client message.
@@ -277,6 +280,9 @@ struct Bridge {
     legacy_client: Option<crate::bridge::LegacyClient>,
     /// Whether the proxy serves that legacy client in front of a modern server.
     serving_legacy: bool,
+    /// Whether the server's era was asked again after it refused the proxy's `initialize`
+    /// (once a session: a server that refuses both ways is not asked forever).
+    reprobed: bool,
     /// Calls parked for MRTR, by number; the last number given.
     parked: HashMap<u64, Parked>,
     parked_seq: u64,
@@ -291,6 +297,21 @@ struct Bridge {
     rounds: HashMap<u64, Round>,
     round_seq: u64,
     inputs: HashMap<Box<str>, (u64, String)>,
+}
+
+/// The held requests that are still in flight (not cancelled or timed out while held), taken.
+fn still_in_flight(state: &mut State) -> Vec<Outgoing> {
+    let held = std::mem::take(&mut state.bridge.held);
+    state.bridge.held_bytes = 0;
+    held.into_iter()
+        .filter(|out| {
+            out.requests.is_empty()
+                || out
+                    .requests
+                    .iter()
+                    .any(|id| state.pending.contains_key(id.key()))
+        })
+        .collect()
 }
 
 /// At most this many bytes of modern requests are held while the server's era is learned.
@@ -310,6 +331,20 @@ impl Later {
     pub fn is_empty(&self) -> bool {
         self.to_server.is_empty() && self.to_client.is_empty()
     }
+}
+
+/// Whether a client's id is spelled like one the proxy mints for its own requests upstream
+/// (its era probe, its `initialize`, an MRTR retry): such a request goes upstream under a
+/// fresh id, so that the two can never meet.
+fn reserved(id: &Id) -> bool {
+    let raw = id.raw();
+    [
+        "\"mcp-budget-discover-",
+        "\"mcp-budget-initialize-",
+        "\"mcp-budget-retry-",
+    ]
+    .iter()
+    .any(|prefix| raw.starts_with(prefix))
 }
 
 /// Counts a client message refused as bad input, when metrics are on.
@@ -362,7 +397,7 @@ impl State {
     /// id as used.
     fn finish(&mut self, key: &str) -> Option<InFlight> {
         let (key, flight) = self.pending.remove_entry(key)?;
-        if flight.upstream.is_some() {
+        if flight.upstream.is_some() && flight.parked.is_none() {
             self.aliases.remove(flight.id.key());
         }
         self.retired.add(key);
@@ -634,7 +669,11 @@ impl Relay {
                 bridge.held.clear();
                 bridge.held_bytes = 0;
                 bridge.asking = false;
+                bridge.reprobed = false;
                 bridge.session = LegacySession::Closed;
+                bridge.parked.clear();
+                bridge.rounds.clear();
+                bridge.inputs.clear();
                 if !bridge.forced {
                     bridge.server = None;
                     if let Some(origin) = self.interceptor.origin() {
@@ -814,8 +853,7 @@ impl Relay {
         tracing::info!(era = era.as_str(), "the server's protocol era");
         match era {
             Era::Modern => {
-                let held = std::mem::take(&mut state.bridge.held);
-                state.bridge.held_bytes = 0;
+                let held = still_in_flight(&mut state);
                 state.later.to_server.extend(held);
             }
             Era::Legacy => {
@@ -837,8 +875,26 @@ impl Relay {
             self.interceptor.initialize_response(message);
         }
         let mut state = self.state();
-        let held = std::mem::take(&mut state.bridge.held);
-        state.bridge.held_bytes = 0;
+        if result.is_none()
+            && !state.bridge.forced
+            && !state.bridge.reprobed
+            && !state.bridge.held.is_empty()
+        {
+            // Refused: perhaps the server is modern after all (a probe that timed out while
+            // it started). It is asked once more; the requests stay held.
+            state.bridge.reprobed = true;
+            state.bridge.session = LegacySession::Closed;
+            state.bridge.server = None;
+            state.bridge.asking = true;
+            if let Some(origin) = self.interceptor.origin() {
+                bridge::forget(origin);
+            }
+            tracing::info!("the server refused the proxy's initialize; asking its era again");
+            let probe = self.probe(&mut state, crate::era::MODERN);
+            state.later.to_server.push(probe);
+            return;
+        }
+        let held = still_in_flight(&mut state);
         match result {
             Some(init) => {
                 state.bridge.session = LegacySession::Open(init);
@@ -1309,6 +1365,20 @@ impl Relay {
                 {
                     tracing::debug!(id = id.raw(), "client cancelled a request");
                     let mut state = self.state();
+                    // A call waiting for the client's own answers to a server's input requests
+                    // ends here: nothing of it is upstream.
+                    let round = state
+                        .bridge
+                        .rounds
+                        .iter()
+                        .find(|(_, r)| r.client.key() == id.key())
+                        .map(|(n, _)| *n);
+                    if let Some(n) = round {
+                        state.bridge.rounds.remove(&n);
+                        state.bridge.inputs.retain(|_, (m, _)| *m != n);
+                        state.retired.add(id.key().into());
+                        return Forward::Drop;
+                    }
                     let key = state
                         .aliases
                         .get(id.key())
@@ -1447,7 +1517,13 @@ impl Relay {
             // Only a requestState: the call is retried at once.
             match self.retry_round(&mut state, n) {
                 Some(Ok(retry)) => state.later.to_server.push(retry),
-                Some(Err(error)) => state.later.to_client.push((error, None, None)),
+                Some(Err(error)) => {
+                    let kind = Kind::Response {
+                        id: Some(client.clone()),
+                        result: None,
+                    };
+                    state.later.to_client.push((error, Some(kind), None));
+                }
                 None => {}
             }
         }
@@ -1718,6 +1794,7 @@ impl Relay {
         if state.retired.contains(id.key())
             || state.pending.contains_key(id.key())
             || !id.is_plain()
+            || reserved(id)
         {
             loop {
                 state.fresh += 1;
@@ -1811,6 +1888,8 @@ impl Relay {
                     (Some(id), None) => self.state().finish(id.key()),
                     _ => None,
                 };
+                let finished =
+                    finished.and_then(|f| self.clients_flight(f, "its answer is not JSON"));
                 let answer = finished.map(|finished| {
                     jsonrpc::error_response(
                         Some(&finished.id),
@@ -1882,7 +1961,7 @@ impl Relay {
             Parsed::Single(Kind::Malformed {
                 id: Some(id),
                 problem: problem @ message::Problem::Duplicate("result" | "error"),
-            }) => match self.state().finish(id.key()) {
+            }) => match self.finish_for_client(&id, "its answer names a key twice") {
                 Some(flight) => {
                     tracing::warn!(
                         id = flight.id.raw(),
@@ -1948,8 +2027,23 @@ impl Relay {
             let mut state = self.state();
             // A parked call's answer, before its client retried: kept for the retry.
             if let Some(n) = state.pending.get(id.key()).and_then(|f| f.parked) {
-                if let Some(parked) = state.bridge.parked.get_mut(&n) {
-                    parked.done = Some(bytes.to_vec());
+                let held: usize = state
+                    .bridge
+                    .parked
+                    .values()
+                    .filter_map(|p| p.done.as_ref().map(Vec::len))
+                    .sum();
+                if held + bytes.len() <= MAX_KEPT_BYTES {
+                    if let Some(parked) = state.bridge.parked.get_mut(&n) {
+                        parked.done = Some(bytes.to_vec());
+                    }
+                } else {
+                    // Too much to hold for a retry that may never come: the call is over.
+                    tracing::warn!(
+                        bytes = bytes.len(),
+                        "a parked call's answer is more than the proxy holds for its retry; dropped"
+                    );
+                    state.finish(id.key());
                 }
                 return Delivery::Drop;
             }
@@ -2184,6 +2278,23 @@ impl Relay {
             Delivery::Rewritten(b) => b.as_slice(),
         };
         if modern && server == Some(Era::Legacy) {
+            if matches!(
+                method,
+                "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
+            ) {
+                // Held while the era was learned, then answered by the legacy server: still
+                // not a 2026-07-28 method.
+                let id = message::parse(current).ok().and_then(|p| match p.single() {
+                    Some(Kind::Response { id, .. }) => id,
+                    _ => None,
+                });
+                return Delivery::Rewritten(jsonrpc::error_response(
+                    id.as_ref(),
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &format!("Method not found: {method} is not part of MCP 2026-07-28"),
+                    None,
+                ));
+            }
             return match bridge::modern_answer(method, current) {
                 Some(b) => Delivery::Rewritten(b),
                 None => delivery,
@@ -2241,6 +2352,14 @@ impl Relay {
     ) -> Option<Option<(Id, Vec<u8>)>> {
         let key = self.interceptor.cursor_key();
         let mut state = self.state();
+        // Parked calls that ended otherwise (the server restarted, the answer was unreadable)
+        // are forgotten.
+        let fields = &mut *state;
+        let pending = &fields.pending;
+        fields
+            .bridge
+            .parked
+            .retain(|_, p| pending.contains_key(&p.upstream_key));
         if state.bridge.parked.len() >= MAX_PARKED {
             tracing::warn!(
                 method,
@@ -2276,6 +2395,9 @@ impl Relay {
         if let Some(n) = parked {
             // The client has its input_required already: this one goes with the next round.
             let entry = state.bridge.parked.get_mut(&n)?;
+            if entry.extra.len() >= MAX_INPUTS {
+                return None;
+            }
             entry.extra.push((
                 method.to_string(),
                 bridge::params_of(line),
@@ -2426,10 +2548,13 @@ impl Relay {
             };
             to_server.push(String::from_utf8_lossy(&answer).into_owned());
         }
-        let bytes = match to_server.len() {
-            1 => to_server.remove(0),
-            _ => format!("[{}]", to_server.join(",")),
-        };
+        // Each answer on its own line (2025 servers take no batches).
+        let bytes = to_server.remove(0);
+        routed.also_to_server.extend(
+            to_server
+                .into_iter()
+                .map(|answer| Outgoing::notification(answer.into_bytes())),
+        );
         if !parked.extra.is_empty() {
             // The server asked more meanwhile: the retry gets it, as the next round.
             state.bridge.parked_seq += 1;
@@ -2583,6 +2708,43 @@ impl Relay {
         self.deadline_added.notify_one();
     }
 
+    /// Takes request `id` out of flight, when it is a client's to be told (see
+    /// [`Relay::clients_flight`]).
+    fn finish_for_client(&self, id: &Id, why: &str) -> Option<InFlight> {
+        let finished = self.state().finish(id.key());
+        finished.and_then(|f| self.clients_flight(f, why))
+    }
+
+    /// A request whose answer could not be read: the client's, to be told; or the proxy's own
+    /// (its era probe, its `initialize`, a call whose client already has `input_required`),
+    /// whose failure is the bridge's to handle, and that no client hears of (`None`).
+    fn clients_flight(&self, flight: InFlight, why: &str) -> Option<InFlight> {
+        match flight.pending {
+            Pending::Probe => {
+                tracing::info!(
+                    why,
+                    "the server's answer to the proxy's server/discover could not be read"
+                );
+                self.learned(Era::Legacy);
+                None
+            }
+            Pending::BridgeInitialize => {
+                let refusal = jsonrpc::error_response(
+                    Some(&flight.id),
+                    UPSTREAM_ERROR,
+                    &format!(
+                        "the server's answer to mcp-budget's initialize could not be read: {why}"
+                    ),
+                    None,
+                );
+                self.legacy_session_answer(&refusal);
+                None
+            }
+            _ if flight.parked.is_some() => None,
+            _ => Some(flight),
+        }
+    }
+
     /// The batch as it reaches the client: responses for ids not in flight are left out.
     /// `first` gets the client's id of the first response the client receives.
     fn server_batch(&self, kinds: Vec<Kind>, line: &[u8], first: &mut Option<Id>) -> Delivery {
@@ -2635,7 +2797,10 @@ impl Relay {
             "server message over the size limit; dropped"
         );
         let id = id?;
-        let id = self.state().finish(id.key())?.id;
+        let finished = self.state().finish(id.key())?;
+        let id = self
+            .clients_flight(finished, "its answer is over the size limit")?
+            .id;
         let message = format!(
             "the server's response is {bytes} bytes, over the proxy's message size limit \
              (raise it with --max-message-bytes, or narrow the request)"

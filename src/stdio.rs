@@ -220,6 +220,11 @@ async fn client_to_server<R: AsyncRead + Unpin>(
             // The upstream is gone; its `Ended` answers what is pending.
             return ClientEnd::ServerGone;
         }
+        for message in routed.also_to_server {
+            if to_server.send(message).await.is_err() {
+                return ClientEnd::ServerGone;
+            }
+        }
     }
     tracing::debug!("client input ended");
     ClientEnd::Eof

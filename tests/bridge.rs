@@ -121,6 +121,30 @@ async fn a_modern_client_with_a_legacy_server_fails_directly() {
 }
 
 #[tokio::test]
+async fn a_modern_clients_first_requests_cannot_be_mistaken_for_the_proxys_own() {
+    // The first modern request is spelled like the proxy's own probe, and the next is a
+    // method 2026-07-28 removed: each gets its own answer, nothing hangs.
+    let mut peer = proxy("quirky_server", &[]);
+    let mut params = json!({});
+    params["_meta"] = meta("bridge-test");
+    let first = json!({"jsonrpc": "2.0", "id": "mcp-budget-discover-1", "method": "tools/list", "params": params});
+    peer.send(&first.to_string()).await;
+    let ping = json!({"jsonrpc": "2.0", "id": "p", "method": "ping", "params": params});
+    peer.send(&ping.to_string()).await;
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 2 {
+        let message = peer.recv_json().await;
+        if let Some(id) = message["id"].as_str() {
+            answers.insert(id.to_string(), message);
+        }
+    }
+    let list = &answers["mcp-budget-discover-1"];
+    assert!(list["result"]["tools"].is_array(), "{list:.300}");
+    assert_eq!(list["result"]["resultType"], "complete");
+    assert_eq!(answers["p"]["error"]["code"], -32601, "{}", answers["p"]);
+}
+
+#[tokio::test]
 async fn a_modern_client_is_served_by_a_legacy_server_through_the_proxy() {
     let mut client = Client::over(proxy("quirky_server", &[]), true);
     // server/discover, answered from the legacy server's InitializeResult.

@@ -916,6 +916,12 @@ async fn handle_post(
         // The upstream is gone; its end answers the waiting requests through `route`.
         tracing::warn!(session = %session.id, "upstream no longer takes messages");
     }
+    for message in routed.also_to_server {
+        if session.to_server.send(message).await.is_err() {
+            tracing::warn!(session = %session.id, "upstream no longer takes messages");
+            break;
+        }
+    }
     // Passed on: its room goes to the next large body.
     drop(room);
     let mut response_headers = HeaderMap::new();

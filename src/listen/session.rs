@@ -1000,7 +1000,11 @@ impl Sessions {
         let session = self.open(client.clone()).await?;
         session.stateless.store(true, Ordering::SeqCst);
         tracing::info!(session = %session.id, ?client, "stateless session for this client's 2026-07-28 requests");
-        lock(&self.stateless).insert((client, profile.unwrap_or_default()), session.id.clone());
+        // Entries of sessions that ended go (a client can name many capability profiles).
+        let live: std::collections::HashSet<String> = lock(&self.map).keys().cloned().collect();
+        let mut map = lock(&self.stateless);
+        map.retain(|_, id| live.contains(id));
+        map.insert((client, profile.unwrap_or_default()), session.id.clone());
         Ok(session)
     }
 
