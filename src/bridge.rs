@@ -462,22 +462,25 @@ pub fn requested_log_level(request: &[u8]) -> Option<u8> {
     static KEY: LazyLock<memchr::memmem::Finder<'static>> =
         LazyLock::new(|| memchr::memmem::Finder::new(b"io.modelcontextprotocol/logLevel"));
     KEY.find(request)?;
+    let level: String = meta_member(request, "io.modelcontextprotocol/logLevel")?;
+    level_rank(&level)
+}
+
+/// One member of a request's `params._meta`, read as `T`.
+fn meta_member<T: serde::de::DeserializeOwned>(request: &[u8], key: &str) -> Option<T> {
     #[derive(Deserialize)]
-    struct Top {
-        params: Option<P>,
+    struct Top<'a> {
+        #[serde(borrow)]
+        params: Option<P<'a>>,
     }
     #[derive(Deserialize)]
-    struct P {
-        #[serde(rename = "_meta")]
-        meta: Option<M>,
+    struct P<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<HashMap<std::borrow::Cow<'a, str>, &'a RawValue>>,
     }
-    #[derive(Deserialize)]
-    struct M {
-        #[serde(rename = "io.modelcontextprotocol/logLevel")]
-        level: Option<String>,
-    }
-    let top: Top = serde_json::from_slice(request).ok()?;
-    level_rank(&top.params?.meta?.level?)
+    let top: Top<'_> = serde_json::from_slice(request).ok()?;
+    let raw = *top.params?.meta?.get(key)?;
+    serde_json::from_str(raw.get()).ok()
 }
 
 /// The level of a `notifications/message`, as a rank (an unknown level ranks highest: it is
@@ -502,24 +505,10 @@ pub fn message_level(notification: &[u8]) -> u8 {
 /// (sampling, elicitation and its modes, roots): requests that differ in it need legacy
 /// sessions of their own. Canonical text, `""` when none.
 pub fn capability_profile(request: &[u8]) -> String {
-    #[derive(Deserialize)]
-    struct Top {
-        params: Option<P>,
-    }
-    #[derive(Deserialize)]
-    struct P {
-        #[serde(rename = "_meta")]
-        meta: Option<M>,
-    }
-    #[derive(Deserialize)]
-    struct M {
-        #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
-        capabilities: Option<serde_json::Map<String, serde_json::Value>>,
-    }
-    let Some(capabilities) = serde_json::from_slice::<Top>(request)
-        .ok()
-        .and_then(|t| t.params?.meta?.capabilities)
-    else {
+    let Some(capabilities) = meta_member::<serde_json::Map<String, serde_json::Value>>(
+        request,
+        message::META_CLIENT_CAPABILITIES,
+    ) else {
         return String::new();
     };
     let mut out = Vec::new();

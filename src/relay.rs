@@ -183,6 +183,30 @@ fn kept_bytes(state: &State) -> usize {
     calls + rounds
 }
 
+impl InFlight {
+    /// A request of the proxy's own (its era probe, its `initialize`, an MRTR retry), or one
+    /// it sends for a client, with nothing else known of it yet.
+    fn own(id: Id, method: &str, pending: Pending, deadline: Option<Instant>) -> InFlight {
+        InFlight {
+            id,
+            upstream: None,
+            method: method.into(),
+            pending,
+            deadline,
+            progress_token: None,
+            sent: None,
+            span: None,
+            modern: false,
+            log_level: None,
+            digest: None,
+            parked: None,
+            kept: None,
+            rounds: 0,
+            caps: None,
+        }
+    }
+}
+
 /// A legacy server's call parked while its modern client answers the server's request (the
 /// era bridge's MRTR, [`crate::bridge`]).
 struct Parked {
@@ -811,23 +835,12 @@ impl Relay {
         state.bridge.session = LegacySession::Opening;
         state.pending.insert(
             id.key().into(),
-            InFlight {
-                id: id.clone(),
-                upstream: None,
-                method: "initialize".into(),
-                pending: Pending::BridgeInitialize,
-                deadline: Some(Instant::now() + self.initialize_timeout),
-                progress_token: None,
-                sent: None,
-                span: None,
-                modern: false,
-                log_level: None,
-                digest: None,
-                parked: None,
-                kept: None,
-                rounds: 0,
-                caps: None,
-            },
+            InFlight::own(
+                id.clone(),
+                "initialize",
+                Pending::BridgeInitialize,
+                Some(Instant::now() + self.initialize_timeout),
+            ),
         );
         self.deadline_added.notify_one();
         Outgoing {
@@ -1659,21 +1672,15 @@ impl Relay {
         state.pending.insert(
             fresh.key().into(),
             InFlight {
-                id: round.client,
                 upstream: Some(fresh.clone()),
-                method: round.method,
-                pending: round.pending,
-                deadline: self.request_timeout.map(|t| Instant::now() + t),
-                progress_token: None,
-                sent: None,
-                span: None,
-                modern: false,
-                log_level: None,
-                digest: None,
-                parked: None,
                 kept: Some(round.sent),
                 rounds: round.rounds,
-                caps: None,
+                ..InFlight::own(
+                    round.client,
+                    &round.method,
+                    round.pending,
+                    self.request_timeout.map(|t| Instant::now() + t),
+                )
             },
         );
         tracing::debug!("a legacy client's answers: its call goes upstream again with them");
@@ -1704,23 +1711,12 @@ impl Relay {
         );
         state.pending.insert(
             id.key().into(),
-            InFlight {
-                id: id.clone(),
-                upstream: None,
-                method: "server/discover".into(),
-                pending: Pending::Probe,
-                deadline: Some(Instant::now() + PROBE_TIMEOUT),
-                progress_token: None,
-                sent: None,
-                span: None,
-                modern: false,
-                log_level: None,
-                digest: None,
-                parked: None,
-                kept: None,
-                rounds: 0,
-                caps: None,
-            },
+            InFlight::own(
+                id.clone(),
+                "server/discover",
+                Pending::Probe,
+                Some(Instant::now() + PROBE_TIMEOUT),
+            ),
         );
         self.deadline_added.notify_one();
         Outgoing {
@@ -2677,23 +2673,15 @@ impl Relay {
         state.pending.insert(
             fresh.key().into(),
             InFlight {
-                id: client_id.clone(),
                 upstream: Some(fresh.clone()),
-                method: "initialize".into(),
-                pending: Pending::InitializeByDiscover {
-                    refused: Some(refused.to_vec()),
-                },
-                deadline: Some(Instant::now() + PROBE_TIMEOUT),
-                progress_token: None,
-                sent: None,
-                span: None,
-                modern: false,
-                log_level: None,
-                digest: None,
-                parked: None,
-                kept: None,
-                rounds: 0,
-                caps: None,
+                ..InFlight::own(
+                    client_id.clone(),
+                    "initialize",
+                    Pending::InitializeByDiscover {
+                        refused: Some(refused.to_vec()),
+                    },
+                    Some(Instant::now() + PROBE_TIMEOUT),
+                )
             },
         );
         let headers =
