@@ -338,6 +338,22 @@ fn still_in_flight(state: &mut State) -> Vec<Outgoing> {
         .collect()
 }
 
+impl Bridge {
+    /// The proxy's requests to the client for round `n`, no longer awaited: their id keys.
+    fn take_inputs(&mut self, n: u64) -> Vec<Box<str>> {
+        let keys: Vec<Box<str>> = self
+            .inputs
+            .iter()
+            .filter(|(_, (m, _))| *m == n)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            self.inputs.remove(key);
+        }
+        keys
+    }
+}
+
 /// At most this many bytes of modern requests are held while the server's era is learned.
 const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
 
@@ -556,15 +572,7 @@ impl Relay {
                 let Some(round) = state.bridge.rounds.remove(&n) else {
                     continue;
                 };
-                let asked: Vec<Box<str>> = state
-                    .bridge
-                    .inputs
-                    .iter()
-                    .filter(|(_, (m, _))| *m == n)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for key in asked {
-                    state.bridge.inputs.remove(&key);
+                for key in state.bridge.take_inputs(n) {
                     out.to_client.push(jsonrpc::cancelled(
                         &Id::from_json_text(&key),
                         "mcp-budget: no answer within --input-timeout-secs",
@@ -1560,16 +1568,7 @@ impl Relay {
         };
         let Some(result) = bridge::result_of(bytes).map(str::to_string) else {
             // The client refused (an error): the call ends with it.
-            let other: Vec<Box<str>> = state
-                .bridge
-                .inputs
-                .iter()
-                .filter(|(_, (m, _))| *m == n)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in other {
-                state.bridge.inputs.remove(&key);
-            }
+            state.bridge.take_inputs(n);
             if let Some(round) = state.bridge.rounds.remove(&n) {
                 let message = serde_json::from_slice::<serde_json::Value>(bytes)
                     .ok()
