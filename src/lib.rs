@@ -12,6 +12,9 @@
 //! - [`jsonrpc`]: every message the proxy writes itself, from typed builders.
 //! - [`era`]: the 2026-07-28 era where results are read and written: `resultType`, only
 //!   complete results budgeted, `cacheScope` on lists fitted to one client.
+//! - [`bridge`]: the era bridge: a client of one era in front of a server of the other (the
+//!   server's era learned and kept per origin; `initialize` ⇄ `server/discover`, results made
+//!   modern or legacy, MRTR ⇄ server requests); its state per session lives in [`relay`].
 //! - [`queue`]: the queues between tasks, bounded in bytes (backpressure, not memory).
 //! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
 //!   flight (ids that cannot cross), and answers them with errors when the server goes away.
