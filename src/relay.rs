@@ -287,8 +287,6 @@ enum LegacySession {
 /// One session's era bridge ([`crate::bridge`]).
 #[derive(Default)]
 struct Bridge {
-    /// Whether it works at all (off for recordings and the relay's own tests).
-    on: bool,
     /// The server's era, when known (learned, remembered for its origin, or forced).
     server: Option<crate::bridge::Era>,
     /// Whether the server's era was forced (`--server-era`): nothing is asked.
@@ -402,6 +400,9 @@ pub struct Relay {
     request_timeout: Option<Duration>,
     initialize_timeout: Duration,
     max_in_flight: usize,
+    /// Whether the era bridge works at all (off for recordings and the relay's own tests):
+    /// when off, nothing of it is looked at.
+    bridge_on: bool,
     /// How long a parked MRTR call waits for its client's retry.
     input_timeout: Duration,
     /// Signalled when a request with a deadline goes in flight.
@@ -461,6 +462,7 @@ impl Relay {
             initialize_timeout: DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             input_timeout: DEFAULT_INPUT_TIMEOUT,
+            bridge_on: false,
             deadline_added: tokio::sync::Notify::new(),
         }
     }
@@ -481,11 +483,11 @@ impl Relay {
     /// Turns the era bridge on ([`crate::bridge`]): a client of one protocol era is served in
     /// front of a server of the other. `server`: the server's era, or `auto` to learn it (what
     /// was learned of the server's origin in this process is used).
-    pub fn with_bridge(self, server: EraChoice) -> Self {
+    pub fn with_bridge(mut self, server: EraChoice) -> Self {
+        self.bridge_on = true;
         {
             let mut state = self.state();
             let bridge = &mut state.bridge;
-            bridge.on = true;
             bridge.forced = server.forced().is_some();
             let mut raw = [0u8; 8];
             let _ = getrandom::fill(&mut raw);
@@ -697,7 +699,7 @@ impl Relay {
             state.probed = false;
             // The new server is asked its era again, and a legacy one gets a new session.
             let bridge = &mut state.bridge;
-            if bridge.on {
+            if self.bridge_on {
                 bridge.held.clear();
                 bridge.held_bytes = 0;
                 bridge.asking = false;
@@ -758,8 +760,11 @@ impl Relay {
     /// A frame from the client.
     pub fn from_client(&self, frame: Frame) -> Routed {
         let mut routed = self.route_client(frame);
-        self.bridge_outgoing(&mut routed);
-        let done = self.state().bridge.resumed_done.take();
+        // The era bridge, when on (what is held, and a parked call's answer for its retry).
+        let done = match self.bridge_on {
+            true => self.bridge_outgoing(&mut routed),
+            false => None,
+        };
         if let Some((upstream, answer)) = done {
             let mut restored = None;
             let parsed = message::parse(&answer).ok();
@@ -780,27 +785,26 @@ impl Relay {
     /// A modern client's message on its way to a server whose era is not known yet, or to a
     /// legacy server whose session is not open yet, is held (and the session opened); to an
     /// open legacy session it goes without the modern headers (its session carries it).
-    fn bridge_outgoing(&self, routed: &mut Routed) {
+    /// Returns the answer of a parked call whose retry this frame was, if it came first.
+    fn bridge_outgoing(&self, routed: &mut Routed) -> Option<(Id, Vec<u8>)> {
         let mut state = self.state();
-        if !state.bridge.on {
-            return;
-        }
+        let done = state.bridge.resumed_done.take();
         let Some(out) = routed.to_server.as_mut() else {
-            return;
+            return done;
         };
         if out.modern.is_none() {
-            return;
+            return done;
         }
         match (state.bridge.server, &state.bridge.session) {
-            (Some(Era::Modern), _) => return,
+            (Some(Era::Modern), _) => return done,
             (Some(Era::Legacy), LegacySession::Open(_)) => {
                 out.modern = None;
-                return;
+                return done;
             }
             _ => {}
         }
         let Some(out) = routed.to_server.take() else {
-            return;
+            return done;
         };
         if state.bridge.held_bytes + out.bytes.len() > MAX_HELD_BYTES {
             bad_input();
@@ -820,7 +824,7 @@ impl Relay {
                     ));
                 }
             }
-            return;
+            return done;
         }
         if state.bridge.server == Some(Era::Legacy)
             && matches!(state.bridge.session, LegacySession::Closed)
@@ -829,6 +833,7 @@ impl Relay {
         }
         state.bridge.held_bytes += out.bytes.len();
         state.bridge.held.push(out);
+        done
     }
 
     /// The proxy's own `initialize`, opening a legacy session for modern clients with what
@@ -864,7 +869,7 @@ impl Relay {
     fn learned(&self, era: Era) {
         let mut state = self.state();
         state.bridge.asking = false;
-        if !state.bridge.on || state.bridge.forced {
+        if !self.bridge_on || state.bridge.forced {
             return;
         }
         state.bridge.server = Some(era);
@@ -1087,7 +1092,7 @@ impl Relay {
                     }
                 };
                 let mut upstream = upstream;
-                if state.bridge.on {
+                if self.bridge_on {
                     if let Some(meta) = &modern {
                         if state.bridge.server.is_none() && !state.bridge.asking {
                             // The server's era is learned before this request goes on.
@@ -1164,7 +1169,7 @@ impl Relay {
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
-                    "initialize" if state.bridge.on => {
+                    "initialize" if self.bridge_on => {
                         self.interceptor.initialize_request(bytes);
                         let client = LegacyClient::of(bytes);
                         let by_discover = state.bridge.server == Some(Era::Modern);
@@ -1320,7 +1325,7 @@ impl Relay {
                     )));
                 }
                 let to_legacy = modern.is_some()
-                    && state.bridge.on
+                    && self.bridge_on
                     && matches!(state.bridge.server, Some(Era::Legacy) | None);
                 let log_level = to_legacy
                     .then(|| bridge::requested_log_level(bytes))
@@ -2021,7 +2026,9 @@ impl Relay {
         let finished = {
             let mut state = self.state();
             // A parked call's answer, before its client retried: kept for the retry.
-            if let Some(n) = state.pending.get(id.key()).and_then(|f| f.parked) {
+            if self.bridge_on
+                && let Some(n) = state.pending.get(id.key()).and_then(|f| f.parked)
+            {
                 let held: usize = state
                     .bridge
                     .parked
@@ -2136,7 +2143,7 @@ impl Relay {
                 }
             }
             Ok(Pending::Probe) => {
-                let bridged = self.state().bridge.on;
+                let bridged = self.bridge_on;
                 let era = bridge::era_of_discover_answer(bytes);
                 if !bridged || era == Era::Modern {
                     self.interceptor.discover_response(bytes);
@@ -2153,7 +2160,7 @@ impl Relay {
                 let ask = {
                     let state = self.state();
                     refused
-                        && state.bridge.on
+                        && self.bridge_on
                         && state.bridge.server != Some(Era::Legacy)
                         && state.bridge.legacy_client.is_some()
                 };
@@ -2260,11 +2267,11 @@ impl Relay {
         method: &str,
         modern: bool,
     ) -> Delivery {
+        if !self.bridge_on {
+            return delivery;
+        }
         let (server, serving_legacy) = {
             let state = self.state();
-            if !state.bridge.on {
-                return delivery;
-            }
             (state.bridge.server, state.bridge.serving_legacy)
         };
         let current = match &delivery {
@@ -2612,9 +2619,11 @@ impl Relay {
 
     /// Whether the proxy opened (or is opening) a legacy session for modern clients.
     fn bridging_legacy_server(&self) -> bool {
+        if !self.bridge_on {
+            return false;
+        }
         let state = self.state();
-        state.bridge.on
-            && state.bridge.server == Some(Era::Legacy)
+        state.bridge.server == Some(Era::Legacy)
             && !matches!(state.bridge.session, LegacySession::Closed)
     }
 

@@ -434,22 +434,12 @@ async fn a_legacy_client_is_served_by_a_modern_only_server_through_the_proxy() {
     let _ = std::fs::remove_file(&file);
     // A modern server's input_required: the legacy client is asked by a real request, and
     // the call is retried with its answer and the server's requestState.
-    client.next += 1;
-    let call = client.next;
-    let request = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
-        "params": {"name": "ask", "arguments": {}}});
-    client.peer.send(&request.to_string()).await;
-    let asked = next_request(&mut client).await;
-    assert_eq!(asked["method"], "elicitation/create", "{asked}");
-    assert_eq!(asked["params"]["message"], "Go on?");
-    let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"ok": true}}});
-    client.peer.send(&answer.to_string()).await;
-    let done = loop {
-        let message = client.peer.recv_json().await;
-        if message["id"] == call {
-            break message;
-        }
-    };
+    let done = ask(&mut client, |asked| {
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        assert_eq!(asked["params"]["message"], "Go on?");
+        json!({"result": {"action": "accept", "content": {"ok": true}}})
+    })
+    .await;
     let text = done["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_default();
@@ -457,20 +447,11 @@ async fn a_legacy_client_is_served_by_a_modern_only_server_through_the_proxy() {
     assert!(text.contains(r#""ok":true"#), "{done}");
     assert!(done["result"].get("resultType").is_none(), "{done}");
     // A client that refuses: the call ends with an error that says so.
-    client.next += 1;
-    let call = client.next;
-    let request = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
-        "params": {"name": "ask", "arguments": {}}});
-    client.peer.send(&request.to_string()).await;
-    let asked = next_request(&mut client).await;
-    let refusal = json!({"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -1, "message": "user said no"}});
-    client.peer.send(&refusal.to_string()).await;
-    let done = loop {
-        let message = client.peer.recv_json().await;
-        if message["id"] == call {
-            break message;
-        }
-    };
+    let done = ask(
+        &mut client,
+        |_| json!({"error": {"code": -1, "message": "user said no"}}),
+    )
+    .await;
     assert!(
         done["error"]["message"]
             .as_str()
@@ -478,6 +459,27 @@ async fn a_legacy_client_is_served_by_a_modern_only_server_through_the_proxy() {
             .contains("user said no"),
         "{done}"
     );
+}
+
+/// modern_server's `ask` called by a legacy client: the server request the proxy makes of it
+/// is answered with what `answer` returns (a `result` or an `error` member); the call's end.
+async fn ask(client: &mut Client, answer: impl Fn(&Value) -> Value) -> Value {
+    client.next += 1;
+    let call = client.next;
+    let request = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
+        "params": {"name": "ask", "arguments": {}}});
+    client.peer.send(&request.to_string()).await;
+    let asked = next_request(client).await;
+    let mut reply = answer(&asked);
+    reply["jsonrpc"] = json!("2.0");
+    reply["id"] = asked["id"].clone();
+    client.peer.send(&reply.to_string()).await;
+    loop {
+        let message = client.peer.recv_json().await;
+        if message["id"] == call {
+            return message;
+        }
+    }
 }
 
 /// The next request the client is sent (notifications skipped).
