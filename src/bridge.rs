@@ -29,6 +29,8 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::era::{prepend, prepend_members};
+use crate::jsonrpc::quote;
 use crate::jsonrpc::{HEADER_MISMATCH, INVALID_PARAMS, MISSING_CAPABILITY, UNSUPPORTED_VERSION};
 use crate::message::{self, Id};
 
@@ -722,11 +724,6 @@ pub fn input_requests(message: &[u8]) -> Option<InputRequired> {
     })
 }
 
-/// A JSON string literal.
-fn quote(text: &str) -> String {
-    serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
-}
-
 /// A retry of `request` (JSON text of the request as it went upstream) under `id`, its
 /// `params` given `inputResponses` (members: key → answer JSON) and `requestState`.
 pub fn retry(
@@ -842,25 +839,6 @@ pub fn legacy_answer(message: &[u8]) -> Option<Vec<u8>> {
 pub fn incomplete_kind(message: &[u8]) -> Option<String> {
     let result = result_of(message)?;
     crate::era::result_type(result).filter(|kind| kind != "complete")
-}
-
-/// `object` (an object's JSON text) with `"name":value` as its first member.
-fn prepend(object: &str, name: &str, value: &str) -> Option<String> {
-    prepend_members(object, &format!("\"{name}\":{value}"))
-}
-
-/// `object` with `members` (JSON members, without braces) as its first members.
-fn prepend_members(object: &str, members: &str) -> Option<String> {
-    let open = object.find('{')?;
-    let empty = object[open + 1..].trim_start().starts_with('}');
-    let mut out = String::with_capacity(object.len() + members.len() + 2);
-    out.push_str(&object[..=open]);
-    out.push_str(members);
-    if !empty {
-        out.push(',');
-    }
-    out.push_str(&object[open + 1..]);
-    Some(out)
 }
 
 /// `object` without its top-level member `name` (and the comma that joined it). `None`: it

@@ -57,15 +57,17 @@ pub fn is_complete(result: &str) -> bool {
 }
 
 /// `object` (an object's JSON text) with `"name":value` as its first member.
-fn prepend(object: &str, name: &str, value: &str) -> Option<String> {
+pub(crate) fn prepend(object: &str, name: &str, value: &str) -> Option<String> {
+    prepend_members(object, &format!("\"{name}\":{value}"))
+}
+
+/// `object` with `members` (JSON members, without braces) as its first members.
+pub(crate) fn prepend_members(object: &str, members: &str) -> Option<String> {
     let open = object.find('{')?;
     let empty = object[open + 1..].trim_start().starts_with('}');
-    let mut out = String::with_capacity(object.len() + name.len() + value.len() + 6);
+    let mut out = String::with_capacity(object.len() + members.len() + 2);
     out.push_str(&object[..=open]);
-    out.push('"');
-    out.push_str(name);
-    out.push_str("\":");
-    out.push_str(value);
+    out.push_str(members);
     if !empty {
         out.push(',');
     }

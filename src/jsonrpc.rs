@@ -47,7 +47,7 @@ pub fn error_response(id: Option<&Id>, code: i64, message: &str, data: Option<&V
 }
 
 /// A JSON string literal for `text`.
-fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     // Serializing a `&str` cannot fail; the fallback keeps the output valid JSON regardless.
     serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
 }
