@@ -47,7 +47,9 @@ fn tools() -> Value {
         {"name": "meta", "description": "The request's _meta.",
          "inputSchema": {"type": "object", "properties": {}}},
         {"name": "ask", "description": "Needs the user's input.",
-         "inputSchema": {"type": "object", "properties": {}}}
+         "inputSchema": {"type": "object", "properties": {}}},
+        {"name": "research", "description": "Runs only as a task, it says; called plainly, it answers all the same.",
+         "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}}
     ], "ttlMs": 60000, "cacheScope": "public"})
 }
 
@@ -71,6 +73,9 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
             Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": rows}))
         }
         "meta" => Ok(json!({"content": [{"type": "text", "text": params["_meta"].to_string()}]})),
+        "research" => {
+            Ok(json!({"content": [{"type": "text", "text": "researched, without a task"}]}))
+        }
         "ask"
             if params["requestState"] == "opaque-1"
                 && params["inputResponses"]["confirm"].is_object() =>
@@ -140,7 +145,8 @@ fn main() {
                 id,
                 json!({
                     "supportedVersions": [MODERN],
-                    "capabilities": {"tools": {}, "logging": {}},
+                    "capabilities": {"tools": {}, "logging": {},
+                        "extensions": {"io.modelcontextprotocol/tasks": {}, "vendor/x": {}}},
                     "instructions": "A server of rows.",
                     "ttlMs": 60000, "cacheScope": "public",
                     "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern-only", "version": "1.0.0"}}

@@ -162,14 +162,23 @@ fn main() {
                     );
                     // On a listen stream a client learns of the completion too (the extension's
                     // notifications/tasks, with the result inline).
-                    if modern_task && std::env::var("QUIRKY_TASK_NOTIFY").is_ok() {
+                    // QUIRKY_TASK_NOTIFY=batch: in a batch; =twice: its result named twice.
+                    if modern_task && let Ok(how) = std::env::var("QUIRKY_TASK_NOTIFY") {
                         let result = &tasks[&task];
-                        send(
-                            &mut out,
-                            &format!(
-                                r#"{{"jsonrpc":"2.0","method":"notifications/tasks","params":{{"taskId":"{task}","status":"completed","result":{result}}}}}"#
-                            ),
+                        let results = match how.as_str() {
+                            "twice" => format!(r#""result":{{"content":[]}},"result":{result}"#),
+                            _ => format!(r#""result":{result}"#),
+                        };
+                        let notification = format!(
+                            r#"{{"jsonrpc":"2.0","method":"notifications/tasks","params":{{"taskId":"{task}","status":"completed",{results}}}}}"#
                         );
+                        let line = match how.as_str() {
+                            "batch" => format!(
+                                r#"[{notification},{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"batched"}}}}]"#
+                            ),
+                            _ => notification,
+                        };
+                        send(&mut out, &line);
                     }
                     continue;
                 }
@@ -380,6 +389,48 @@ fn main() {
                     ),
                 };
                 send(&mut out, &answer);
+            }
+            // The extension's input and cancellation: acknowledged for a task it knows (it
+            // names the task back, as a server may), refused for any other.
+            (Some(method @ ("tasks/update" | "tasks/cancel")), Some(id)) => {
+                let task = params["taskId"].as_str().unwrap_or("");
+                let answer = match tasks.get(task) {
+                    Some(_) if method == "tasks/cancel" => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","taskId":"{task}","status":"cancelled"}}}}"#
+                    ),
+                    Some(_) => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete"}}}}"#
+                    ),
+                    None => format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown task {task}"}}}}"#
+                    ),
+                };
+                send(&mut out, &answer);
+            }
+            // A listen stream for tasks: acknowledged with the tasks it knows, then each one's
+            // state (completed, its result inline); the stream stays open.
+            (Some("subscriptions/listen"), Some(_)) => {
+                let asked: Vec<String> = params["notifications"]["taskIds"]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(|id| id.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let known: Vec<&String> =
+                    asked.iter().filter(|id| tasks.contains_key(*id)).collect();
+                let ack = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {"notifications": {"taskIds": known}}});
+                send(&mut out, &ack.to_string());
+                for task in known {
+                    let result = &tasks[task];
+                    send(
+                        &mut out,
+                        &format!(
+                            r#"{{"jsonrpc":"2.0","method":"notifications/tasks","params":{{"taskId":"{task}","status":"completed","result":{result}}}}}"#
+                        ),
+                    );
+                }
             }
             // A task's result (2025-11-25).
             (Some("tasks/result"), Some(id)) => {

@@ -366,7 +366,10 @@ impl LegacyClient {
             LEGACY
         };
         let unnamed = r#"{"name":"unknown","version":"0"}"#;
-        let capabilities = object_or(discover.as_ref().and_then(|d| d.capabilities), "{}");
+        let capabilities = without_tasks(object_or(
+            discover.as_ref().and_then(|d| d.capabilities),
+            "{}",
+        ));
         let info = object_or(
             discover
                 .as_ref()
@@ -408,7 +411,7 @@ pub fn discover_result(init: &str) -> String {
         server_info: Option<&'a RawValue>,
     }
     let init: Option<Init<'_>> = serde_json::from_str(init).ok();
-    let capabilities = object_or(init.as_ref().and_then(|i| i.capabilities), "{}");
+    let capabilities = without_tasks(object_or(init.as_ref().and_then(|i| i.capabilities), "{}"));
     let mut out = format!(
         r#"{{"resultType":"complete","supportedVersions":["{}"],"capabilities":{capabilities}"#,
         crate::era::MODERN
@@ -841,6 +844,46 @@ pub fn incomplete_kind(message: &[u8]) -> Option<String> {
     crate::era::result_type(result).filter(|kind| kind != "complete")
 }
 
+/// The extension's key for tasks (2026-07-28).
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// A server's capabilities as the other era's client is shown them: without tasks, in either
+/// form (the 2025-11-25 `tasks`, the extension). Tasks do not cross the eras, and a task's
+/// result must not reach a client by a channel the proxy cannot budget: the client then calls
+/// every tool plainly.
+fn without_tasks(capabilities: &str) -> String {
+    let mut out = without_member(capabilities, "tasks").unwrap_or_else(|| capabilities.to_string());
+    let extensions = crate::budget::raw::members(&out).and_then(|members| {
+        let (_, range) = members.into_iter().rev().find(|(k, _)| k == "extensions")?;
+        let extensions = out.get(range.clone())?;
+        Some((range, without_member(extensions, TASKS_EXTENSION)?))
+    });
+    if let Some((range, new)) = extensions {
+        out.replace_range(range, &new);
+    }
+    out
+}
+
+/// A `tools/list` answer as the other era's client is shown it: a tool that runs only as a
+/// task (`execution.taskSupport: "required"`) is shown as one that runs without (`forbidden`),
+/// since no task crosses the eras; a call to it goes to the server as a plain call, which
+/// the server runs or refuses in its own words. `None`: no tool needs a task.
+pub fn without_required_tasks(message: &[u8]) -> Option<Vec<u8>> {
+    memchr::memmem::find(message, b"taskSupport")?;
+    let result = result_of(message)?;
+    let mut list: serde_json::Value = serde_json::from_str(result).ok()?;
+    let mut changed = false;
+    for tool in list.get_mut("tools")?.as_array_mut()? {
+        if let Some(support) = tool.pointer_mut("/execution/taskSupport")
+            && support == "required"
+        {
+            *support = serde_json::Value::String("forbidden".into());
+            changed = true;
+        }
+    }
+    changed.then(|| message::splice(message, result, list.to_string().as_bytes()))
+}
+
 /// `object` without its top-level member `name` (and the comma that joined it). `None`: it
 /// has no such member.
 fn without_member(object: &str, name: &str) -> Option<String> {
@@ -894,6 +937,29 @@ fn without_member(object: &str, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tasks_do_not_cross_the_eras_in_either_form() {
+        let init = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"tasks":{"requests":{"tools":{"call":{}}}},"extensions":{"io.modelcontextprotocol/tasks":{},"a/b":{}}},"serverInfo":{"name":"s","version":"1"}}"#;
+        let discover: serde_json::Value = serde_json::from_str(&discover_result(init)).unwrap();
+        assert_eq!(
+            discover["capabilities"],
+            serde_json::json!({"tools": {}, "extensions": {"a/b": {}}})
+        );
+        assert_eq!(without_tasks(r#"{"tools":{}}"#), r#"{"tools":{}}"#);
+        let list = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}},{"name":"b","execution":{"taskSupport":"optional"}}]}}"#;
+        let shown: serde_json::Value =
+            serde_json::from_slice(&without_required_tasks(list).unwrap()).unwrap();
+        assert_eq!(
+            shown["result"]["tools"][0]["execution"]["taskSupport"],
+            "forbidden"
+        );
+        assert_eq!(
+            shown["result"]["tools"][1]["execution"]["taskSupport"],
+            "optional"
+        );
+        assert!(without_required_tasks(br#"{"id":1,"result":{"tools":[]}}"#).is_none());
+    }
 
     #[test]
     fn a_member_is_taken_out_wherever_it_stands() {

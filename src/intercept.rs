@@ -20,6 +20,7 @@ use crate::budget::cursor::{self, CursorError, SelectionDigest};
 use crate::budget::{Budget, CallPlan, Finished, descriptor};
 use crate::message::{Id, Modern, splice};
 use crate::policy::Policy;
+use crate::task_token;
 
 /// Applies the budget at the relay's two interception points, for one session.
 #[derive(Debug)]
@@ -44,6 +45,9 @@ pub struct Interceptor {
     /// The calls the server turned into tasks, by task id: their results are budgeted as the
     /// calls' own answers would be.
     tasks: Mutex<TaskTable>,
+    /// Who this session serves (a credential's index or a client address over HTTP, `stdio`
+    /// over stdio): the task tokens it issues open for it only.
+    principal: String,
 }
 
 /// How many tasks a session remembers (the oldest are forgotten first).
@@ -68,23 +72,40 @@ struct TaskTable {
 
 #[derive(Debug)]
 struct TaskCall {
-    origin: Unsettled,
+    /// The call that made the task (`None`: a modern task known only by its token, which did
+    /// not carry its call).
+    origin: Option<Unsettled>,
+    /// What the modern client is shown for the task id (a [`crate::task_token`]).
+    token: Option<String>,
     expires: Instant,
 }
 
+impl TaskCall {
+    fn bytes(&self, task: &str) -> usize {
+        self.origin.as_ref().map_or(0, |o| o.request.len())
+            + self.token.as_ref().map_or(0, String::len)
+            + task.len()
+    }
+}
+
 impl TaskTable {
-    fn remember(&mut self, task: String, origin: Unsettled, ttl: Duration) {
+    fn remember(
+        &mut self,
+        task: String,
+        origin: Option<Unsettled>,
+        ttl: Duration,
+        token: Option<String>,
+    ) {
         let now = Instant::now();
         self.forget(&task);
-        self.bytes += origin.request.len() + task.len();
+        let call = TaskCall {
+            origin,
+            token,
+            expires: now + ttl.min(MAX_TASK_TTL),
+        };
+        self.bytes += call.bytes(&task);
         self.order.push_back(task.clone());
-        self.calls.insert(
-            task,
-            TaskCall {
-                origin,
-                expires: now + ttl.min(MAX_TASK_TTL),
-            },
-        );
+        self.calls.insert(task, call);
         // The expired, then the oldest, until the table is within its bounds.
         let expired: Vec<String> = self
             .calls
@@ -109,18 +130,23 @@ impl TaskTable {
 
     fn forget(&mut self, task: &str) {
         if let Some(call) = self.calls.remove(task) {
-            self.bytes = self
-                .bytes
-                .saturating_sub(call.origin.request.len() + task.len());
+            self.bytes = self.bytes.saturating_sub(call.bytes(task));
             self.order.retain(|id| id != task);
         }
     }
 
-    fn get(&self, task: &str) -> Option<Unsettled> {
+    fn live(&self, task: &str) -> Option<&TaskCall> {
         self.calls
             .get(task)
             .filter(|call| call.expires > Instant::now())
-            .map(|call| call.origin.clone())
+    }
+
+    fn get(&self, task: &str) -> Option<Unsettled> {
+        self.live(task).and_then(|call| call.origin.clone())
+    }
+
+    fn token(&self, task: &str) -> Option<String> {
+        self.live(task).and_then(|call| call.token.clone())
     }
 }
 
@@ -213,6 +239,40 @@ struct Unsettled {
     id: Id,
     request: Arc<[u8]>,
     modern: Option<Modern>,
+}
+
+impl Unsettled {
+    /// The call a task token carries, as its client sent it.
+    fn of_call(call: &task_token::Call) -> Unsettled {
+        let mut params = Map::new();
+        params.insert("name".into(), Value::String(call.tool.clone()));
+        if let Some(arguments) = &call.arguments
+            && let Ok(arguments) = serde_json::from_str::<Value>(arguments.get())
+        {
+            params.insert("arguments".into(), arguments);
+        }
+        let request = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": params});
+        Unsettled {
+            id: Id::from_json_text("0"),
+            request: Arc::from(request.to_string().into_bytes()),
+            modern: Some(Modern {
+                version: crate::era::MODERN.to_string(),
+                client: call.client.clone(),
+                capabilities: true,
+                named: Some(call.tool.clone()),
+                id_at: 0..0,
+            }),
+        }
+    }
+}
+
+/// A modern request that named tasks by their tokens, with the server's ids in their place.
+#[derive(Debug)]
+pub struct TaskNamed {
+    /// The request as it goes upstream.
+    pub rewritten: Vec<u8>,
+    /// The one task it names (`tasks/*`): the server's id and the token the client named it by.
+    pub task: Option<(String, String)>,
 }
 
 impl CallContext {
@@ -431,6 +491,7 @@ impl Interceptor {
             fitted: Mutex::new((0, HashMap::new())),
             origin: None,
             tasks: Mutex::new(TaskTable::default()),
+            principal: "stdio".to_string(),
         };
         if let Some(forced) = budget.choice().forced.clone() {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
@@ -441,6 +502,13 @@ impl Interceptor {
     /// Changes when a policy reload changed what descriptors say.
     pub fn descriptor_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.base.descriptor_changes()
+    }
+
+    /// This session serves `principal` (over HTTP: the credential or the client address): the
+    /// task tokens it issues open for that principal only.
+    pub fn for_principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = principal.into();
+        self
     }
 
     /// This session's server is the one at `origin`: what it said of itself in an earlier
@@ -709,7 +777,7 @@ impl Interceptor {
         if Arc::ptr_eq(&budget, &context.budget) {
             return context;
         }
-        match self.call_request(id, request, budget) {
+        match self.call_request(id, request, budget, false) {
             CallDecision::Forward {
                 context: mut again, ..
             } => {
@@ -953,7 +1021,7 @@ impl Interceptor {
         modern: Option<&Modern>,
     ) -> CallDecision {
         let budget = self.budget_for(modern);
-        match self.call_request(id, message, budget) {
+        match self.call_request(id, message, budget, true) {
             CallDecision::Answer(answer) if modern.is_some() => {
                 CallDecision::Answer(crate::era::completed_response(answer))
             }
@@ -991,7 +1059,15 @@ impl Interceptor {
         }
     }
 
-    fn call_request(&self, id: &Id, message: &[u8], budget: Arc<Budget>) -> CallDecision {
+    /// `counted`: the call is counted in the metrics (not when a call counted already is
+    /// planned again: under the server's built-in policy, or for its task's result).
+    fn call_request(
+        &self,
+        id: &Id,
+        message: &[u8],
+        budget: Arc<Budget>,
+        counted: bool,
+    ) -> CallDecision {
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
                 rewritten,
@@ -1051,9 +1127,11 @@ impl Interceptor {
             ));
         }
         let name = name.to_string();
-        self.count(&name, |m, tool| {
-            m.calls.get_or_create(tool).inc();
-        });
+        if counted {
+            self.count(&name, |m, tool| {
+                m.calls.get_or_create(tool).inc();
+            });
+        }
         if name == crate::search::TOOL && self.offers_search(&budget) {
             return self.search_call(id, parts.as_ref().and_then(|p| p.arguments), budget);
         }
@@ -1491,11 +1569,26 @@ impl Interceptor {
             && let Some((task, ttl)) = task_created(raw)
         {
             tracing::debug!(tool = %context.plan.tool, %task, "the call became a task");
+            // A modern client is shown a token for the task, which carries the call: any
+            // session holding the key budgets its result (there is no session to remember it).
+            let shown = origin.modern.as_ref().map(|modern| {
+                let call = task_token::Call {
+                    tool: context.plan.tool.clone(),
+                    arguments: arguments_of(&origin.request),
+                    client: modern.client.clone(),
+                };
+                task_token::wrap(&self.cursor_key(), &self.principal, &task, Some(&call))
+            });
+            let rewritten = shown.as_ref().and_then(|token| {
+                task_token::respell_member(message, raw, "taskId", |id| {
+                    (id == task).then(|| token.clone())
+                })
+            });
             self.tasks
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .remember(task, *origin, ttl);
-            return None;
+                .remember(task, Some(*origin), ttl, shown);
+            return rewritten;
         }
         // Only a complete result is the budget's: `input_required`, a task, or any other kind
         // passes as the server wrote it.
@@ -1634,23 +1727,184 @@ impl Interceptor {
             .task_id
     }
 
+    /// A modern client's request that names tasks by the tokens the proxy showed it
+    /// (`tasks/get`, `tasks/update`, `tasks/cancel`: `params.taskId`; `subscriptions/listen`:
+    /// `params.notifications.taskIds`), with the server's ids in their place. `Ok(None)`: it
+    /// names no token (passed as it is). A token that does not open refuses the request.
+    pub fn task_request(
+        &self,
+        method: &str,
+        request: &[u8],
+    ) -> Result<Option<TaskNamed>, task_token::Refused> {
+        if memchr::memmem::find(request, task_token::PREFIX.as_bytes()).is_none() {
+            return Ok(None);
+        }
+        #[derive(Deserialize)]
+        struct Request<'a> {
+            #[serde(borrow)]
+            params: Option<&'a RawValue>,
+        }
+        let Some(params) = serde_json::from_slice::<Request<'_>>(request)
+            .ok()
+            .and_then(|r| r.params)
+            .map(RawValue::get)
+        else {
+            return Ok(None);
+        };
+        let key = self.cursor_key();
+        let mut refused = None;
+        let mut named = None;
+        let mut open = |shown: &str| -> Option<String> {
+            match task_token::unwrap(&key, &self.principal, shown) {
+                Ok(Some((task, call))) => {
+                    self.learn_task(&task, shown, call);
+                    named = Some((task.clone(), shown.to_string()));
+                    Some(task)
+                }
+                Ok(None) => None,
+                Err(err) => {
+                    refused.get_or_insert(err);
+                    None
+                }
+            }
+        };
+        let rewritten = match method {
+            "subscriptions/listen" => raw_member(params, "notifications")
+                .and_then(|filter| task_token::respell_list(request, filter, "taskIds", &mut open)),
+            _ => task_token::respell_member(request, params, "taskId", &mut open),
+        };
+        if let Some(err) = refused {
+            return Err(err);
+        }
+        Ok(rewritten.map(|rewritten| TaskNamed {
+            rewritten,
+            task: named.filter(|_| method != "subscriptions/listen"),
+        }))
+    }
+
+    /// A task this session learns of by the token a client presented: its call (when the token
+    /// carries one) budgets the task's result here too.
+    fn learn_task(&self, task: &str, shown: &str, call: Option<task_token::Call>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        if tasks.live(task).is_some_and(|known| known.origin.is_some()) {
+            return;
+        }
+        let origin = call.map(|call| Unsettled::of_call(&call));
+        tasks.remember(
+            task.to_string(),
+            origin,
+            DEFAULT_TASK_TTL,
+            Some(shown.to_string()),
+        );
+    }
+
+    /// What a modern client is shown for the server's task `task`: the token it was shown
+    /// already, else one naming the task only.
+    fn shown_task(&self, task: &str) -> String {
+        let known = self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .token(task);
+        known.unwrap_or_else(|| task_token::wrap(&self.cursor_key(), &self.principal, task, None))
+    }
+
     /// The answer to a `tasks/result` (2025-11-25: the result itself) or `tasks/get` (the
     /// tasks extension: a completed task's `result`): the final result is budgeted as the
-    /// call that made the task would have been. `None`: unchanged.
+    /// call that made the task would have been. `shown`: the token the (modern) client named
+    /// the task by, which the answer names it by too. `None`: unchanged.
     pub fn task_response(
         &self,
         task: Option<&str>,
+        shown: Option<&str>,
         message: &[u8],
         result: Option<std::ops::Range<usize>>,
     ) -> Option<Vec<u8>> {
-        let raw = result_of(message, result)?;
-        let last = final_result(raw)?;
-        self.budget_task_result(task, message, last)
+        if result_of(message, result.clone()).is_some_and(results_twice) {
+            tracing::warn!("a task's state names its result twice: withheld");
+            return Some(self.withheld(message, "the server's task state names its result twice"));
+        }
+        let respelled = match (task, shown) {
+            (Some(task), Some(shown)) => {
+                let raw = result_of(message, result.clone())?;
+                task_token::respell_member(message, raw, "taskId", |id| {
+                    (id == task).then(|| shown.to_string())
+                })
+            }
+            _ => None,
+        };
+        let Some(respelled) = respelled else {
+            let raw = result_of(message, result)?;
+            let last = final_result(raw)?;
+            return self.budget_task_result(task, message, last);
+        };
+        let budgeted = result_of(&respelled, None)
+            .and_then(final_result)
+            .and_then(|last| self.budget_task_result(task, &respelled, last));
+        Some(budgeted.unwrap_or(respelled))
     }
 
-    /// A `notifications/tasks` (the tasks extension): a completed task's `result` is budgeted
-    /// as the call that made the task would have been. `None`: unchanged.
-    pub fn task_notification(&self, message: &[u8]) -> Option<Vec<u8>> {
+    /// The answer to a `tasks/update` or `tasks/cancel` whose task the (modern) client named
+    /// by `shown`: any `taskId` of it names the task so too. `None`: unchanged.
+    pub fn task_named_response(&self, task: &str, shown: &str, message: &[u8]) -> Option<Vec<u8>> {
+        let raw = result_of(message, None)?;
+        task_token::respell_member(message, raw, "taskId", |id| {
+            (id == task).then(|| shown.to_string())
+        })
+    }
+
+    /// A `notifications/tasks` (the tasks extension): the task is named by the token its
+    /// client was shown, and a completed task's `result` is budgeted as the call that made the
+    /// task would have been. `Ok(None)`: unchanged; `Err`: withheld (its task's result is
+    /// there twice, so a client could read the one the proxy did not budget).
+    pub fn task_notification(&self, message: &[u8]) -> Result<Option<Vec<u8>>, Withheld> {
+        #[derive(Deserialize)]
+        struct Notification<'a> {
+            #[serde(borrow)]
+            params: Option<&'a RawValue>,
+        }
+        let Some(params) = serde_json::from_slice::<Notification<'_>>(message)
+            .ok()
+            .and_then(|n| n.params)
+            .map(RawValue::get)
+        else {
+            return Ok(None);
+        };
+        if results_twice(params) {
+            tracing::warn!("a notifications/tasks names its task's result twice: withheld");
+            return Err(Withheld);
+        }
+        Ok(self.task_notified(message, params))
+    }
+
+    fn task_notified(&self, message: &[u8], params: &str) -> Option<Vec<u8>> {
+        #[derive(Deserialize)]
+        struct Notification<'a> {
+            #[serde(borrow)]
+            params: Option<&'a RawValue>,
+        }
+        let mut task = None;
+        let respelled = task_token::respell_member(message, params, "taskId", |id| {
+            task = Some(id.to_string());
+            Some(self.shown_task(id))
+        });
+        let Some(respelled) = respelled else {
+            let last = final_result(params)?;
+            return self.budget_task_result(None, message, last);
+        };
+        let budgeted = serde_json::from_slice::<Notification<'_>>(&respelled)
+            .ok()
+            .and_then(|n| n.params)
+            .map(RawValue::get)
+            .and_then(final_result)
+            .and_then(|last| self.budget_task_result(task.as_deref(), &respelled, last));
+        Some(budgeted.unwrap_or(respelled))
+    }
+
+    /// A `notifications/subscriptions/acknowledged`: the tasks it names are named by the
+    /// tokens their client was shown. `None`: unchanged (it names none).
+    pub fn tasks_acknowledged(&self, message: &[u8]) -> Option<Vec<u8>> {
+        memchr::memmem::find(message, b"taskIds")?;
         #[derive(Deserialize)]
         struct Notification<'a> {
             #[serde(borrow)]
@@ -1660,10 +1914,8 @@ impl Interceptor {
             .ok()?
             .params?
             .get();
-        let task =
-            raw_member(params, "taskId").and_then(|text| serde_json::from_str::<String>(text).ok());
-        let last = final_result(params)?;
-        self.budget_task_result(task.as_deref(), message, last)
+        let filter = raw_member(params, "notifications")?;
+        task_token::respell_list(message, filter, "taskIds", |id| Some(self.shown_task(id)))
     }
 
     /// `last` (a task's final result, a part of `message`), budgeted as its call's answer.
@@ -1685,18 +1937,19 @@ impl Interceptor {
             return self.unknown_task_result(task, message, last);
         };
         let budget = self.budget_for(origin.modern.as_ref());
-        let mut context = match self.call_request(&origin.id, &origin.request, budget.clone()) {
-            CallDecision::Forward { context, .. } => context,
-            // Its arguments read otherwise now (a reload): held to the cap.
-            _ => CallContext {
-                plan: budget.plan_unpaged(tool_of(&origin.request)),
-                budget,
-                auto: None,
-                modern: false,
-                unsettled: None,
-                task_origin: None,
-            },
-        };
+        let mut context =
+            match self.call_request(&origin.id, &origin.request, budget.clone(), false) {
+                CallDecision::Forward { context, .. } => context,
+                // Its arguments read otherwise now (a reload): held to the cap.
+                _ => CallContext {
+                    plan: budget.plan_unpaged(tool_of(&origin.request)),
+                    budget,
+                    auto: None,
+                    modern: false,
+                    unsettled: None,
+                    task_origin: None,
+                },
+            };
         // The final result is written as the server wrote it: a task carries its own
         // `resultType`, and a legacy result has none.
         context.modern = false;
@@ -1932,6 +2185,28 @@ fn final_result(raw: &str) -> Option<&str> {
 }
 
 /// The tool a `tools/call` request names.
+/// A message withheld from the client (why is in the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Withheld;
+
+/// Whether a task's state has two `result` members (a client could read either).
+fn results_twice(object: &str) -> bool {
+    memchr::memmem::find_iter(object.as_bytes(), b"\"result\"")
+        .nth(1)
+        .is_some()
+        && crate::budget::raw::members(object)
+            .is_some_and(|members| members.iter().filter(|(k, _)| k == "result").count() > 1)
+}
+
+/// The arguments of a `tools/call` request, as JSON text.
+fn arguments_of(request: &[u8]) -> Option<Box<RawValue>> {
+    serde_json::from_slice::<CallParts<'_>>(request)
+        .ok()?
+        .params?
+        .arguments
+        .map(ToOwned::to_owned)
+}
+
 fn tool_of(request: &[u8]) -> String {
     serde_json::from_slice::<CallParts<'_>>(request)
         .ok()

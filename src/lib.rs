@@ -42,6 +42,8 @@
 //! - [`regular`]: policies and recordings are read only from regular files, within bounds.
 //! - [`replay`]: a recording answering requests like the server did.
 //! - [`search`]: `mcp_budget_search`, the proxy's own tool that searches a cached paged result.
+//! - [`task_token`]: what a 2026-07-28 client is shown for a task id: the server's id and the
+//!   call that made the task, sealed under the cursor key and bound to the principal.
 //! - [`report`]: what a policy would do to the `tools/call` results of a recording.
 //! - [`suggest`]: a starting policy proposed from a recording.
 //! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
@@ -107,6 +109,7 @@ pub mod search;
 pub mod session;
 pub mod stdio;
 pub mod suggest;
+pub mod task_token;
 pub mod tokens;
 pub mod traces;
 pub mod upstream;

@@ -77,8 +77,18 @@ enum Pending {
     ToolsList(Option<Box<Modern>>),
     ToolsCall(CallContext),
     /// `tasks/result` or `tasks/get` for this task id: a task's final result is budgeted as
-    /// the call that made the task.
-    TaskResult(Option<String>),
+    /// the call that made the task. `shown`: the token a modern client named the task by
+    /// (its answer names the task so too).
+    TaskResult {
+        task: Option<String>,
+        shown: Option<String>,
+    },
+    /// `tasks/update` or `tasks/cancel` of a modern client, for the server's task `task`, which
+    /// the client named by the token `shown`.
+    TaskNamed {
+        task: String,
+        shown: String,
+    },
     /// `server/discover`: its answer names the server (for the built-in policy).
     Discover,
     /// The proxy's own `server/discover` (see [`Routed::probe`]): its answer is the proxy's.
@@ -1166,6 +1176,36 @@ impl Relay {
                     state.probed = true;
                     routed.probe = Some(self.probe(&mut state, &meta.version));
                 }
+                // A modern client names tasks by the tokens the proxy showed it: the server
+                // gets its own ids, and a token that does not open is refused.
+                let mut named_task: Option<(String, String)> = None;
+                let mut task_forward: Option<Vec<u8>> = None;
+                if modern.is_some()
+                    && matches!(
+                        method.as_str(),
+                        "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen"
+                    )
+                {
+                    match self.interceptor.task_request(&method, bytes) {
+                        Ok(None) => {}
+                        Ok(Some(named)) => {
+                            named_task = named.task;
+                            task_forward = Some(named.rewritten);
+                        }
+                        Err(refused) => {
+                            bad_input();
+                            tracing::warn!(id = id.raw(), %method, %refused, "a task token refused");
+                            routed.to_client.push(jsonrpc::error_response(
+                                Some(&id),
+                                jsonrpc::INVALID_PARAMS,
+                                &refused.to_string(),
+                                None,
+                            ));
+                            return Forward::Drop;
+                        }
+                    }
+                }
+                let task_forward = task_forward.map_or(Forward::Unchanged, Forward::Rewritten);
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
@@ -1229,11 +1269,27 @@ impl Relay {
                             ),
                         }
                     }
-                    "tasks/result" | "tasks/get" => (
-                        Pending::TaskResult(self.interceptor.task_of(bytes)),
-                        Forward::Unchanged,
-                    ),
-                    _ => (Pending::Other, Forward::Unchanged),
+                    "tasks/result" | "tasks/get" => match named_task.clone() {
+                        Some((task, shown)) => (
+                            Pending::TaskResult {
+                                task: Some(task),
+                                shown: Some(shown),
+                            },
+                            task_forward,
+                        ),
+                        None => (
+                            Pending::TaskResult {
+                                task: self.interceptor.task_of(bytes),
+                                shown: None,
+                            },
+                            task_forward,
+                        ),
+                    },
+                    "tasks/update" | "tasks/cancel" => match named_task.clone() {
+                        Some((task, shown)) => (Pending::TaskNamed { task, shown }, task_forward),
+                        None => (Pending::Other, task_forward),
+                    },
+                    _ => (Pending::Other, task_forward),
                 };
                 let forward = match &upstream {
                     None => forward,
@@ -1289,7 +1345,11 @@ impl Relay {
                     Some(modern) => Some((
                         modern.version.as_str(),
                         method.as_str(),
-                        modern.named.clone(),
+                        // A task named by its token: the server's id (Mcp-Name is the body's).
+                        match &named_task {
+                            Some((task, _)) => Some(task.clone()),
+                            None => modern.named.clone(),
+                        },
                     )),
                     None if by_discover => Some((crate::era::MODERN, "server/discover", None)),
                     None if bridged => {
@@ -1953,6 +2013,16 @@ impl Relay {
             // A completed task's result, delivered on a listen stream, is budgeted too.
             Parsed::Single(Kind::Notification { method }) if method == "notifications/tasks" => {
                 match self.interceptor.task_notification(&line) {
+                    Ok(Some(rewritten)) => Delivery::Rewritten(rewritten),
+                    Ok(None) => Delivery::Unchanged,
+                    Err(_) => Delivery::Drop,
+                }
+            }
+            // The tasks a listen stream was granted are named by their tokens.
+            Parsed::Single(Kind::Notification { method })
+                if method == "notifications/subscriptions/acknowledged" =>
+            {
+                match self.interceptor.tasks_acknowledged(&line) {
                     Some(rewritten) => Delivery::Rewritten(rewritten),
                     None => Delivery::Unchanged,
                 }
@@ -1978,6 +2048,15 @@ impl Relay {
                 }
                 None => Delivery::Drop,
             },
+            // A task's state a client could read two ways (a key twice) is never passed: the
+            // proxy could not know which result to budget.
+            Parsed::Single(Kind::Malformed {
+                id: None,
+                problem: message::Problem::Duplicate(key),
+            }) if memchr::memmem::find(&line, b"notifications/tasks").is_some() => {
+                tracing::warn!(key, "a task notification names a key twice; withheld");
+                Delivery::Drop
+            }
             // An id that is no id answers nothing and asks nothing a client could answer.
             Parsed::Single(Kind::Malformed {
                 problem: message::Problem::BadId,
@@ -2215,13 +2294,19 @@ impl Relay {
                 budgeted = rewritten.is_some();
                 changed(rewritten)
             }
-            Ok(Pending::TaskResult(task)) => {
+            Ok(Pending::TaskResult { task, shown }) => {
                 let result = result.filter(|_| !aliased);
-                let rewritten = self
-                    .interceptor
-                    .task_response(task.as_deref(), bytes, result);
+                let rewritten = self.interceptor.task_response(
+                    task.as_deref(),
+                    shown.as_deref(),
+                    bytes,
+                    result,
+                );
                 budgeted = rewritten.is_some();
                 changed(rewritten)
+            }
+            Ok(Pending::TaskNamed { task, shown }) => {
+                changed(self.interceptor.task_named_response(&task, &shown, bytes))
             }
             Ok(Pending::Other) => changed(None),
             Err(true) => {
@@ -2297,8 +2382,14 @@ impl Relay {
                     None,
                 ));
             }
+            let dropped = match method {
+                "tools/list" => bridge::without_required_tasks(current),
+                _ => None,
+            };
+            let current = dropped.as_deref().unwrap_or(current);
             return match bridge::modern_answer(method, current) {
                 Some(b) => Delivery::Rewritten(b),
+                None if dropped.is_some() => Delivery::Rewritten(current.to_vec()),
                 None => delivery,
             };
         }
@@ -2326,8 +2417,14 @@ impl Relay {
                     None,
                 ));
             }
+            let dropped = match method {
+                "tools/list" => bridge::without_required_tasks(current),
+                _ => None,
+            };
+            let current = dropped.as_deref().unwrap_or(current);
             return match bridge::legacy_answer(current) {
                 Some(b) => Delivery::Rewritten(b),
+                None if dropped.is_some() => Delivery::Rewritten(current.to_vec()),
                 None => delivery,
             };
         }
@@ -2762,6 +2859,23 @@ impl Relay {
                         *first = Some(restored.unwrap_or(id));
                     }
                     delivery
+                }
+                // In a batch as alone: a task's state names it by its token, and a completed
+                // task's result is budgeted.
+                Kind::Notification { method } => {
+                    let element = element.get().as_bytes();
+                    let rewritten = match method.as_str() {
+                        "notifications/tasks" => self.interceptor.task_notification(element),
+                        "notifications/subscriptions/acknowledged" => {
+                            Ok(self.interceptor.tasks_acknowledged(element))
+                        }
+                        _ => Ok(None),
+                    };
+                    match rewritten {
+                        Ok(Some(bytes)) => Delivery::Rewritten(bytes),
+                        Ok(None) => Delivery::Unchanged,
+                        Err(_) => Delivery::Drop,
+                    }
                 }
                 _ => Delivery::Unchanged,
             };

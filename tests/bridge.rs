@@ -385,6 +385,37 @@ async fn a_legacy_client_is_served_by_a_modern_only_server_through_the_proxy() {
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert!(names.starts_with(&["rows", "meta", "ask"]), "{names:?}");
+    // No task crosses the eras: the client is shown no tasks (either form), and a tool that
+    // runs only as a task is shown as one that runs plainly, and called so.
+    let capabilities = &result["capabilities"];
+    assert!(capabilities.get("tasks").is_none(), "{capabilities}");
+    assert!(
+        capabilities["extensions"]
+            .get("io.modelcontextprotocol/tasks")
+            .is_none(),
+        "{capabilities}"
+    );
+    assert!(
+        capabilities["extensions"]["vendor/x"].is_object(),
+        "{capabilities}"
+    );
+    let research = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "research")
+        .unwrap();
+    assert_eq!(
+        research["execution"]["taskSupport"], "forbidden",
+        "{research}"
+    );
+    let answer = client
+        .request("tools/call", json!({"name": "research", "arguments": {}}))
+        .await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "researched, without a task",
+        "{answer}"
+    );
     // Every forwarded request carries the modern _meta, from what initialize declared.
     let answer = client
         .request("tools/call", json!({"name": "meta", "arguments": {}}))

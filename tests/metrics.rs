@@ -254,6 +254,67 @@ async fn the_counters_move_by_what_the_session_did() {
     );
 }
 
+/// A call made a task counts once, though its result is budgeted when `tasks/result` brings
+/// it: one call, one page, the task's bytes once.
+#[tokio::test]
+async fn a_task_counts_as_one_call() {
+    let quirky = example("quirky_server");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut proxy = Peer::proxy(
+        &["--metrics", &addr, "--policy", "none"],
+        &[quirky.to_str().unwrap()],
+    );
+    // The answer to `id` (quirky logs before some answers).
+    async fn answer(proxy: &mut Peer, id: u64) -> String {
+        loop {
+            let line = proxy.recv().await;
+            if serde_json::from_str::<Value>(&line).unwrap()["id"] == id {
+                return line;
+            }
+        }
+    }
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"metrics-test","version":"1"}}}"#)
+        .await;
+    answer(&mut proxy, 1).await;
+    proxy.send(common::INITIALIZED).await;
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    answer(&mut proxy, 2).await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "journal", "arguments": {"lines": 33_000}, "task": {"ttl": 60000}}});
+    proxy.send(&call.to_string()).await;
+    let created: Value = serde_json::from_str(&answer(&mut proxy, 3).await).unwrap();
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let result =
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/result", "params": {"taskId": task}});
+    proxy.send(&result.to_string()).await;
+    let page = answer(&mut proxy, 4).await;
+    assert!(page.len() < 200_000, "{} bytes", page.len());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let samples = parse(&text);
+    let journal = [("tool", "journal")];
+    assert_eq!(
+        value(&samples, "mcp_budget_tool_calls_total", &journal),
+        1.0
+    );
+    assert_eq!(value(&samples, "mcp_budget_pages_total", &journal), 1.0);
+    assert_eq!(
+        value(&samples, "mcp_budget_delivered_bytes_total", &journal),
+        result_bytes(&page) as f64
+    );
+}
+
 #[tokio::test]
 async fn metrics_on_the_listener_need_the_token() {
     let fleet = example("fleet_server");

@@ -13,6 +13,8 @@ struct Client {
     peer: Peer,
     next_id: u64,
     modern: bool,
+    /// The name a modern client gives in each request's `_meta`.
+    name: &'static str,
 }
 
 const MODERN: &str = "2026-07-28";
@@ -20,7 +22,7 @@ const MODERN: &str = "2026-07-28";
 impl Client {
     /// The proxy (no policy) in front of quirky; a legacy client named `client` (initialized),
     /// or a modern one (no initialize: every request carries its `_meta`).
-    async fn start(client: &str, modern: bool, env: &[(&str, &str)]) -> Client {
+    async fn start(client: &'static str, modern: bool, env: &[(&str, &str)]) -> Client {
         let quirky = example("quirky_server");
         let mut command = tokio::process::Command::new(common::proxy_bin());
         command.args(["--policy", "none", "--"]).arg(&quirky);
@@ -32,6 +34,7 @@ impl Client {
             peer,
             next_id: 0,
             modern,
+            name: client,
         };
         if !modern {
             let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"tasks": {"requests": {"tools": {"call": {}}}}}, "clientInfo": {"name": client, "version": "1"}});
@@ -45,7 +48,7 @@ impl Client {
     fn meta(&self) -> Value {
         json!({
             "io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+            "io.modelcontextprotocol/clientInfo": {"name": self.name, "version": "1"},
             "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
         })
     }
@@ -215,8 +218,175 @@ async fn modern_tasks_get_is_paged_and_the_chain_goes_on_from_the_cache() {
 }
 
 #[tokio::test]
+async fn a_modern_codex_client_gets_codex_sized_pages_of_a_task() {
+    let mut client = Client::start("codex-mcp-client", true, &[]).await;
+    a_1_mb_text_task_is_paged(&mut client, 10_000).await;
+}
+
+/// A modern client is shown a token for the task, not the server's id; the server is asked by
+/// its own id (it knows no other), and the answer names the task by the token again.
+#[tokio::test]
+async fn a_modern_client_names_a_task_by_a_token_the_server_never_sees() {
+    let mut client = Client::start("tasks-test", true, &[]).await;
+    let created = client.call("journal", json!({"lines": 5}), true).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let token = task_id(&created);
+    assert!(token.starts_with("mcpb-task."), "{token}");
+    assert!(!token.contains("task-0001"), "{token}");
+    let status = client.request("tasks/get", json!({"taskId": token})).await;
+    assert_eq!(status["result"]["taskId"], token, "{status:.300}");
+    assert_eq!(page_text_all(&status["result"]["result"]), journal(5));
+    // tasks/update and tasks/cancel reach the server by its id; what names the task back
+    // names it by the token.
+    let update = client
+        .request(
+            "tasks/update",
+            json!({"taskId": token, "inputResponses": {}}),
+        )
+        .await;
+    assert!(update.get("error").is_none(), "{update}");
+    let cancel = client
+        .request("tasks/cancel", json!({"taskId": token}))
+        .await;
+    assert_eq!(cancel["result"]["status"], "cancelled", "{cancel}");
+    assert_eq!(cancel["result"]["taskId"], token);
+    // A server's id given as it is passes as it is (the server answers for it).
+    let raw = client
+        .request("tasks/get", json!({"taskId": "task-0001"}))
+        .await;
+    assert!(raw["result"]["status"] == "completed", "{raw:.200}");
+}
+
+/// A token altered in any byte, cut, or made for another principal is refused with -32602,
+/// and the server is never asked.
+#[tokio::test]
+async fn an_altered_task_token_is_refused_with_invalid_params() {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut client = Client::start("tasks-test", true, &[]).await;
+    let created = client.call("journal", json!({"lines": 33_000}), true).await;
+    let token = task_id(&created);
+    let sealed = token.strip_prefix("mcpb-task.").unwrap();
+    let (payload, tag) = sealed.split_once('.').unwrap();
+    // The body re-pointed at another of the server's tasks, the MAC kept.
+    let body = String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap();
+    assert!(body.contains("task-0001"), "{body}");
+    let other = body.replace("task-0001", "task-0002");
+    let forged = format!(
+        "mcpb-task.{}.{tag}",
+        URL_SAFE_NO_PAD.encode(other.as_bytes())
+    );
+    let cut = &token[..token.len() - 2];
+    for bad in [forged.as_str(), cut, "mcpb-task.x.y"] {
+        for method in ["tasks/get", "tasks/cancel", "tasks/update"] {
+            let answer = client.request(method, json!({"taskId": bad})).await;
+            assert_eq!(answer["error"]["code"], -32602, "{method}: {answer}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains("not issued by mcp-budget"), "{message}");
+        }
+        let listen = client
+            .request(
+                "subscriptions/listen",
+                json!({"notifications": {"taskIds": [token.clone(), bad]}}),
+            )
+            .await;
+        assert_eq!(listen["error"]["code"], -32602, "{listen}");
+    }
+    // The server was never asked to cancel: the task's result is still there, and paged.
+    let (first, size) = client.task_result(&token).await;
+    assert!(size.len() < 200_000);
+    assert!(next_after(&first).is_some());
+}
+
+/// The token carries the call: its result is paged even where the session no longer holds
+/// the call (as another replica would not).
+#[tokio::test]
+async fn a_modern_task_is_budgeted_by_its_token_when_the_session_forgot_the_call() {
+    let mut client = Client::start("tasks-test", true, &[]).await;
+    let arguments = json!({"lines": 33_000});
+    let created = client.call("journal", arguments.clone(), true).await;
+    let token = task_id(&created);
+    for _ in 0..260 {
+        client.call("journal", json!({"lines": 2}), true).await;
+    }
+    let (first, size) = client.task_result(&token).await;
+    assert!(size.len() < 200_000, "{} bytes", size.len());
+    let pages = rest(&mut client, "journal", &arguments, &first).await;
+    let text: String = pages.iter().map(page_text).collect();
+    assert_eq!(text, journal(33_000));
+}
+
+/// A listen stream asks for tasks by their tokens; its acknowledgement and notifications name
+/// them so, and a completed task's result on it is paged.
+#[tokio::test]
+async fn a_listen_stream_names_tasks_by_their_tokens() {
+    let mut client = Client::start("tasks-test", true, &[]).await;
+    let created = client.call("journal", json!({"lines": 33_000}), true).await;
+    let token = task_id(&created);
+    client.next_id += 1;
+    let params = json!({"notifications": {"taskIds": [token]}, "_meta": client.meta()});
+    let request = json!({"jsonrpc": "2.0", "id": client.next_id, "method": "subscriptions/listen", "params": params});
+    client.peer.send(&request.to_string()).await;
+    let (mut acked, mut notified) = (None, None);
+    while acked.is_none() || notified.is_none() {
+        let line = client.peer.recv().await;
+        let message: Value = serde_json::from_str(&line).unwrap();
+        match message["method"].as_str() {
+            Some("notifications/subscriptions/acknowledged") => acked = Some(message),
+            Some("notifications/tasks") => notified = Some((message, line.len())),
+            _ => {}
+        }
+    }
+    let acked = acked.unwrap();
+    assert_eq!(
+        acked["params"]["notifications"]["taskIds"],
+        json!([token]),
+        "{acked}"
+    );
+    let (notification, size) = notified.unwrap();
+    assert_eq!(notification["params"]["taskId"], token);
+    assert!(size < 200_000, "{size} bytes");
+    let first = notification["params"]["result"].clone();
+    let pages = rest(&mut client, "journal", &json!({"lines": 33_000}), &first).await;
+    let text: String = pages.iter().map(page_text).collect();
+    assert_eq!(text, journal(33_000));
+}
+
+#[tokio::test]
 async fn a_completed_task_in_notifications_tasks_is_paged() {
-    let mut client = Client::start("tasks-test", true, &[("QUIRKY_TASK_NOTIFY", "1")]).await;
+    a_completed_task_notified_is_paged("1").await;
+}
+
+#[tokio::test]
+async fn a_completed_task_in_a_batch_of_notifications_is_paged() {
+    a_completed_task_notified_is_paged("batch").await;
+}
+
+/// A task's state that names its result twice (a client could read either) is withheld.
+#[tokio::test]
+async fn a_task_notification_naming_its_result_twice_is_withheld() {
+    let mut client = Client::start("tasks-test", true, &[("QUIRKY_TASK_NOTIFY", "twice")]).await;
+    let created = client.call("journal", json!({"lines": 33_000}), true).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created:.200}");
+    // The next answer comes after where the notification was: it never came.
+    client.next_id += 1;
+    let mut params = json!({"name": "executions", "arguments": {}});
+    params["_meta"] = client.meta();
+    let request =
+        json!({"jsonrpc": "2.0", "id": client.next_id, "method": "tools/call", "params": params});
+    client.peer.send(&request.to_string()).await;
+    loop {
+        let line = client.peer.recv().await;
+        let message: Value = serde_json::from_str(&line).unwrap();
+        assert_ne!(message["method"], "notifications/tasks", "{line:.300}");
+        if message["id"] == client.next_id {
+            break;
+        }
+    }
+}
+
+async fn a_completed_task_notified_is_paged(how: &str) {
+    let mut client = Client::start("tasks-test", true, &[("QUIRKY_TASK_NOTIFY", how)]).await;
     client.next_id += 1;
     let mut params = json!({"name": "journal", "arguments": {"lines": 33_000}});
     params["_meta"] = client.meta();
@@ -227,8 +397,27 @@ async fn a_completed_task_in_notifications_tasks_is_paged() {
     while created.is_none() || notified.is_none() {
         let line = client.peer.recv().await;
         let message: Value = serde_json::from_str(&line).unwrap();
+        // A batch: its task notification.
+        let (message, size) = match message.as_array() {
+            Some(batch) => {
+                let found = batch
+                    .iter()
+                    .find(|m| m["method"] == "notifications/tasks")
+                    .cloned()
+                    .unwrap();
+                (found, line.len())
+            }
+            None => (message, line.len()),
+        };
         if message["method"] == "notifications/tasks" {
-            notified = Some((message, line.len()));
+            assert!(
+                message["params"]["taskId"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("mcpb-task."),
+                "{message:.200}"
+            );
+            notified = Some((message, size));
         } else if message["id"] == client.next_id {
             created = Some(message);
         }
@@ -277,4 +466,98 @@ fn page_text_all(result: &Value) -> String {
         .iter()
         .map(|b| b["text"].as_str().unwrap())
         .collect()
+}
+
+/// Over HTTP, a task token is bound to the principal it was issued to: another credential's
+/// `tasks/get` with it is refused with -32602 (the server is not asked), and its own is served
+/// with `Mcp-Name` naming the token.
+#[tokio::test]
+async fn a_task_token_from_another_principal_is_refused_over_http() {
+    let quirky = example("quirky_server");
+    let (_proxy, url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--auth-token-env",
+            "TOKEN_A",
+            "--auth-token-env",
+            "TOKEN_B",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
+    )
+    .await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let post = |token: &'static str, id: u64, method: &'static str, name: String, params: Value| {
+        let mut params = params;
+        params["_meta"] = meta.clone();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", method)
+            .header("mcp-name", name)
+            .header("authorization", format!("Bearer {token}"))
+            .body(body.to_string());
+        async move {
+            let text = request.send().await.unwrap().text().await.unwrap();
+            last_message(&text)
+        }
+    };
+    let created = post(
+        "a-secret",
+        1,
+        "tools/call",
+        "journal".into(),
+        json!({"name": "journal", "arguments": {"lines": 33_000}}),
+    )
+    .await;
+    let token = task_id(&created);
+    assert!(token.starts_with("mcpb-task."), "{created}");
+    let other = post(
+        "b-secret",
+        2,
+        "tasks/get",
+        token.clone(),
+        json!({"taskId": token}),
+    )
+    .await;
+    assert_eq!(other["error"]["code"], -32602, "{other}");
+    let message = other["error"]["message"].as_str().unwrap();
+    assert!(message.contains("another principal"), "{message}");
+    let own = post(
+        "a-secret",
+        3,
+        "tasks/get",
+        token.clone(),
+        json!({"taskId": token}),
+    )
+    .await;
+    assert_eq!(own["result"]["status"], "completed", "{own:.300}");
+    assert_eq!(own["result"]["taskId"], token);
+    let size = own["result"]["result"].to_string().len();
+    assert!(size < 200_000, "{size} bytes");
+    assert!(next_after(&own["result"]["result"]).is_some());
+}
+
+/// The last JSON-RPC message of a response body (JSON, or an SSE stream).
+fn last_message(text: &str) -> Value {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).unwrap();
+    }
+    let data = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .rfind(|d| !d.is_empty())
+        .unwrap_or_else(|| panic!("no event in {text}"));
+    serde_json::from_str(data).unwrap()
 }

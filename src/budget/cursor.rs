@@ -33,6 +33,17 @@ pub enum CursorError {
     OtherKey,
 }
 
+/// Why a sealed token ([`CursorKey::seal`]) was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error("malformed or altered token")]
+    Invalid,
+    #[error("token sealed under another key")]
+    OtherKey,
+    #[error("token sealed for another principal")]
+    OtherOwner,
+}
+
 /// Mints and verifies cursors under one key.
 #[derive(Clone)]
 pub struct CursorKey {
@@ -82,6 +93,58 @@ impl CursorKey {
         let mut tag = [0u8; MAC_LEN];
         tag.copy_from_slice(&full[..MAC_LEN]);
         tag
+    }
+
+    /// `body` sealed under the key's MAC for `purpose`, bound to `owner` (a principal): only
+    /// [`CursorKey::unseal`] with the same purpose and owner opens it. The body is readable (a
+    /// MAC, not a cipher): it must hold nothing the client may not see.
+    pub fn seal(&self, purpose: &str, owner: &str, body: &[u8]) -> String {
+        let payload = [
+            self.id.as_bytes(),
+            b".",
+            owner_tag(owner).as_bytes(),
+            b".",
+            body,
+        ]
+        .concat();
+        let tag = self.tag(&[purpose.as_bytes(), b"\0", &payload].concat());
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(tag)
+        )
+    }
+
+    /// The body of a token [`CursorKey::seal`] made for `purpose` and `owner`.
+    pub fn unseal(&self, purpose: &str, owner: &str, token: &str) -> Result<Vec<u8>, SealError> {
+        let (payload, tag) = token.split_once('.').ok_or(SealError::Invalid)?;
+        let payload = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| SealError::Invalid)?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag)
+            .map_err(|_| SealError::Invalid)?;
+        if tag.len() != MAC_LEN {
+            return Err(SealError::Invalid);
+        }
+        let mut parts = payload.splitn(3, |b| *b == b'.');
+        let (Some(id), Some(owned_by), Some(body)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(SealError::Invalid);
+        };
+        if id != self.id.as_bytes() {
+            return Err(SealError::OtherKey);
+        }
+        let mut mac = self.mac.clone();
+        mac.update(purpose.as_bytes());
+        mac.update(b"\0");
+        mac.update(&payload);
+        mac.verify_truncated_left(&tag)
+            .map_err(|_| SealError::Invalid)?;
+        if owned_by != owner_tag(owner).as_bytes() {
+            return Err(SealError::OtherOwner);
+        }
+        Ok(body.to_vec())
     }
 
     pub fn mint(&self, position: &Position, digest: &SelectionDigest) -> String {
@@ -159,6 +222,11 @@ impl CursorKey {
 
 use crate::canonical::hex;
 
+/// A principal, as a sealed token names it (a digest: the token shows no credential).
+fn owner_tag(owner: &str) -> String {
+    hex(&Sha256::digest([b"mcp-budget owner:".as_slice(), owner.as_bytes()].concat())[..8])
+}
+
 fn unhex(text: &str) -> Option<SelectionDigest> {
     if text.len() != 32 || !text.is_ascii() {
         return None;
@@ -179,6 +247,43 @@ pub fn digest(parts: &Value) -> SelectionDigest {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sealed_tokens_open_only_for_their_purpose_owner_and_key() {
+        let key = CursorKey::from_secret(b"k");
+        let token = key.seal("task", "Token(0)", b"{\"t\":\"up-1\"}");
+        assert_eq!(
+            key.unseal("task", "Token(0)", &token).as_deref(),
+            Ok(b"{\"t\":\"up-1\"}".as_slice())
+        );
+        assert_eq!(
+            key.unseal("task", "Token(1)", &token),
+            Err(SealError::OtherOwner)
+        );
+        assert_eq!(
+            key.unseal("cursor", "Token(0)", &token),
+            Err(SealError::Invalid)
+        );
+        assert_eq!(
+            CursorKey::from_secret(b"j").unseal("task", "Token(0)", &token),
+            Err(SealError::OtherKey)
+        );
+        // One byte of the body changed, the MAC kept.
+        let (payload, tag) = token.split_once('.').unwrap();
+        let mut bytes = URL_SAFE_NO_PAD.decode(payload).unwrap();
+        let last = bytes.len() - 3;
+        bytes[last] ^= 1;
+        let altered = format!("{}.{tag}", URL_SAFE_NO_PAD.encode(bytes));
+        assert_eq!(
+            key.unseal("task", "Token(0)", &altered),
+            Err(SealError::Invalid)
+        );
+        // A principal's tag, rewritten to another's, does not open either.
+        assert_eq!(
+            key.unseal("task", "Token(0)", "x.y"),
+            Err(SealError::Invalid)
+        );
+    }
 
     #[test]
     fn round_trip_and_refusals() {

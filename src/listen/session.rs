@@ -47,6 +47,17 @@ pub(super) enum Client {
     Address(std::net::IpAddr),
 }
 
+impl Client {
+    /// The principal, as the session's task tokens are bound to it (the same on every replica
+    /// that accepts the same tokens).
+    pub fn principal(&self) -> String {
+        match self {
+            Client::Token(index) => format!("token:{index}"),
+            Client::Address(address) => format!("address:{address}"),
+        }
+    }
+}
+
 /// A queue to one client stream (a POST's SSE stream or body, or the GET stream).
 pub(super) type StreamTx = queue::Sender<Outbound>;
 pub(super) type StreamRx = queue::Receiver<Outbound>;
@@ -1077,10 +1088,11 @@ impl Sessions {
             .await
             .map_err(|err| OpenError::Upstream(err.to_string()))?;
         let stopper = upstream.stopper();
-        let relay = self
-            .options
-            .session
-            .relay(Interceptor::reloadable(self.budget.clone()).for_origin(self.spec.origin()));
+        let relay = self.options.session.relay(
+            Interceptor::reloadable(self.budget.clone())
+                .for_origin(self.spec.origin())
+                .for_principal(client.principal()),
+        );
         let relay = match &self.options.recorder {
             Some(recorder) => relay.with_recorder(recorder.for_session(&id)),
             None => relay,
