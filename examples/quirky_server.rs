@@ -165,13 +165,23 @@ fn main() {
                     // QUIRKY_TASK_NOTIFY=batch: in a batch; =twice: its result named twice.
                     if modern_task && let Ok(how) = std::env::var("QUIRKY_TASK_NOTIFY") {
                         let result = &tasks[&task];
+                        // =escaped: the first result's key spelled with an escape; =dupkey:
+                        // a top-level key twice, the method spelled with an escape.
                         let results = match how.as_str() {
                             "twice" => format!(r#""result":{{"content":[]}},"result":{result}"#),
+                            "escaped" => {
+                                format!(r#""res\u0075lt":{result},"result":{{"content":[]}}"#)
+                            }
                             _ => format!(r#""result":{result}"#),
                         };
-                        let notification = format!(
-                            r#"{{"jsonrpc":"2.0","method":"notifications/tasks","params":{{"taskId":"{task}","status":"completed",{results}}}}}"#
-                        );
+                        let notification = match how.as_str() {
+                            "dupkey" => format!(
+                                r#"{{"jsonrpc":"2.0","jsonrpc":"2.0","method":"notifications\/tasks","params":{{"taskId":"{task}","status":"completed",{results}}}}}"#
+                            ),
+                            _ => format!(
+                                r#"{{"jsonrpc":"2.0","method":"notifications/tasks","params":{{"taskId":"{task}","status":"completed",{results}}}}}"#
+                            ),
+                        };
                         let line = match how.as_str() {
                             "batch" => format!(
                                 r#"[{notification},{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"batched"}}}}]"#

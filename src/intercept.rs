@@ -1580,9 +1580,13 @@ impl Interceptor {
                 task_token::wrap(&self.cursor_key(), &self.principal, &task, Some(&call))
             });
             let rewritten = shown.as_ref().and_then(|token| {
-                task_token::respell_member(message, raw, "taskId", |id| {
-                    (id == task).then(|| token.clone())
-                })
+                let respell = |object: &str| {
+                    task_token::respell_member(message, object, "taskId", |id| {
+                        (id == task).then(|| token.clone())
+                    })
+                };
+                // The extension's flat form, else the 2025-11-25 form nested in `task`.
+                respell(raw).or_else(|| raw_member(raw, "task").and_then(respell))
             });
             self.tasks
                 .lock()
@@ -1736,9 +1740,6 @@ impl Interceptor {
         method: &str,
         request: &[u8],
     ) -> Result<Option<TaskNamed>, task_token::Refused> {
-        if memchr::memmem::find(request, task_token::PREFIX.as_bytes()).is_none() {
-            return Ok(None);
-        }
         #[derive(Deserialize)]
         struct Request<'a> {
             #[serde(borrow)]
@@ -1761,7 +1762,12 @@ impl Interceptor {
                     named = Some((task.clone(), shown.to_string()));
                     Some(task)
                 }
-                Ok(None) => None,
+                // Every task a modern client knows, it knows by a token: an id that is none
+                // (another client's, guessed or seen elsewhere) reaches no task.
+                Ok(None) => {
+                    refused.get_or_insert(task_token::Refused::NotIssued);
+                    None
+                }
                 Err(err) => {
                     refused.get_or_insert(err);
                     None
@@ -1904,7 +1910,7 @@ impl Interceptor {
     /// A `notifications/subscriptions/acknowledged`: the tasks it names are named by the
     /// tokens their client was shown. `None`: unchanged (it names none).
     pub fn tasks_acknowledged(&self, message: &[u8]) -> Option<Vec<u8>> {
-        memchr::memmem::find(message, b"taskIds")?;
+        memchr::memmem::find(message, b"notifications")?;
         #[derive(Deserialize)]
         struct Notification<'a> {
             #[serde(borrow)]
@@ -1970,7 +1976,7 @@ impl Interceptor {
         let task = task.unwrap_or("(unnamed)");
         tracing::warn!(%task, size, limit, "the final result of a task this session does not remember is over the budget: refused");
         let text = format!(
-            "result-too-large: the result of task {task} is {size}, over the {limit}, and mcp-budget no longer holds the call that started the task (a session remembers its last {MAX_TASKS} tasks), so it cannot page it; call the tool again to get its result in pages."
+            "result-too-large: the result of this task is {size}, over the {limit}, and mcp-budget no longer holds the call that started the task (a session remembers its last {MAX_TASKS} tasks), so it cannot page it; call the tool again to get its result in pages."
         );
         let refusal =
             json!({"content": [{"type": "text", "text": text}], "isError": true}).to_string();
@@ -2191,11 +2197,9 @@ pub struct Withheld;
 
 /// Whether a task's state has two `result` members (a client could read either).
 fn results_twice(object: &str) -> bool {
-    memchr::memmem::find_iter(object.as_bytes(), b"\"result\"")
-        .nth(1)
-        .is_some()
-        && crate::budget::raw::members(object)
-            .is_some_and(|members| members.iter().filter(|(k, _)| k == "result").count() > 1)
+    // Keys as a client reads them (escapes decoded): no byte pattern is looked for first.
+    crate::budget::raw::members(object)
+        .is_some_and(|members| members.iter().filter(|(k, _)| k == "result").count() > 1)
 }
 
 /// The arguments of a `tools/call` request, as JSON text.

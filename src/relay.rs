@@ -1180,11 +1180,14 @@ impl Relay {
                 // gets its own ids, and a token that does not open is refused.
                 let mut named_task: Option<(String, String)> = None;
                 let mut task_forward: Option<Vec<u8>> = None;
+                // A client that did not declare the tasks extension has no tasks: the server
+                // refuses it (-32021) in its own words.
                 if modern.is_some()
                     && matches!(
                         method.as_str(),
                         "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen"
                     )
+                    && memchr::memmem::find(bytes, b"modelcontextprotocol/tasks").is_some()
                 {
                     match self.interceptor.task_request(&method, bytes) {
                         Ok(None) => {}
@@ -2030,21 +2033,11 @@ impl Relay {
             // An answer whose result a client could read two ways is never passed unbudgeted.
             Parsed::Single(Kind::Malformed {
                 id: Some(id),
-                problem: problem @ message::Problem::Duplicate("result" | "error"),
-            }) => match self.finish_for_client(&id, "its answer names a key twice") {
-                Some(flight) => {
-                    tracing::warn!(
-                        id = flight.id.raw(),
-                        ?problem,
-                        "the server's answer names a key twice; withheld"
-                    );
-                    restored = Some(flight.id.clone());
-                    Delivery::Rewritten(jsonrpc::error_response(
-                        Some(&flight.id),
-                        UPSTREAM_ERROR,
-                        "mcp-budget: the server's answer has a key twice (result or error), so the proxy cannot know what a client would read; it was withheld",
-                        None,
-                    ))
+                problem: message::Problem::Duplicate(key),
+            }) => match self.twice_answered(&id, key) {
+                Some((client, answer)) => {
+                    restored = Some(client);
+                    Delivery::Rewritten(answer)
                 }
                 None => Delivery::Drop,
             },
@@ -2053,8 +2046,8 @@ impl Relay {
             Parsed::Single(Kind::Malformed {
                 id: None,
                 problem: message::Problem::Duplicate(key),
-            }) if memchr::memmem::find(&line, b"notifications/tasks").is_some() => {
-                tracing::warn!(key, "a task notification names a key twice; withheld");
+            }) => {
+                tracing::warn!(key, excerpt = %jsonrpc::excerpt(&line, 120), "a server notification names a key twice (a client could read it two ways); withheld");
                 Delivery::Drop
             }
             // An id that is no id answers nothing and asks nothing a client could answer.
@@ -2860,6 +2853,26 @@ impl Relay {
                     }
                     delivery
                 }
+                // In a batch as alone: what a client could read two ways is withheld.
+                Kind::Malformed {
+                    id,
+                    problem: message::Problem::Duplicate(key),
+                } => match id.and_then(|id| self.twice_answered(&id, key)) {
+                    Some((client, answer)) => {
+                        if !seen_response {
+                            seen_response = true;
+                            *first = Some(client);
+                        }
+                        Delivery::Rewritten(answer)
+                    }
+                    None => {
+                        tracing::warn!(
+                            key,
+                            "a server message in a batch names a key twice; withheld"
+                        );
+                        Delivery::Drop
+                    }
+                },
                 // In a batch as alone: a task's state names it by its token, and a completed
                 // task's result is budgeted.
                 Kind::Notification { method } => {
@@ -2893,6 +2906,27 @@ impl Relay {
             (true, true) => Delivery::Drop,
             (true, false) => Delivery::Rewritten(format!("[{}]", out.join(",")).into_bytes()),
         }
+    }
+
+    /// A server's answer that names `key` twice: a client could read it two ways, and the
+    /// proxy could not know which it budgeted, so the call ends with an error that says so.
+    /// The client's id and that error; `None`: it answers no call in flight (dropped).
+    fn twice_answered(&self, id: &Id, key: &str) -> Option<(Id, Vec<u8>)> {
+        let flight = self.finish_for_client(id, "its answer names a key twice")?;
+        tracing::warn!(
+            id = flight.id.raw(),
+            key,
+            "the server's answer names a key twice; withheld"
+        );
+        let answer = jsonrpc::error_response(
+            Some(&flight.id),
+            UPSTREAM_ERROR,
+            &format!(
+                "mcp-budget: the server's answer has the key {key} twice, so the proxy cannot know what a client would read; it was withheld"
+            ),
+            None,
+        );
+        Some((flight.id.clone(), answer))
     }
 
     fn server_too_large(

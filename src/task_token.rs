@@ -18,8 +18,8 @@ use serde_json::value::RawValue;
 
 use crate::budget::cursor::{CursorKey, SealError};
 
-/// What every task token starts with (a server's own id that happens to start so is not
-/// taken for one unless it opens).
+/// What every task token starts with. A modern client names every task by a token: any other
+/// id is refused (a server's own id reaches the client only through the proxy's wrapping).
 pub const PREFIX: &str = "mcpb-task.";
 
 /// What the MAC binds a task token to (a cursor or another sealed token is never one).
@@ -56,7 +56,10 @@ struct Body<'a> {
 /// known and small enough to carry), for `owner` (the principal).
 pub fn wrap(key: &CursorKey, owner: &str, task: &str, call: Option<&Call>) -> String {
     let call = call.filter(|call| {
-        call.arguments.as_ref().map_or(0, |a| a.get().len()) + call.tool.len() <= MAX_CARRIED
+        call.arguments.as_ref().map_or(0, |a| a.get().len())
+            + call.tool.len()
+            + call.client.as_ref().map_or(0, String::len)
+            <= MAX_CARRIED
     });
     let body = Body {
         task: Cow::Borrowed(task),
@@ -81,13 +84,16 @@ pub enum Refused {
     )]
     OtherKey,
     #[error(
+        "Invalid params: this taskId was not issued by mcp-budget: through mcp-budget a task is named by the taskId its tools/call answer gave (mcpb-task.…); use that one"
+    )]
+    NotIssued,
+    #[error(
         "Invalid params: this taskId was issued to another principal (another credential or client address); only the client that started a task can reach it"
     )]
     OtherPrincipal,
 }
 
-/// The server's task id and the call a token carries; `Ok(None)`: `token` is no task token
-/// (it is the server's own id, passed as it is).
+/// The server's task id and the call a token carries; `Ok(None)`: `token` is no task token.
 pub fn unwrap(
     key: &CursorKey,
     owner: &str,

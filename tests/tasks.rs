@@ -250,11 +250,20 @@ async fn a_modern_client_names_a_task_by_a_token_the_server_never_sees() {
         .await;
     assert_eq!(cancel["result"]["status"], "cancelled", "{cancel}");
     assert_eq!(cancel["result"]["taskId"], token);
-    // A server's id given as it is passes as it is (the server answers for it).
-    let raw = client
-        .request("tasks/get", json!({"taskId": "task-0001"}))
+    // The server's own id, which no client is shown, reaches no task (another principal's,
+    // guessed or seen elsewhere): refused, on every method and in a listen filter.
+    for method in ["tasks/get", "tasks/cancel", "tasks/update"] {
+        let raw = client.request(method, json!({"taskId": "task-0001"})).await;
+        assert_eq!(raw["error"]["code"], -32602, "{raw:.200}");
+        assert!(raw.to_string().contains("mcpb-task"), "{raw:.300}");
+    }
+    let listen = client
+        .request(
+            "subscriptions/listen",
+            json!({"notifications": {"taskIds": ["task-0001"]}}),
+        )
         .await;
-    assert!(raw["result"]["status"] == "completed", "{raw:.200}");
+    assert_eq!(listen["error"]["code"], -32602, "{listen:.200}");
 }
 
 /// A token altered in any byte, cut, or made for another principal is refused with -32602,
@@ -362,10 +371,17 @@ async fn a_completed_task_in_a_batch_of_notifications_is_paged() {
     a_completed_task_notified_is_paged("batch").await;
 }
 
-/// A task's state that names its result twice (a client could read either) is withheld.
+/// A task's state that names its result twice (a client could read either), once with an
+/// escaped key, or a notification with a top-level key twice, is withheld.
 #[tokio::test]
 async fn a_task_notification_naming_its_result_twice_is_withheld() {
-    let mut client = Client::start("tasks-test", true, &[("QUIRKY_TASK_NOTIFY", "twice")]).await;
+    for how in ["twice", "escaped", "dupkey"] {
+        a_task_notification_is_withheld(how).await;
+    }
+}
+
+async fn a_task_notification_is_withheld(how: &str) {
+    let mut client = Client::start("tasks-test", true, &[("QUIRKY_TASK_NOTIFY", how)]).await;
     let created = client.call("journal", json!({"lines": 33_000}), true).await;
     assert_eq!(created["result"]["resultType"], "task", "{created:.200}");
     // The next answer comes after where the notification was: it never came.
@@ -378,7 +394,10 @@ async fn a_task_notification_naming_its_result_twice_is_withheld() {
     loop {
         let line = client.peer.recv().await;
         let message: Value = serde_json::from_str(&line).unwrap();
-        assert_ne!(message["method"], "notifications/tasks", "{line:.300}");
+        assert_ne!(
+            message["method"], "notifications/tasks",
+            "{how}: {line:.300}"
+        );
         if message["id"] == client.next_id {
             break;
         }
