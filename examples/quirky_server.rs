@@ -391,9 +391,17 @@ fn main() {
                     (None, _) => format!(
                         r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32602,"message":"unknown task {task}"}}}}"#
                     ),
-                    (Some(result), true) => format!(
-                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","taskId":"{task}","status":"completed","ttlMs":60000,"result":{result}}}}}"#
-                    ),
+                    (Some(result), true) => {
+                        // QUIRKY_TASK_RESULT_TYPE: the completed task's result says it is of
+                        // another type (it is final all the same).
+                        let result = match std::env::var("QUIRKY_TASK_RESULT_TYPE") {
+                            Ok(kind) => format!(r#"{{"resultType":"{kind}",{}"#, &result[1..]),
+                            Err(_) => result.clone(),
+                        };
+                        format!(
+                            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","taskId":"{task}","status":"completed","ttlMs":60000,"result":{result}}}}}"#
+                        )
+                    }
                     (Some(_), false) => format!(
                         r#"{{"jsonrpc":"2.0","id":{id},"result":{{"taskId":"{task}","status":"completed","ttl":60000,"createdAt":"2026-11-20T12:00:00Z","lastUpdatedAt":"2026-11-20T12:00:01Z"}}}}"#
                     ),

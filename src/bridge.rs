@@ -852,13 +852,26 @@ const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// result must not reach a client by a channel the proxy cannot budget: the client then calls
 /// every tool plainly.
 fn without_tasks(capabilities: &str) -> String {
-    let mut out = without_member(capabilities, "tasks").unwrap_or_else(|| capabilities.to_string());
-    let extensions = crate::budget::raw::members(&out).and_then(|members| {
-        let (_, range) = members.into_iter().rev().find(|(k, _)| k == "extensions")?;
-        let extensions = out.get(range.clone())?;
-        Some((range, without_member(extensions, TASKS_EXTENSION)?))
-    });
-    if let Some((range, new)) = extensions {
+    // Every `tasks` (a key twice is read either way by some client), and the extension from
+    // every `extensions`, last first (so that the ranges before stay true).
+    let mut out = capabilities.to_string();
+    while let Some(fewer) = without_member(&out, "tasks") {
+        out = fewer;
+    }
+    let mut extensions: Vec<std::ops::Range<usize>> = crate::budget::raw::members(&out)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k == "extensions")
+        .map(|(_, range)| range)
+        .collect();
+    extensions.reverse();
+    for range in extensions {
+        let Some(mut new) = out.get(range.clone()).map(str::to_string) else {
+            continue;
+        };
+        while let Some(fewer) = without_member(&new, TASKS_EXTENSION) {
+            new = fewer;
+        }
         out.replace_range(range, &new);
     }
     out
@@ -947,6 +960,11 @@ mod tests {
             serde_json::json!({"tools": {}, "extensions": {"a/b": {}}})
         );
         assert_eq!(without_tasks(r#"{"tools":{}}"#), r#"{"tools":{}}"#);
+        let twice = r#"{"tasks":{},"tools":{},"tasks":{"a":1},"extensions":{"io.modelcontextprotocol/tasks":{}},"extensions":{"io.modelcontextprotocol/tasks":{},"x":{}}}"#;
+        assert_eq!(
+            without_tasks(twice),
+            r#"{"tools":{},"extensions":{},"extensions":{"x":{}}}"#
+        );
         let list = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"a","execution":{"taskSupport":"required"}},{"name":"b","execution":{"taskSupport":"optional"}}]}}"#;
         let shown: serde_json::Value =
             serde_json::from_slice(&without_required_tasks(list).unwrap()).unwrap();

@@ -1599,6 +1599,11 @@ impl Interceptor {
         if !crate::era::is_complete(raw) {
             return None;
         }
+        self.budget_result(context, message, raw)
+    }
+
+    /// A call's final result `raw` (a part of `message`), budgeted.
+    fn budget_result(&self, context: CallContext, message: &[u8], raw: &str) -> Option<Vec<u8>> {
         let context = self.settled(context, message);
         let modern = context.modern;
         let complete = |rewritten: Option<Vec<u8>>| match modern {
@@ -1850,15 +1855,6 @@ impl Interceptor {
         Some(budgeted.unwrap_or(respelled))
     }
 
-    /// The answer to a `tasks/update` or `tasks/cancel` whose task the (modern) client named
-    /// by `shown`: any `taskId` of it names the task so too. `None`: unchanged.
-    pub fn task_named_response(&self, task: &str, shown: &str, message: &[u8]) -> Option<Vec<u8>> {
-        let raw = result_of(message, None)?;
-        task_token::respell_member(message, raw, "taskId", |id| {
-            (id == task).then(|| shown.to_string())
-        })
-    }
-
     /// A `notifications/tasks` (the tasks extension): the task is named by the token its
     /// client was shown, and a completed task's `result` is budgeted as the call that made the
     /// task would have been. `Ok(None)`: unchanged; `Err`: withheld (its task's result is
@@ -1937,8 +1933,11 @@ impl Interceptor {
                 .unwrap_or_else(PoisonError::into_inner)
                 .get(task)
         });
+        // `last` is a part of `message` (the budget splices its page there).
         let start = (last.as_ptr() as usize).checked_sub(message.as_ptr() as usize)?;
-        let range = start..start + last.len();
+        if start + last.len() > message.len() {
+            return None;
+        }
         let Some(origin) = origin else {
             return self.unknown_task_result(task, message, last);
         };
@@ -1959,7 +1958,8 @@ impl Interceptor {
         // The final result is written as the server wrote it: a task carries its own
         // `resultType`, and a legacy result has none.
         context.modern = false;
-        self.tools_call_response(context, message, Some(range))
+        // A completed task's result is final whatever `resultType` it says it is.
+        self.budget_result(context, message, last)
     }
 
     /// The final result of a task this session does not remember (it started elsewhere, or

@@ -76,18 +76,12 @@ enum Pending {
     /// client and marked as such).
     ToolsList(Option<Box<Modern>>),
     ToolsCall(CallContext),
-    /// `tasks/result` or `tasks/get` for this task id: a task's final result is budgeted as
-    /// the call that made the task. `shown`: the token a modern client named the task by
-    /// (its answer names the task so too).
+    /// `tasks/result`, `tasks/get` (or a modern `tasks/update` / `tasks/cancel`) for this task
+    /// id: a task's final result is budgeted as the call that made the task. `shown`: the token
+    /// a modern client named the task by (its answer names the task so too).
     TaskResult {
         task: Option<String>,
         shown: Option<String>,
-    },
-    /// `tasks/update` or `tasks/cancel` of a modern client, for the server's task `task`, which
-    /// the client named by the token `shown`.
-    TaskNamed {
-        task: String,
-        shown: String,
     },
     /// `server/discover`: its answer names the server (for the built-in policy).
     Discover,
@@ -1288,8 +1282,16 @@ impl Relay {
                             task_forward,
                         ),
                     },
+                    // Their answers are read as a task's state too: one that carries a
+                    // completed task's result has it budgeted.
                     "tasks/update" | "tasks/cancel" => match named_task.clone() {
-                        Some((task, shown)) => (Pending::TaskNamed { task, shown }, task_forward),
+                        Some((task, shown)) => (
+                            Pending::TaskResult {
+                                task: Some(task),
+                                shown: Some(shown),
+                            },
+                            task_forward,
+                        ),
                         None => (Pending::Other, task_forward),
                     },
                     _ => (Pending::Other, task_forward),
@@ -2297,9 +2299,6 @@ impl Relay {
                 );
                 budgeted = rewritten.is_some();
                 changed(rewritten)
-            }
-            Ok(Pending::TaskNamed { task, shown }) => {
-                changed(self.interceptor.task_named_response(&task, &shown, bytes))
             }
             Ok(Pending::Other) => changed(None),
             Err(true) => {

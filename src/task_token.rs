@@ -127,24 +127,10 @@ pub fn respell_member(
     name: &str,
     mut map: impl FnMut(&str) -> Option<String>,
 ) -> Option<Vec<u8>> {
-    let base = (object.as_ptr() as usize).checked_sub(message.as_ptr() as usize)?;
-    let members = crate::budget::raw::members(object)?;
-    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-    for (key, range) in members {
-        if key != name {
-            continue;
-        }
-        let Some(value) = object
-            .get(range.clone())
-            .and_then(|text| serde_json::from_str::<String>(text).ok())
-        else {
-            continue;
-        };
-        if let Some(new) = map(&value) {
-            edits.push((base + range.start..base + range.end, quoted(&new)));
-        }
-    }
-    (!edits.is_empty()).then(|| splice_all(message, edits))
+    edit_members(message, object, name, |text| {
+        let value = serde_json::from_str::<String>(text).ok()?;
+        map(&value).map(|new| quoted(&new))
+    })
 }
 
 /// `message` with the array of strings `name` of `object` (a part of `message`) made anew by
@@ -155,19 +141,8 @@ pub fn respell_list(
     name: &str,
     mut map: impl FnMut(&str) -> Option<String>,
 ) -> Option<Vec<u8>> {
-    let base = (object.as_ptr() as usize).checked_sub(message.as_ptr() as usize)?;
-    let members = crate::budget::raw::members(object)?;
-    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-    for (key, range) in members {
-        if key != name {
-            continue;
-        }
-        let Some(list) = object
-            .get(range.clone())
-            .and_then(|text| serde_json::from_str::<Vec<String>>(text).ok())
-        else {
-            continue;
-        };
+    edit_members(message, object, name, |text| {
+        let list = serde_json::from_str::<Vec<String>>(text).ok()?;
         let mut changed = false;
         let list: Vec<String> = list
             .into_iter()
@@ -179,11 +154,28 @@ pub fn respell_list(
                 None => item,
             })
             .collect();
-        if changed {
-            let text = serde_json::to_string(&list).unwrap_or_default();
-            edits.push((base + range.start..base + range.end, text));
-        }
-    }
+        changed.then(|| serde_json::to_string(&list).unwrap_or_default())
+    })
+}
+
+/// `message` with the value of each member `name` of `object` (a part of `message`) replaced
+/// by the text `edit` makes of it (`None`: kept); `None` when it replaced none.
+fn edit_members(
+    message: &[u8],
+    object: &str,
+    name: &str,
+    mut edit: impl FnMut(&str) -> Option<String>,
+) -> Option<Vec<u8>> {
+    let base = (object.as_ptr() as usize).checked_sub(message.as_ptr() as usize)?;
+    let members = crate::budget::raw::members(object)?;
+    let edits: Vec<(std::ops::Range<usize>, String)> = members
+        .into_iter()
+        .filter(|(key, _)| key == name)
+        .filter_map(|(_, range)| {
+            let new = edit(object.get(range.clone())?)?;
+            Some((base + range.start..base + range.end, new))
+        })
+        .collect();
     (!edits.is_empty()).then(|| splice_all(message, edits))
 }
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Peer, example};
+use common::{Peer, example, last_message};
 use serde_json::{Value, json};
 
 struct Client {
@@ -215,6 +215,18 @@ async fn modern_tasks_get_is_paged_and_the_chain_goes_on_from_the_cache() {
     let mut client = Client::start("tasks-test", true, &[]).await;
     a_1_mb_text_task_is_paged(&mut client, 200_000).await;
     a_5000_item_list_task_is_paged(&mut client, 200_000).await;
+}
+
+/// A completed task's result is final whatever `resultType` it claims: budgeted all the same.
+#[tokio::test]
+async fn a_completed_result_claiming_another_type_is_budgeted_all_the_same() {
+    let mut client = Client::start(
+        "tasks-test",
+        true,
+        &[("QUIRKY_TASK_RESULT_TYPE", "input_required")],
+    )
+    .await;
+    a_1_mb_text_task_is_paged(&mut client, 200_000).await;
 }
 
 #[tokio::test]
@@ -566,17 +578,4 @@ async fn a_task_token_from_another_principal_is_refused_over_http() {
     let size = own["result"]["result"].to_string().len();
     assert!(size < 200_000, "{size} bytes");
     assert!(next_after(&own["result"]["result"]).is_some());
-}
-
-/// The last JSON-RPC message of a response body (JSON, or an SSE stream).
-fn last_message(text: &str) -> Value {
-    if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).unwrap();
-    }
-    let data = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .rfind(|d| !d.is_empty())
-        .unwrap_or_else(|| panic!("no event in {text}"));
-    serde_json::from_str(data).unwrap()
 }

@@ -334,10 +334,10 @@ fn check_access(
         options
             .auth_tokens
             .iter()
-            .position(|token| constant_time_eq(given.as_bytes(), token.as_bytes()))
+            .find(|token| constant_time_eq(given.as_bytes(), token.as_bytes()))
     });
     match matched {
-        Some(index) => Ok(Client::Token(index)),
+        Some(token) => Ok(Client::by_token(token)),
         None => {
             let mut response = refuse(
                 StatusCode::UNAUTHORIZED,

@@ -43,16 +43,28 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// without tokens, their address. Sessions are bound to it and counted per client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Client {
-    Token(usize),
+    /// A digest of the token (the same on every replica that accepts it, wherever it stands
+    /// in their lists).
+    Token([u8; 16]),
     Address(std::net::IpAddr),
 }
 
 impl Client {
+    /// A client known by the bearer token it presented.
+    pub fn by_token(token: &str) -> Client {
+        use sha2::Digest;
+        let full =
+            sha2::Sha256::digest([b"mcp-budget principal:".as_slice(), token.as_bytes()].concat());
+        let mut digest = [0u8; 16];
+        digest.copy_from_slice(&full[..16]);
+        Client::Token(digest)
+    }
+
     /// The principal, as the session's task tokens are bound to it (the same on every replica
     /// that accepts the same tokens).
     pub fn principal(&self) -> String {
         match self {
-            Client::Token(index) => format!("token:{index}"),
+            Client::Token(digest) => format!("token:{}", crate::canonical::hex(digest)),
             Client::Address(address) => format!("address:{address}"),
         }
     }

@@ -443,3 +443,16 @@ pub fn continuation(result: &serde_json::Value) -> Option<String> {
     }
     None
 }
+
+/// The last JSON-RPC message of an HTTP response body (JSON, or an SSE stream).
+pub fn last_message(text: &str) -> serde_json::Value {
+    if text.trim_start().starts_with('{') {
+        return serde_json::from_str(text).unwrap();
+    }
+    let data = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .rfind(|d| !d.is_empty())
+        .unwrap_or_else(|| panic!("no event in {text}"));
+    serde_json::from_str(data).unwrap()
+}
