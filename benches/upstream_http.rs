@@ -53,8 +53,16 @@ async fn http_server() -> String {
                 r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"bench-http","version":"1"}}}}}}"#
             )
         } else {
+            // A 2026-07-28 request is answered as a 2026-07-28 server does: every result says
+            // its kind (the proxy has nothing to mend).
+            let kind = match message["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"]
+                .is_string()
+            {
+                true => r#""resultType":"complete","#,
+                false => "",
+            };
             format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":"{{\"stream_id\":\"st-0042\",\"state\":\"running\",\"owner\":\"agent-ada\",\"wave\":\"w4\"}}"}}],"structuredContent":{{"stream_id":"st-0042","state":"running","owner":"agent-ada","wave":"w4"}},"isError":false}}}}"#
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{{kind}"content":[{{"type":"text","text":"{{\"stream_id\":\"st-0042\",\"state\":\"running\",\"owner\":\"agent-ada\",\"wave\":\"w4\"}}"}}],"structuredContent":{{"stream_id":"st-0042","state":"running","owner":"agent-ada","wave":"w4"}},"isError":false}}}}"#
             )
         };
         ([(header::CONTENT_TYPE, "application/json")], reply).into_response()

@@ -45,7 +45,17 @@ pub fn result_type(result: &str) -> Option<String> {
     // once: building it costs more than a short search).
     static NAME: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"resultType"));
-    NAME.find(result.as_bytes())?;
+    let first = NAME.find(result.as_bytes())?;
+    // The usual spelling: the first member, compact, a plain string, said once (no parse).
+    let start = result.len() - result.trim_start().len();
+    if first == start + 2
+        && let Some(rest) = result[start..].strip_prefix(r#"{"resultType":""#)
+        && let Some(end) = rest.find('"')
+        && !rest[..end].contains('\\')
+        && NAME.find(&rest.as_bytes()[end..]).is_none()
+    {
+        return Some(rest[..end].to_string());
+    }
     let raw = top(result)?.result_type?;
     Some(serde_json::from_str::<String>(raw.get()).unwrap_or_else(|_| raw.get().to_string()))
 }
@@ -225,7 +235,7 @@ pub fn name_member(method: &str) -> Option<&'static str> {
 
 /// A header value for `text`: as it is when it is visible ASCII without leading or trailing
 /// space, else the `=?base64?…?=` form the revision defines.
-pub fn header_value(text: &str) -> String {
+pub fn header_value(text: &str) -> std::borrow::Cow<'_, str> {
     use base64::Engine;
     let plain = !text.is_empty()
         && text.bytes().all(|b| (0x20..0x7f).contains(&b))
@@ -233,13 +243,22 @@ pub fn header_value(text: &str) -> String {
         && !text.ends_with(' ')
         && !text.starts_with("=?");
     if plain {
-        text.to_string()
+        std::borrow::Cow::Borrowed(text)
     } else {
-        format!(
+        std::borrow::Cow::Owned(format!(
             "=?base64?{}?=",
             base64::engine::general_purpose::STANDARD.encode(text)
-        )
+        ))
     }
+}
+
+/// Whether a header's value (plain, or `=?base64?…?=`) says `expected`; compared without
+/// copying when plain.
+pub fn header_says(value: &str, expected: &str) -> bool {
+    if !value.starts_with("=?base64?") {
+        return value == expected;
+    }
+    header_text(value).as_deref() == Some(expected)
 }
 
 /// The text a header value carries: its `=?base64?…?=` form decoded, else as it is; `None`
@@ -261,6 +280,33 @@ pub fn header_text(value: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_usual_spelling_of_result_type_is_read_as_a_parse_reads_it() {
+        for (result, kind) in [
+            (
+                r#"{"resultType":"complete","content":[]}"#,
+                Some("complete"),
+            ),
+            (r#"  {"resultType":"task","taskId":"t"}"#, Some("task")),
+            (r#"{"resultType":"complete","resultType":"task"}"#, None),
+            (
+                r#"{"resultType":"compl\u0065te","content":[]}"#,
+                Some("complete"),
+            ),
+            (
+                r#"{"content":[],"resultType":"input_required"}"#,
+                Some("input_required"),
+            ),
+            (
+                r#"{"resultType":"complete","content":[{"type":"text","text":"resultType"}]}"#,
+                Some("complete"),
+            ),
+            (r#"{"content":[{"type":"text","text":"resultType"}]}"#, None),
+        ] {
+            assert_eq!(result_type(result).as_deref(), kind, "{result}");
+        }
+    }
 
     #[test]
     fn complete_results_are_the_budgets() {

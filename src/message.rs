@@ -106,20 +106,34 @@ impl Problem {
 /// A request id, as the peer wrote it and as a key that compares ids as JSON values.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Id {
-    /// The id's JSON text exactly as it arrived (`7`, `"abc"`), used to echo it back.
-    raw: Box<str>,
+    /// The id's JSON text exactly as it arrived (`7`, `"abc"`), used to echo it back. Shared:
+    /// an id is cloned for every table it is in, and a clone costs no allocation.
+    raw: std::sync::Arc<str>,
     /// The comparison key: the value, written one way (`"\u0061"` and `"a"` are one id, and so
-    /// are `1.50`, `1.5` and `15e-1`).
-    key: Box<str>,
+    /// are `1.50`, `1.5` and `15e-1`); `None` when it is the raw text itself (most ids).
+    key: Option<std::sync::Arc<str>>,
 }
 
 /// The key of an id's JSON text: `None` when it is not a string or a finite number.
-fn id_key(raw: &str) -> Option<Box<str>> {
+fn id_key(raw: &str) -> Option<Cow<'_, str>> {
+    // The common ids, written the one way already: a string with nothing escaped, or an
+    // integer of fewer than 16 digits (no leading zero, not -0). Their key is their text.
+    if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
+        && !inner.bytes().any(|b| b == b'\\' || b == b'"' || b < 0x20)
+    {
+        return Some(Cow::Borrowed(raw));
+    }
+    let digits = raw.strip_prefix('-').unwrap_or(raw);
+    if !digits.is_empty()
+        && digits.len() < 16
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" && raw == "0" || !digits.starts_with('0'))
+    {
+        return Some(Cow::Borrowed(raw));
+    }
     if raw.starts_with('"') {
         let value: Cow<'_, str> = serde_json::from_str(raw).ok()?;
-        return serde_json::to_string(&value)
-            .ok()
-            .map(String::into_boxed_str);
+        return serde_json::to_string(&value).ok().map(Cow::Owned);
     }
     // JSON's own number grammar (no `01`, `1.`, `+1`), read without keeping it; then its value.
     serde_json::from_str::<IgnoredAny>(raw).ok()?;
@@ -133,11 +147,11 @@ fn id_key(raw: &str) -> Option<Box<str>> {
     let integer = !raw.contains(['.', 'e', 'E']);
     Some(if integer && number.abs() >= 9.0e15 {
         // Past f64's exact integers: the digits are the value.
-        raw.into()
+        Cow::Borrowed(raw)
     } else if number.fract() == 0.0 && number.abs() < 9.0e15 {
-        format!("{}", number as i64).into()
+        Cow::Owned(format!("{}", number as i64))
     } else {
-        format!("{number:e}").into()
+        Cow::Owned(format!("{number:e}"))
     })
 }
 
@@ -145,20 +159,26 @@ impl Id {
     /// Builds an id from JSON text the proxy trusts (its own, or one read before).
     pub fn from_json_text(raw: &str) -> Id {
         let raw = raw.trim();
-        let key = id_key(raw).unwrap_or_else(|| raw.into());
-        Id {
-            raw: raw.into(),
-            key,
-        }
+        let key = id_key(raw).unwrap_or(Cow::Borrowed(raw));
+        Id::of(raw, key)
     }
 
     /// An id a peer sent: `None` unless it is a string or a finite number.
     pub fn parse(raw: &str) -> Option<Id> {
         let raw = raw.trim();
-        Some(Id {
-            key: id_key(raw)?,
-            raw: raw.into(),
-        })
+        let key = id_key(raw)?;
+        Some(Id::of(raw, key))
+    }
+
+    fn of(raw: &str, key: Cow<'_, str>) -> Id {
+        let key = match key {
+            Cow::Owned(key) if key != raw => Some(std::sync::Arc::from(key)),
+            _ => None,
+        };
+        Id {
+            raw: std::sync::Arc::from(raw),
+            key,
+        }
     }
 
     /// The id's JSON text as the peer wrote it.
@@ -168,13 +188,13 @@ impl Id {
 
     /// The key used to match a response to its request.
     pub fn key(&self) -> &str {
-        &self.key
+        self.key.as_deref().unwrap_or(&self.raw)
     }
 
     /// Whether the id is written the one way every parser writes it back: an integer, or a
     /// string without needless escapes.
     pub fn is_plain(&self) -> bool {
-        self.raw == self.key
+        self.key.is_none()
     }
 }
 
@@ -259,6 +279,32 @@ struct Params<'a> {
 
 /// `Deserialize` for a type read from a JSON object by `$visit(map)`; any other JSON value
 /// reads as the type's default (a `params` that is an array has no `_meta`).
+/// An object's key, borrowed from the line unless it has escapes (serde's own `Cow<str>`
+/// always copies: one allocation per key read).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+            fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key.to_string())))
+            }
+            fn visit_string<E>(self, key: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(key)))
+            }
+        }
+        deserializer.deserialize_str(Visit)
+    }
+}
+
 macro_rules! from_object {
     ($ty:ident, |$map:ident| $visit:block) => {
         impl<'de: 'a, 'a> Deserialize<'de> for $ty<'a> {
@@ -320,7 +366,7 @@ from_object!(Envelope, |map| {
         mut error,
         mut params,
     ] = [false; 6];
-    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+    while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         let dup = &mut out.duplicate;
         match key.as_ref() {
             "jsonrpc" => {
@@ -364,7 +410,7 @@ struct ParamsRead<'a>(Params<'a>, std::marker::PhantomData<&'a ()>);
 from_object!(ParamsRead, |map| {
     let mut out = Params::default();
     let [mut name, mut arguments, mut meta, mut task] = [false; 4];
-    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+    while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         let dup = &mut out.duplicate;
         let named = match key.as_ref() {
             "name" => Some(0),
@@ -409,7 +455,7 @@ struct MetaRead<'a>(Params<'a>, std::marker::PhantomData<&'a ()>);
 from_object!(MetaRead, |map| {
     let mut out = Params::default();
     let [mut progress, mut version, mut client, mut capabilities] = [false; 4];
-    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+    while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         let dup = &mut out.duplicate;
         match key.as_ref() {
             "progressToken" => {
@@ -463,7 +509,7 @@ struct NameRead<'a>(Option<String>, std::marker::PhantomData<&'a ()>);
 
 from_object!(NameRead, |map| {
     let mut name = None;
-    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+    while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         if key == "name" {
             let value: &'a RawValue = map.next_value()?;
             name = serde_json::from_str::<String>(value.get()).ok();
@@ -845,6 +891,52 @@ mod tests {
                 progress: None,
                 modern: None
             }
+        );
+    }
+
+    #[test]
+    fn id_keys_taken_as_written_are_the_keys_the_long_way_gives() {
+        // The short way (the text is the key) and the long way (read the value, write it back)
+        // agree on ids written the one way, and the long way is taken for every other.
+        for raw in [
+            r#""abc""#,
+            r#""mcp-budget-s7""#,
+            r#""é""#,
+            "0",
+            "7",
+            "-3",
+            "123456789012345",
+            "-0",
+            "1234567890123456",
+            r#""a\u0062""#,
+            r#""\"""#,
+            "7.0",
+            "1e2",
+        ] {
+            let slow = {
+                let value: serde_json::Value = serde_json::from_str(raw).unwrap();
+                match value {
+                    serde_json::Value::String(s) => serde_json::to_string(&s).unwrap(),
+                    serde_json::Value::Number(n) => {
+                        let f = n.as_f64().unwrap();
+                        if !raw.contains(['.', 'e', 'E']) && f.abs() >= 9.0e15 {
+                            raw.to_string()
+                        } else if f.fract() == 0.0 {
+                            format!("{}", f as i64)
+                        } else {
+                            format!("{f:e}")
+                        }
+                    }
+                    _ => unreachable!(),
+                }
+            };
+            assert_eq!(Id::from_json_text(raw).key(), slow, "{raw}");
+        }
+        assert!(Id::parse("01").is_none());
+        assert!(Id::parse(r#""a\u0001""#).is_some());
+        assert!(
+            Id::parse("\"a\u{1}\"").is_none(),
+            "a raw control character is no JSON"
         );
     }
 

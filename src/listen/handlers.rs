@@ -179,10 +179,13 @@ fn check_modern(
         refuse(jsonrpc::HEADER_MISMATCH, &message, None)
     };
     // A header sent twice says two things: neither is taken.
-    let one = |name: &str| match headers.get_all(name).iter().count() {
-        1 => header_str(headers, name),
-        0 => None,
-        _ => Some("(sent more than once)"),
+    let one = |name: &str| {
+        let mut all = headers.get_all(name).iter();
+        match (all.next(), all.next()) {
+            (Some(value), None) => value.to_str().ok(),
+            (None, _) => None,
+            (Some(_), Some(_)) => Some("(sent more than once)"),
+        }
     };
     let version = one(VERSION_HEADER);
     if version != Some(modern.version.as_str()) {
@@ -204,14 +207,14 @@ fn check_modern(
         ));
     }
     let sent_method = one("mcp-method");
-    if sent_method.and_then(crate::era::header_text).as_deref() != Some(method) {
+    if !sent_method.is_some_and(|sent| crate::era::header_says(sent, method)) {
         return Err(mismatch("Mcp-Method", method, sent_method));
     }
     if crate::era::name_member(method).is_some() {
         let sent_name = one("mcp-name");
-        let expected = modern.named.clone().unwrap_or_default();
-        if sent_name.and_then(crate::era::header_text) != Some(expected.clone()) {
-            return Err(mismatch("Mcp-Name", &expected, sent_name));
+        let expected = modern.named.as_deref().unwrap_or_default();
+        if !sent_name.is_some_and(|sent| crate::era::header_says(sent, expected)) {
+            return Err(mismatch("Mcp-Name", expected, sent_name));
         }
     }
     Ok(())
@@ -765,14 +768,15 @@ async fn handle_post(
                     None,
                 ));
             };
-            let session = match &kind {
+            let session = match kind {
                 Kind::Request {
                     id,
                     method,
                     modern: meta,
-                    ..
+                    progress,
                 } => {
-                    check_modern(headers, id, method, meta.as_deref())?;
+                    let id = &id;
+                    check_modern(headers, id, &method, meta.as_deref())?;
                     let profile = listener.sessions.capability_profile(&body);
                     let session = listener
                         .sessions
@@ -780,7 +784,7 @@ async fn handle_post(
                         .await
                         .map_err(open_refusal)?;
                     let named = meta.as_ref().and_then(|m| m.named.as_deref());
-                    check_params(headers, id, &session, method, named, &body)?;
+                    check_params(headers, id, &session, &method, named, &body)?;
                     let fresh = session.fresh_id();
                     // The id where the envelope reader found it: spliced, not read again.
                     let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
@@ -802,32 +806,24 @@ async fn handle_post(
                             )
                         })?,
                     };
-                    let kind = match kind.clone() {
-                        Kind::Request {
-                            method,
-                            progress,
-                            modern,
-                            ..
-                        } => Kind::Request {
-                            id: fresh.clone(),
-                            method,
-                            progress,
-                            modern,
-                        },
-                        other => other,
-                    };
                     ids = vec![fresh.clone()];
-                    restore = Some((fresh, id.clone()));
+                    restore = Some((fresh.clone(), id.clone()));
+                    let kind = Kind::Request {
+                        id: fresh,
+                        method,
+                        progress,
+                        modern: meta,
+                    };
                     (session, line, message::Parsed::Single(kind))
                 }
                 // A notification (a cancellation, say) goes to the principal's session.
-                _ => {
+                other => {
                     let session = listener
                         .sessions
                         .stateless(client, None)
                         .await
                         .map_err(open_refusal)?;
-                    (session, body, message::Parsed::Single(kind))
+                    (session, body, message::Parsed::Single(other))
                 }
             };
             (session.0, false, session.1, session.2)

@@ -224,20 +224,23 @@ impl Shared {
         body: bytes::Bytes,
         modern: &crate::era::Headers,
     ) -> Result<ClientResponse, ConnError> {
+        const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+        const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+        const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
         let mut headers = self.headers.clone();
-        let mut set = |name: &'static str, value: &str| {
-            if let Ok(value) = HeaderValue::try_from(value) {
+        let mut set = |name: HeaderName, value: &str| {
+            if let Ok(value) = HeaderValue::from_str(value) {
                 headers.insert(name, value);
             }
         };
-        set(VERSION_HEADER, &modern.version);
-        set("mcp-method", &crate::era::header_value(&modern.method));
+        set(PROTOCOL_VERSION, &modern.version);
+        set(MCP_METHOD, &crate::era::header_value(&modern.method));
         if let Some(name) = &modern.name {
-            set("mcp-name", &crate::era::header_value(name));
+            set(MCP_NAME, &crate::era::header_value(name));
         }
         for (header, value) in &modern.params {
             if let Ok(name) = axum::http::HeaderName::try_from(format!("mcp-param-{header}"))
-                && let Ok(value) = HeaderValue::try_from(crate::era::header_value(value))
+                && let Ok(value) = HeaderValue::from_str(&crate::era::header_value(value))
             {
                 headers.insert(name, value);
             }
