@@ -1037,8 +1037,8 @@ impl Interceptor {
                 context.modern = modern.is_some();
                 // Cheap: only a call that may name a task (a `"task"` member: the 2025-11-25
                 // param; or the tasks extension in its capabilities) keeps its bytes.
-                if memchr::memmem::find(message, b"\"task\"").is_some()
-                    || memchr::memmem::find(message, b"modelcontextprotocol/tasks").is_some()
+                if crate::holds!(message, b"\"task\"")
+                    || crate::holds!(message, b"modelcontextprotocol/tasks")
                 {
                     context.task_origin = Some(Box::new(Unsettled {
                         id: id.clone(),
@@ -1692,7 +1692,8 @@ impl Interceptor {
             let walked = budget.walk(plan, raw);
             let finished = budget.finish_walked(plan, raw, walked.as_ref())?;
             // (`next_after` may be inside a text block's JSON, its quotes escaped.)
-            let more = matches!(&finished, Finished::Bytes(bytes) if memchr::memmem::find(bytes, b"next_after").is_some());
+            let more =
+                matches!(&finished, Finished::Bytes(bytes) if crate::holds!(bytes, b"next_after"));
             let entry = more.then(|| {
                 crate::budget::chain::RuleResult::new(Arc::from(raw), false)
                     .of_tool(&plan.tool)
@@ -2251,10 +2252,9 @@ pub enum Outcome {
 impl Outcome {
     /// Read from the rewritten answer: a refusal names itself, a withheld result is an error.
     pub fn of(rewritten: &[u8]) -> Outcome {
-        if memchr::memmem::find(rewritten, b"result-too-large:").is_some() {
+        if crate::holds!(rewritten, b"result-too-large:") {
             Outcome::Refused
-        } else if memchr::memmem::find(rewritten, b"\"error\"").is_some()
-            && memchr::memmem::find(rewritten, b"\"result\"").is_none()
+        } else if crate::holds!(rewritten, b"\"error\"") && !crate::holds!(rewritten, b"\"result\"")
         {
             Outcome::Withheld
         } else {

@@ -80,6 +80,17 @@
 
 #![forbid(unsafe_code)]
 
+/// Whether `haystack` holds `needle` (a byte-string literal), by a searcher built once per
+/// call site (building one costs more than a short search: hundreds of instructions).
+macro_rules! holds {
+    ($haystack:expr, $needle:expr) => {{
+        static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new($needle));
+        FINDER.find($haystack).is_some()
+    }};
+}
+pub(crate) use holds;
+
 pub mod bridge;
 pub mod budget;
 pub mod builtin;

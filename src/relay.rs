@@ -1181,7 +1181,7 @@ impl Relay {
                         method.as_str(),
                         "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen"
                     )
-                    && memchr::memmem::find(bytes, b"modelcontextprotocol/tasks").is_some()
+                    && crate::holds!(bytes, b"modelcontextprotocol/tasks")
                 {
                     match self.interceptor.task_request(&method, bytes) {
                         Ok(None) => {}

@@ -994,7 +994,17 @@ async fn handle_post(
 /// says `"id":` and the proxy's `fresh` one: one search, no parse. `None` when not found so
 /// (the caller then reads the message for its id).
 fn restore_id(answer: &[u8], fresh: &Id, client: &Id) -> Option<Vec<u8>> {
-    let at = memchr::memmem::find(answer, fresh.raw().as_bytes())?;
+    // The id comes first, or near it (`{"jsonrpc":"2.0","id":…`): looked for there by hand
+    // (a searcher costs more to build than this short look), then anywhere.
+    let needle = fresh.raw().as_bytes();
+    if needle.is_empty() {
+        return None;
+    }
+    let head = &answer[..answer.len().min(64 + needle.len())];
+    let at = match head.windows(needle.len()).position(|w| w == needle) {
+        Some(at) => at,
+        None => memchr::memmem::find(answer, needle)?,
+    };
     let before = answer[..at]
         .trim_ascii_end()
         .strip_suffix(b":")?
@@ -1015,7 +1025,7 @@ fn restore_id(answer: &[u8], fresh: &Id, client: &Id) -> Option<Vec<u8>> {
 /// HTTP): an unknown method 404, a request the server refused as malformed 400.
 fn modern_status(answer: &[u8]) -> StatusCode {
     // A result says nothing of errors: no read at all.
-    if memchr::memmem::find(answer, b"\"error\"").is_none() {
+    if !crate::holds!(answer, b"\"error\"") {
         return StatusCode::OK;
     }
     #[derive(serde::Deserialize)]

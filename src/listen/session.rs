@@ -955,6 +955,8 @@ impl Drop for Opening<'_> {
 pub(super) struct Sessions {
     options: ListenOptions,
     spec: UpstreamSpec,
+    /// The server's origin (the era bridge's verdicts are kept by it), made once.
+    origin: Option<String>,
     budget: Arc<crate::reload::Shared>,
     map: Mutex<HashMap<String, Arc<Session>>>,
     /// Sessions being opened (their upstream starting), by client: they count against the
@@ -979,6 +981,7 @@ impl Sessions {
     ) -> Sessions {
         Sessions {
             options,
+            origin: spec.origin(),
             spec,
             budget,
             map: Mutex::new(HashMap::new()),
@@ -1035,9 +1038,8 @@ impl Sessions {
     /// legacy; `None` when it is known to be modern (one session serves every capability set:
     /// any of the principal's).
     pub fn capability_profile(&self, body: &[u8]) -> Option<String> {
-        let origin = self.spec.origin();
-        let modern =
-            origin.as_deref().and_then(crate::bridge::verdict) == Some(crate::bridge::Era::Modern);
+        let modern = self.origin.as_deref().and_then(crate::bridge::verdict)
+            == Some(crate::bridge::Era::Modern);
         if modern || !self.options.session.bridge {
             return None;
         }
