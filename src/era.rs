@@ -39,12 +39,26 @@ fn top(result: &str) -> Option<Top<'_>> {
     serde_json::from_str(result).ok()
 }
 
+/// Whether `finder`'s needle occurs at most once in `text`.
+fn at_most_once(text: &str, finder: &memchr::memmem::Finder<'_>) -> bool {
+    match finder.find(text.as_bytes()) {
+        None => true,
+        Some(at) => finder
+            .find(&text.as_bytes()[at + finder.needle().len()..])
+            .is_none(),
+    }
+}
+
 /// The `resultType` of a result (a string), when it has one.
 pub fn result_type(result: &str) -> Option<String> {
     // Most results (every legacy one) do not name it: no parse for them (one searcher, built
     // once: building it costs more than a short search).
     static NAME: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"resultType"));
+    static META: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"_meta\""));
+    static SCOPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"cacheScope\""));
     let first = NAME.find(result.as_bytes())?;
     // The usual spelling: the first member, compact, a plain string, said once (no parse).
     let start = result.len() - result.trim_start().len();
@@ -53,6 +67,11 @@ pub fn result_type(result: &str) -> Option<String> {
         && let Some(end) = rest.find('"')
         && !rest[..end].contains('\\')
         && NAME.find(&rest.as_bytes()[end..]).is_none()
+        // What makes the parse fail (and the result read as having no kind): a member it
+        // reads named twice, perhaps in another spelling. None of it here: the parse agrees.
+        && !crate::holds!(result.as_bytes(), b"\\u")
+        && at_most_once(result, &META)
+        && at_most_once(result, &SCOPE)
     {
         return Some(rest[..end].to_string());
     }
@@ -303,6 +322,11 @@ mod tests {
                 Some("complete"),
             ),
             (r#"{"content":[{"type":"text","text":"resultType"}]}"#, None),
+            (r#"{"resultType":"task","_meta":{},"_meta":{}}"#, None),
+            (
+                r#"{"resultType":"task","result\u0054ype":"complete"}"#,
+                None,
+            ),
         ] {
             assert_eq!(result_type(result).as_deref(), kind, "{result}");
         }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Peer, example};
+use common::{Peer, example, last_message};
 use serde_json::{Value, json};
 
 const MODERN: &str = "2026-07-28";
@@ -575,19 +575,6 @@ async fn modern_post(
     last_message(&text)
 }
 
-/// The last JSON-RPC message of a JSON or SSE body.
-fn last_message(text: &str) -> Value {
-    if text.trim_start().starts_with('{') {
-        return serde_json::from_str(text).unwrap();
-    }
-    let data = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .rfind(|d| !d.is_empty())
-        .unwrap_or_else(|| panic!("no event in {text}"));
-    serde_json::from_str(data).unwrap()
-}
-
 #[tokio::test]
 async fn over_http_a_modern_client_reaches_a_legacy_stdio_server() {
     let quirky = example("quirky_server");
@@ -641,21 +628,7 @@ async fn over_http_a_legacy_client_reaches_a_modern_only_stdio_server() {
 
 #[tokio::test]
 async fn a_request_state_from_another_principal_is_refused() {
-    let quirky = example("quirky_server");
-    let (_proxy, url) = common::listen(
-        &[
-            "--policy",
-            "none",
-            "--auth-token-env",
-            "TOKEN_A",
-            "--auth-token-env",
-            "TOKEN_B",
-            "--",
-            quirky.to_str().unwrap(),
-        ],
-        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
-    )
-    .await;
+    let (_proxy, url) = common::two_principals().await;
     let http = http_client();
     let call = |token: &'static str, id: u64, params: Value| {
         let mut params = params;

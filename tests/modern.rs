@@ -703,28 +703,9 @@ async fn what_a_server_said_of_itself_holds_for_every_principal_of_its_origin() 
     assert_eq!(probes, 1);
 }
 
-/// `--listen` in front of quirky (no policy), with two tokens: two principals.
-async fn two_principals() -> (tokio::process::Child, String) {
-    let quirky = example("quirky_server");
-    common::listen(
-        &[
-            "--policy",
-            "none",
-            "--auth-token-env",
-            "TOKEN_A",
-            "--auth-token-env",
-            "TOKEN_B",
-            "--",
-            quirky.to_str().unwrap(),
-        ],
-        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
-    )
-    .await
-}
-
 #[tokio::test]
 async fn a_cursor_from_another_principal_is_refused() {
-    let (_proxy, url) = two_principals().await;
+    let (_proxy, url) = common::two_principals().await;
     let http = http_client();
     let call = |token: &'static str, arguments: Value| {
         let body = tools_call(json!(1), "journal", arguments, "x");
@@ -770,7 +751,7 @@ async fn a_cursor_from_another_principal_is_refused() {
 
 #[tokio::test]
 async fn a_search_with_a_cursor_from_another_principal_finds_nothing_of_it() {
-    let (_proxy, url) = two_principals().await;
+    let (_proxy, url) = common::two_principals().await;
     let http = http_client();
     let call = |token: &'static str, tool: &'static str, arguments: Value| {
         let body = tools_call(json!(1), tool, arguments, "x");

@@ -504,21 +504,7 @@ fn page_text_all(result: &Value) -> String {
 /// with `Mcp-Name` naming the token.
 #[tokio::test]
 async fn a_task_token_from_another_principal_is_refused_over_http() {
-    let quirky = example("quirky_server");
-    let (_proxy, url) = common::listen(
-        &[
-            "--policy",
-            "none",
-            "--auth-token-env",
-            "TOKEN_A",
-            "--auth-token-env",
-            "TOKEN_B",
-            "--",
-            quirky.to_str().unwrap(),
-        ],
-        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
-    )
-    .await;
+    let (_proxy, url) = common::two_principals().await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let meta = json!({

@@ -456,3 +456,23 @@ pub fn last_message(text: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no event in {text}"));
     serde_json::from_str(data).unwrap()
 }
+
+/// `--listen` in front of quirky (no policy), with two bearer tokens (`a-secret`, `b-secret`):
+/// two principals.
+pub async fn two_principals() -> (tokio::process::Child, String) {
+    let quirky = example("quirky_server");
+    listen(
+        &[
+            "--policy",
+            "none",
+            "--auth-token-env",
+            "TOKEN_A",
+            "--auth-token-env",
+            "TOKEN_B",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
+    )
+    .await
+}
