@@ -17,8 +17,9 @@
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
-use support::{CALLS_PER_ROUND, ROUNDS, SERVE_ENV, Session, WARMUP, report};
+use support::{BARE_ENV, CALLS_PER_ROUND, ROUNDS, SERVE_ENV, Session, WARMUP, cpu, report};
 
 /// Runs `program args` on `cpu` (via `taskset`), or wherever the scheduler likes.
 fn command_on(cpu: Option<usize>, program: &std::path::Path, args: &[&std::ffi::OsStr]) -> Command {
@@ -75,42 +76,79 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
             me.as_os_str(),
         ],
     ));
+    // The floor: a bare blocking relay of the same shape (this binary, two threads copying
+    // lines), in front of the same server.
+    let mut bare = {
+        let mut command = command_on(server_cpu, &me, &[]);
+        command.env(BARE_ENV, "stdio");
+        Session::start(command)
+    };
     for _ in 0..WARMUP {
         direct.call();
         proxied.call();
         recorded.call();
+        bare.call();
     }
     let mut direct_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     let mut proxied_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     let mut recorded_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
+    let mut bare_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
+    // The relays' own CPU (their threads, not the server's), over the measured calls.
+    let (mut proxy_cpu, mut bare_cpu) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..ROUNDS {
         for _ in 0..CALLS_PER_ROUND {
             direct_samples.push(direct.call());
         }
+        let before = cpu(proxied.pid());
         for _ in 0..CALLS_PER_ROUND {
             proxied_samples.push(proxied.call());
         }
+        proxy_cpu += cpu(proxied.pid()) - before;
         for _ in 0..CALLS_PER_ROUND {
             recorded_samples.push(recorded.call());
         }
+        let before = cpu(bare.pid());
+        for _ in 0..CALLS_PER_ROUND {
+            bare_samples.push(bare.call());
+        }
+        bare_cpu += cpu(bare.pid()) - before;
     }
     direct.stop();
     proxied.stop();
     recorded.stop();
+    bare.stop();
     let _ = std::fs::remove_file(&recording);
     println!("\n[{name}]");
     let d = report("direct", &mut direct_samples);
     let p = report("through mcp-budget", &mut proxied_samples);
     let r = report("…while recording", &mut recorded_samples);
+    let b = report("through a bare relay", &mut bare_samples);
+    let calls = (ROUNDS * CALLS_PER_ROUND) as f64;
+    let added = |x: Duration| (x.as_secs_f64() - d.as_secs_f64()) * 1e6;
+    let (proxy_cpu, bare_cpu) = (
+        proxy_cpu.as_secs_f64() * 1e6 / calls,
+        bare_cpu.as_secs_f64() * 1e6 / calls,
+    );
     println!(
         "added by the proxy: p50 {:+.1} µs ({:.2}× direct); recording adds {:+.1} µs",
-        (p.as_secs_f64() - d.as_secs_f64()) * 1e6,
+        added(p),
         p.as_secs_f64() / d.as_secs_f64(),
         (r.as_secs_f64() - p.as_secs_f64()) * 1e6
+    );
+    println!(
+        "against the floor (a bare blocking relay): p50 added {:+.1} against {:+.1} µs ({:.2}×, target ≤ 1.5×); own CPU {proxy_cpu:.1} against {bare_cpu:.1} µs a call ({:.2}×, target ≤ 1.5×)",
+        added(p),
+        added(b),
+        added(p) / added(b).max(0.1),
+        proxy_cpu / bare_cpu.max(0.001)
     );
 }
 
 fn main() {
+    if std::env::var_os(BARE_ENV).is_some() {
+        support::bare_stdio_relay();
+        return;
+    }
     if std::env::var_os(SERVE_ENV).is_some() {
         support::serve();
         return;

@@ -14,28 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{SERVE_ENV, Session, modern_request, percentile, request};
+use support::{BARE_ENV, SERVE_ENV, Session, cpu, modern_request, percentile, request};
 
 const ROUNDS: usize = 4;
 const CALLS: usize = 2000;
 const WARMUP: usize = 300;
-
-/// CPU time of every thread of `pid` so far.
-fn cpu(pid: u32) -> Duration {
-    let mut total = 0u64;
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
-                total += text
-                    .split_whitespace()
-                    .next()
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    Duration::from_nanos(total)
-}
 
 /// The HTTP server: answers each POSTed request with the same small result as `support`.
 async fn http_server() -> String {
@@ -265,9 +248,6 @@ fn spread(values: &mut [f64]) -> (f64, f64, f64) {
     )
 }
 
-/// Bare-relay mode of this binary: `stdio` or `http:URL`.
-const BARE_ENV: &str = "MCP_BUDGET_BENCH_BARE";
-
 /// The floor: a blocking relay that does no protocol work at all. `stdio` relays lines to a
 /// child server and back; `http:URL` POSTs each line on one kept-alive connection and writes
 /// the body back. What the proxy spends above these is its own.
@@ -324,42 +304,7 @@ fn bare_relay(mode: &str) {
             }
         }
     }
-    let mut child = Command::new(std::env::current_exe().expect("own path"))
-        .env_remove(BARE_ENV)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the server");
-    let mut to_child = child.stdin.take().expect("stdin");
-    let mut from_child = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    std::thread::spawn(move || {
-        let mut out = std::io::stdout().lock();
-        let mut answer = Vec::new();
-        loop {
-            answer.clear();
-            if from_child.read_until(b'\n', &mut answer).unwrap_or(0) == 0 {
-                return;
-            }
-            if out.write_all(&answer).and_then(|()| out.flush()).is_err() {
-                return;
-            }
-        }
-    });
-    loop {
-        line.clear();
-        if input.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        if to_child
-            .write_all(&line)
-            .and_then(|()| to_child.flush())
-            .is_err()
-        {
-            break;
-        }
-    }
-    drop(to_child);
-    let _ = child.wait();
+    support::bare_stdio_relay();
 }
 
 /// Reads one HTTP/1.1 message (head and a content-length body); `None` at the end.

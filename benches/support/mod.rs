@@ -7,6 +7,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const SERVE_ENV: &str = "MCP_BUDGET_BENCH_SERVE";
+/// Relay mode: the bench binary is a bare relay (`stdio`: to itself in server mode; the HTTP
+/// bench has other modes).
+pub const BARE_ENV: &str = "MCP_BUDGET_BENCH_BARE";
 pub const ROUNDS: usize = 4;
 pub const CALLS_PER_ROUND: usize = 1500;
 pub const WARMUP: usize = 500;
@@ -156,4 +159,65 @@ pub fn report(name: &str, samples: &mut [Duration]) -> Duration {
         samples.len()
     );
     p50
+}
+
+/// The CPU time a process's threads have used (`/proc/<pid>/task/*/schedstat`).
+pub fn cpu(pid: u32) -> Duration {
+    let mut total = 0u64;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) {
+                total += text
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Duration::from_nanos(total)
+}
+
+/// The floor of a stdio relay: this binary in server mode as its child, lines copied each way
+/// by a blocking thread (no protocol work, no runtime), the shape of a `poll` + read/write relay
+/// in C.
+pub fn bare_stdio_relay() {
+    let mut child = Command::new(std::env::current_exe().expect("own path"))
+        .env_remove(BARE_ENV)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let mut to_child = child.stdin.take().expect("stdin");
+    let mut from_child = BufReader::new(child.stdout.take().expect("stdout"));
+    std::thread::spawn(move || {
+        let mut out = std::io::stdout().lock();
+        let mut answer = Vec::new();
+        loop {
+            answer.clear();
+            if from_child.read_until(b'\n', &mut answer).unwrap_or(0) == 0 {
+                return;
+            }
+            if out.write_all(&answer).and_then(|()| out.flush()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut input = std::io::stdin().lock();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if to_child
+            .write_all(&line)
+            .and_then(|()| to_child.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(to_child);
+    let _ = child.wait();
 }
