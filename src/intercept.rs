@@ -1081,7 +1081,14 @@ impl Interceptor {
                 },
             }
         };
-        let parts = match serde_json::from_slice::<CallParts<'_>>(message) {
+        // Read as text (the line is UTF-8, checked once): serde's byte reader checks every
+        // string again.
+        let read = std::str::from_utf8(message)
+            .map_err(|err| err.to_string())
+            .and_then(|text| {
+                serde_json::from_str::<CallParts<'_>>(text).map_err(|err| err.to_string())
+            });
+        let parts = match read {
             Ok(parts) => parts.params,
             Err(err) => {
                 // Never guess what the server will read: a call the proxy cannot read is

@@ -281,7 +281,7 @@ struct Params<'a> {
 /// reads as the type's default (a `params` that is an array has no `_meta`).
 /// An object's key, borrowed from the line unless it has escapes (serde's own `Cow<str>`
 /// always copies: one allocation per key read).
-struct Key<'a>(Cow<'a, str>);
+pub(crate) struct Key<'a>(pub Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -625,11 +625,12 @@ pub fn nests_deeper(line: &[u8], max: usize) -> bool {
 
 /// Reads the envelope of one line. The line is not copied or modified.
 pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
-    // Strings the envelope skips are not checked by serde; JSON text must be UTF-8 throughout.
-    std::str::from_utf8(line)?;
+    // JSON text must be UTF-8 throughout: checked once, for the whole line, and the text is
+    // read as a `str` from then on (serde's byte reader would check every string again).
+    let text = std::str::from_utf8(line)?;
     let first = line.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
-        let elements: Vec<&RawValue> = serde_json::from_slice(line)?;
+        let elements: Vec<&RawValue> = serde_json::from_str(text)?;
         let kinds = elements
             .into_iter()
             .map(|raw| {
@@ -645,11 +646,11 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
         return Ok(Parsed::Batch(kinds));
     }
     if first == Some(b'{') {
-        let envelope: Envelope<'_> = serde_json::from_slice(line)?;
+        let envelope: Envelope<'_> = serde_json::from_str(text)?;
         return Ok(Parsed::Single(envelope.kind(line)));
     }
     // Scalars and garbage: let serde produce the precise error, or call a bare scalar invalid.
-    let _: IgnoredAny = serde_json::from_slice(line)?;
+    let _: IgnoredAny = serde_json::from_str(text)?;
     Ok(Parsed::Single(Kind::Invalid))
 }
 

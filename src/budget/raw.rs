@@ -47,7 +47,7 @@ pub fn duplicate_key(text: &str) -> Option<String> {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut keys = Vec::new();
-            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            while let Some(crate::message::Key(key)) = map.next_key::<crate::message::Key<'de>>()? {
                 map.next_value::<serde::de::IgnoredAny>()?;
                 keys.push(key);
             }
