@@ -160,6 +160,9 @@ async fn run(
             .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
     };
     let mut seen = stamp(&path);
+    // A change is acted on once it has held for a tick: a file caught mid-write (truncated,
+    // then written) is not read as the policy it is not yet.
+    let mut changing = None;
     let mut every = tokio::time::interval(WATCH_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -172,14 +175,20 @@ async fn run(
             } => {
                 tracing::info!(policy = %path.display(), "SIGHUP: reloading the policy");
                 seen = stamp(&path);
+                changing = None;
                 reload(&shared, &path, &overrides);
             }
             _ = every.tick(), if watch => {
                 let now = stamp(&path);
-                if now.is_some() && now != seen {
+                if now.is_none() || now == seen {
+                    changing = None;
+                } else if changing == now {
                     seen = now;
+                    changing = None;
                     tracing::info!(policy = %path.display(), "the policy file changed: reloading it");
                     reload(&shared, &path, &overrides);
+                } else {
+                    changing = now;
                 }
             }
         }
