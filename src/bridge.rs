@@ -614,15 +614,7 @@ pub fn call_digest(method: &str, request: &[u8]) -> [u8; 16] {
 
 /// A server request's `params` (JSON text; `{}` when it has none).
 pub fn params_of(message: &[u8]) -> String {
-    #[derive(Deserialize)]
-    struct Top<'a> {
-        #[serde(borrow)]
-        params: Option<&'a RawValue>,
-    }
-    serde_json::from_slice::<Top<'_>>(message)
-        .ok()
-        .and_then(|t| t.params)
-        .map_or_else(|| "{}".to_string(), |p| p.get().to_string())
+    message::params_of(message).unwrap_or("{}").to_string()
 }
 
 /// An `input_required` result carrying server requests (key, method, params JSON text),
@@ -735,14 +727,8 @@ pub fn retry(
     responses: &[(String, String)],
     state: Option<&str>,
 ) -> Option<Vec<u8>> {
-    #[derive(Deserialize)]
-    struct Top<'a> {
-        #[serde(borrow)]
-        params: Option<&'a RawValue>,
-    }
     let with_id = message::with_id(request, id.raw())?;
-    let top: Top<'_> = serde_json::from_slice(&with_id).ok()?;
-    let params = top.params?;
+    let params = message::params_of(&with_id)?;
     let mut members: Vec<String> = Vec::new();
     let answers: Vec<String> = responses
         .iter()
@@ -752,8 +738,8 @@ pub fn retry(
     if let Some(state) = state {
         members.push(format!("\"requestState\":{}", quote(state)));
     }
-    let new = prepend_members(params.get(), &members.join(","))?;
-    Some(message::splice(&with_id, params.get(), new.as_bytes()))
+    let new = prepend_members(params, &members.join(","))?;
+    Some(message::splice(&with_id, params, new.as_bytes()))
 }
 
 /// The result of a response message (JSON text), when it has one that is an object.

@@ -45,8 +45,8 @@ pub struct Interceptor {
     /// The calls the server turned into tasks, by task id: their results are budgeted as the
     /// calls' own answers would be.
     tasks: Mutex<TaskTable>,
-    /// Who this session serves (a credential's index or a client address over HTTP, `stdio`
-    /// over stdio): the task tokens it issues open for it only.
+    /// Who this session serves (a digest of its bearer token or its address over HTTP,
+    /// `stdio` over stdio): the task tokens it issues open for it only.
     principal: String,
 }
 
@@ -244,17 +244,19 @@ struct Unsettled {
 impl Unsettled {
     /// The call a task token carries, as its client sent it.
     fn of_call(call: &task_token::Call) -> Unsettled {
-        let mut params = Map::new();
-        params.insert("name".into(), Value::String(call.tool.clone()));
-        if let Some(arguments) = &call.arguments
-            && let Ok(arguments) = serde_json::from_str::<Value>(arguments.get())
-        {
-            params.insert("arguments".into(), arguments);
-        }
-        let request = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": params});
+        // The arguments as the client wrote them (JSON text the token's MAC vouches for).
+        let arguments = call
+            .arguments
+            .as_ref()
+            .map(|a| format!(r#","arguments":{}"#, a.get()))
+            .unwrap_or_default();
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{{"name":{}{arguments}}}}}"#,
+            crate::jsonrpc::quote(&call.tool)
+        );
         Unsettled {
             id: Id::from_json_text("0"),
-            request: Arc::from(request.to_string().into_bytes()),
+            request: Arc::from(request.into_bytes()),
             modern: Some(Modern {
                 version: crate::era::MODERN.to_string(),
                 client: call.client.clone(),
@@ -1753,16 +1755,7 @@ impl Interceptor {
         method: &str,
         request: &[u8],
     ) -> Result<Option<TaskNamed>, task_token::Refused> {
-        #[derive(Deserialize)]
-        struct Request<'a> {
-            #[serde(borrow)]
-            params: Option<&'a RawValue>,
-        }
-        let Some(params) = serde_json::from_slice::<Request<'_>>(request)
-            .ok()
-            .and_then(|r| r.params)
-            .map(RawValue::get)
-        else {
+        let Some(params) = crate::message::params_of(request) else {
             return Ok(None);
         };
         let key = self.cursor_key();
@@ -1805,7 +1798,11 @@ impl Interceptor {
     /// carries one) budgets the task's result here too.
     fn learn_task(&self, task: &str, shown: &str, call: Option<task_token::Call>) {
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
-        if tasks.live(task).is_some_and(|known| known.origin.is_some()) {
+        // Known already, and the token teaches nothing more (every poll presents it).
+        if tasks
+            .live(task)
+            .is_some_and(|known| known.origin.is_some() || call.is_none())
+        {
             return;
         }
         let origin = call.map(|call| Unsettled::of_call(&call));
@@ -1829,9 +1826,10 @@ impl Interceptor {
     }
 
     /// The answer to a `tasks/result` (2025-11-25: the result itself) or `tasks/get` (the
-    /// tasks extension: a completed task's `result`): the final result is budgeted as the
-    /// call that made the task would have been. `shown`: the token the (modern) client named
-    /// the task by, which the answer names it by too. `None`: unchanged.
+    /// tasks extension: a completed task's `result`), or to a modern `tasks/update` or
+    /// `tasks/cancel`: a final result is budgeted as the call that made the task would have
+    /// been. `shown`: the token the (modern) client named the task by, which the answer names
+    /// it by too. `None`: unchanged.
     pub fn task_response(
         &self,
         task: Option<&str>,
@@ -1839,28 +1837,22 @@ impl Interceptor {
         message: &[u8],
         result: Option<std::ops::Range<usize>>,
     ) -> Option<Vec<u8>> {
-        if result_of(message, result.clone()).is_some_and(results_twice) {
+        let raw = result_of(message, result)?;
+        let Ok(state) = task_state(raw) else {
             tracing::warn!("a task's state names its result twice: withheld");
             return Some(self.withheld(message, "the server's task state names its result twice"));
-        }
-        let respelled = match (task, shown) {
-            (Some(task), Some(shown)) => {
-                let raw = result_of(message, result.clone())?;
-                task_token::respell_member(message, raw, "taskId", |id| {
-                    (id == task).then(|| shown.to_string())
-                })
-            }
-            _ => None,
         };
-        let Some(respelled) = respelled else {
-            let raw = result_of(message, result)?;
-            let last = final_result(raw)?;
-            return self.budget_task_result(task, message, last);
+        let budgeted = state
+            .last
+            .and_then(|last| self.budget_task_result(task, message, last));
+        let (Some(task), Some(shown)) = (task, shown) else {
+            return budgeted;
         };
-        let budgeted = result_of(&respelled, None)
-            .and_then(final_result)
-            .and_then(|last| self.budget_task_result(task, &respelled, last));
-        Some(budgeted.unwrap_or(respelled))
+        // Named by the token after the budget: then it reads the page, not the whole result.
+        let current = budgeted.as_deref().unwrap_or(message);
+        let named = result_of(current, None)
+            .and_then(|raw| self.name_tasks(current, raw, Some((task, shown))));
+        named.or(budgeted)
     }
 
     /// A `notifications/tasks` (the tasks extension): the task is named by the token its
@@ -1868,62 +1860,40 @@ impl Interceptor {
     /// task would have been. `Ok(None)`: unchanged; `Err`: withheld (its task's result is
     /// there twice, so a client could read the one the proxy did not budget).
     pub fn task_notification(&self, message: &[u8]) -> Result<Option<Vec<u8>>, Withheld> {
-        #[derive(Deserialize)]
-        struct Notification<'a> {
-            #[serde(borrow)]
-            params: Option<&'a RawValue>,
-        }
-        let Some(params) = serde_json::from_slice::<Notification<'_>>(message)
-            .ok()
-            .and_then(|n| n.params)
-            .map(RawValue::get)
-        else {
+        let Some(params) = crate::message::params_of(message) else {
             return Ok(None);
         };
-        if results_twice(params) {
+        let state = task_state(params).inspect_err(|_| {
             tracing::warn!("a notifications/tasks names its task's result twice: withheld");
-            return Err(Withheld);
-        }
-        Ok(self.task_notified(message, params))
+        })?;
+        let budgeted = state
+            .last
+            .and_then(|last| self.budget_task_result(state.task.as_deref(), message, last));
+        let current = budgeted.as_deref().unwrap_or(message);
+        let named = crate::message::params_of(current)
+            .and_then(|params| self.name_tasks(current, params, None));
+        Ok(named.or(budgeted))
     }
 
-    fn task_notified(&self, message: &[u8], params: &str) -> Option<Vec<u8>> {
-        #[derive(Deserialize)]
-        struct Notification<'a> {
-            #[serde(borrow)]
-            params: Option<&'a RawValue>,
-        }
-        let mut task = None;
-        let respelled = task_token::respell_member(message, params, "taskId", |id| {
-            task = Some(id.to_string());
-            Some(self.shown_task(id))
-        });
-        let Some(respelled) = respelled else {
-            let last = final_result(params)?;
-            return self.budget_task_result(None, message, last);
-        };
-        let budgeted = serde_json::from_slice::<Notification<'_>>(&respelled)
-            .ok()
-            .and_then(|n| n.params)
-            .map(RawValue::get)
-            .and_then(final_result)
-            .and_then(|last| self.budget_task_result(task.as_deref(), &respelled, last));
-        Some(budgeted.unwrap_or(respelled))
+    /// `message` with every `taskId` of `object` (a part of it) named as its modern client
+    /// knows the task: `known` (the server's id and the token the client used), else the
+    /// token it was shown, else one naming the task only. `None`: it names no task.
+    fn name_tasks(
+        &self,
+        message: &[u8],
+        object: &str,
+        known: Option<(&str, &str)>,
+    ) -> Option<Vec<u8>> {
+        task_token::respell_member(message, object, "taskId", |id| match known {
+            Some((task, shown)) if id == task => Some(shown.to_string()),
+            _ => Some(self.shown_task(id)),
+        })
     }
 
     /// A `notifications/subscriptions/acknowledged`: the tasks it names are named by the
     /// tokens their client was shown. `None`: unchanged (it names none).
     pub fn tasks_acknowledged(&self, message: &[u8]) -> Option<Vec<u8>> {
-        memchr::memmem::find(message, b"notifications")?;
-        #[derive(Deserialize)]
-        struct Notification<'a> {
-            #[serde(borrow)]
-            params: Option<&'a RawValue>,
-        }
-        let params = serde_json::from_slice::<Notification<'_>>(message)
-            .ok()?
-            .params?
-            .get();
+        let params = crate::message::params_of(message)?;
         let filter = raw_member(params, "notifications")?;
         task_token::respell_list(message, filter, "taskIds", |id| Some(self.shown_task(id)))
     }
@@ -2164,12 +2134,29 @@ fn raw_member<'t>(object: &'t str, name: &str) -> Option<&'t str> {
     object.get(range)
 }
 
-/// A task's final result in an answer or a notification: the whole `result` of a
-/// `tasks/result` answer (2025-11-25), or the `result` member of a completed task (the tasks
-/// extension's `tasks/get` and `notifications/tasks`); `None` for anything else (a status, an
-/// input request, a failure).
-fn final_result(raw: &str) -> Option<&str> {
-    let members = crate::budget::raw::members(raw)?;
+/// What a task's state says (a `tasks/result` or `tasks/get` result, a `notifications/tasks`'s
+/// params), read in one pass.
+struct TaskState<'a> {
+    /// Its final result, to budget: the whole of a `tasks/result` answer (2025-11-25), or the
+    /// `result` member of a completed task (the tasks extension); `None` for anything else
+    /// (a status, an input request, a failure).
+    last: Option<&'a str>,
+    /// The task it names (`taskId`).
+    task: Option<String>,
+}
+
+/// `raw`'s task state; `Err`: it names its `result` twice (keys read as a client reads them,
+/// escapes decoded), so a client could read the one the proxy did not budget.
+fn task_state(raw: &str) -> Result<TaskState<'_>, Withheld> {
+    let Some(members) = crate::budget::raw::members(raw) else {
+        return Ok(TaskState {
+            last: None,
+            task: None,
+        });
+    };
+    if members.iter().filter(|(k, _)| k == "result").count() > 1 {
+        return Err(Withheld);
+    }
     let member = |name: &str| {
         members
             .iter()
@@ -2177,38 +2164,29 @@ fn final_result(raw: &str) -> Option<&str> {
             .find(|(k, _)| k == name)
             .and_then(|(_, r)| raw.get(r.clone()))
     };
-    // A tool's result, whatever else it carries.
-    if member("content").is_some() {
-        return Some(raw);
-    }
+    let task = member("taskId").and_then(|text| serde_json::from_str::<String>(text).ok());
     let statuses: Vec<String> = members
         .iter()
         .filter(|(k, _)| k == "status")
         .filter_map(|(_, r)| serde_json::from_str::<String>(raw.get(r.clone())?).ok())
         .collect();
-    if statuses.is_empty() {
-        // A result of no shape the proxy knows: held to the budget all the same.
-        return Some(raw);
-    }
-    // A task: a completed one holds its result (read as any client would: escapes decoded,
-    // either of two `status` members), whatever its shape.
-    if statuses.iter().any(|s| s == "completed") {
-        return member("result");
-    }
-    None
+    let last = if member("content").is_some() || statuses.is_empty() {
+        // A tool's result, whatever else it carries; or a result of no shape the proxy
+        // knows: held to the budget all the same.
+        Some(raw)
+    } else if statuses.iter().any(|s| s == "completed") {
+        // A task: a completed one holds its result (either of two `status` members), whatever
+        // its shape.
+        member("result")
+    } else {
+        None
+    };
+    Ok(TaskState { last, task })
 }
 
-/// The tool a `tools/call` request names.
 /// A message withheld from the client (why is in the log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Withheld;
-
-/// Whether a task's state has two `result` members (a client could read either).
-fn results_twice(object: &str) -> bool {
-    // Keys as a client reads them (escapes decoded): no byte pattern is looked for first.
-    crate::budget::raw::members(object)
-        .is_some_and(|members| members.iter().filter(|(k, _)| k == "result").count() > 1)
-}
 
 /// The arguments of a `tools/call` request, as JSON text.
 fn arguments_of(request: &[u8]) -> Option<Box<RawValue>> {
@@ -2219,6 +2197,7 @@ fn arguments_of(request: &[u8]) -> Option<Box<RawValue>> {
         .map(ToOwned::to_owned)
 }
 
+/// The tool a `tools/call` request names.
 fn tool_of(request: &[u8]) -> String {
     serde_json::from_slice::<CallParts<'_>>(request)
         .ok()
@@ -2302,6 +2281,24 @@ fn cursor_refusal(err: CursorError, tool: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task state's final result (see [`task_state`]).
+    fn final_result(raw: &str) -> Option<&str> {
+        task_state(raw).ok()?.last
+    }
+
+    #[test]
+    fn a_task_state_is_read_in_one_pass_as_any_client_reads_it() {
+        let state = task_state(r#"{"taskId":"t\u0031","status":"working"}"#).unwrap();
+        assert_eq!(state.task.as_deref(), Some("t1"));
+        // Its result twice, once spelled with an escape: withheld.
+        for twice in [
+            r#"{"status":"completed","result":{"content":[]},"result":{"content":[1]}}"#,
+            r#"{"status":"completed","res\u0075lt":{"content":[]},"result":{"content":[]}}"#,
+        ] {
+            assert!(task_state(twice).is_err(), "{twice}");
+        }
+    }
 
     #[test]
     fn a_tasks_final_result_is_found_as_any_client_reads_it() {

@@ -815,6 +815,20 @@ pub fn protocol_version(line: &[u8]) -> Option<String> {
         .protocol_version
 }
 
+/// A message's `params` (JSON text, as written), when it has them.
+pub fn params_of(line: &[u8]) -> Option<&str> {
+    #[derive(Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    let text = std::str::from_utf8(line).ok()?;
+    serde_json::from_str::<Top<'_>>(text)
+        .ok()?
+        .params
+        .map(RawValue::get)
+}
+
 /// The `params.requestId` of a `notifications/cancelled`, if the line carries one.
 pub fn cancelled_request_id(line: &[u8]) -> Option<Id> {
     let parsed: Cancelled<'_> = serde_json::from_slice(line).ok()?;

@@ -1266,34 +1266,25 @@ impl Relay {
                             ),
                         }
                     }
-                    "tasks/result" | "tasks/get" => match named_task.clone() {
-                        Some((task, shown)) => (
-                            Pending::TaskResult {
+                    // A modern client's task, named by its token: every answer about it is
+                    // read as a task's state (a completed one carries its result). A legacy
+                    // one: the answers that carry results.
+                    "tasks/result" | "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                        let pending = match named_task.clone() {
+                            Some((task, shown)) => Pending::TaskResult {
                                 task: Some(task),
                                 shown: Some(shown),
                             },
-                            task_forward,
-                        ),
-                        None => (
-                            Pending::TaskResult {
-                                task: self.interceptor.task_of(bytes),
-                                shown: None,
-                            },
-                            task_forward,
-                        ),
-                    },
-                    // Their answers are read as a task's state too: one that carries a
-                    // completed task's result has it budgeted.
-                    "tasks/update" | "tasks/cancel" => match named_task.clone() {
-                        Some((task, shown)) => (
-                            Pending::TaskResult {
-                                task: Some(task),
-                                shown: Some(shown),
-                            },
-                            task_forward,
-                        ),
-                        None => (Pending::Other, task_forward),
-                    },
+                            None if matches!(method.as_str(), "tasks/result" | "tasks/get") => {
+                                Pending::TaskResult {
+                                    task: self.interceptor.task_of(bytes),
+                                    shown: None,
+                                }
+                            }
+                            None => Pending::Other,
+                        };
+                        (pending, task_forward)
+                    }
                     _ => (Pending::Other, task_forward),
                 };
                 let forward = match &upstream {
