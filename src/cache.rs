@@ -172,6 +172,14 @@ impl ResultCache {
         found
     }
 
+    /// Whether `scope` holds a live entry under `key` (not counted as a hit or a miss).
+    pub fn contains(&self, scope: u64, key: &EntryKey) -> bool {
+        self.inner()
+            .entries
+            .get(&(scope, *key))
+            .is_some_and(|entry| entry.stored.elapsed() <= self.ttl)
+    }
+
     /// Stores `result`; older entries are evicted to make room. A result larger than the
     /// whole cache is not stored (returns false).
     pub fn put(&self, scope: u64, key: EntryKey, result: Arc<Cached>) -> bool {

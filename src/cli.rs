@@ -98,6 +98,37 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS")]
     pub cache_ttl_secs: Option<u64>,
 
+    /// Where later pages are kept: `memory` (this process; the default), or a Redis-protocol
+    /// server shared by replicas: redis://host:port/db, rediss://host:port/db (TLS) or
+    /// unix:///path/to/redis.sock. A URL with a password goes in MCP_BUDGET_CACHE, not here.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MCP_BUDGET_CACHE",
+        hide_env_values = true
+    )]
+    pub cache: Option<String>,
+
+    /// The environment variable that holds the shared cache's password (instead of a URL
+    /// with one).
+    #[arg(long, value_name = "VAR")]
+    pub cache_password_env: Option<String>,
+
+    /// The bound of one shared-cache read, in milliseconds (a write adds a second per 8 MiB);
+    /// past it, the call goes on as a cache miss.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub cache_timeout_ms: u64,
+
+    /// The bytes one principal (a token, an address) may write to the shared cache within
+    /// the cache's TTL; past it, its chains stay in the memory of the replica that cut them.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::remote::DEFAULT_QUOTA)]
+    pub cache_quota_bytes: u64,
+
+    /// /healthz answers 503 while the shared cache does not answer (by default a replica stays
+    /// in service without it, serving what its memory holds).
+    #[arg(long)]
+    pub cache_required: bool,
+
     /// Refuse messages larger than this many bytes with a clear error (default 64 MiB).
     #[arg(long, value_name = "BYTES", default_value_t = crate::framing::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,

@@ -48,7 +48,18 @@ pub struct Interceptor {
     /// Who this session serves (a digest of its bearer token or its address over HTTP,
     /// `stdio` over stdio): the task tokens it issues open for it only.
     principal: String,
+    /// Pages read from the shared cache for calls on their way in, by their key (opened;
+    /// bounded: [`MAX_FETCHED`]).
+    fetched: Mutex<std::collections::VecDeque<(String, Vec<u8>)>>,
+    /// Chains cut for the shared cache, to write before their first page goes out.
+    outbox: Mutex<Vec<crate::remote::Write>>,
+    /// Held while chains are written: an answer whose chain another answer took to write
+    /// waits for it.
+    flushing: tokio::sync::Mutex<()>,
 }
+
+/// How many pages read from the shared cache wait for their call at most.
+const MAX_FETCHED: usize = 16;
 
 /// How many tasks a session remembers (the oldest are forgotten first).
 const MAX_TASKS: usize = 256;
@@ -494,6 +505,9 @@ impl Interceptor {
             origin: None,
             tasks: Mutex::new(TaskTable::default()),
             principal: "stdio".to_string(),
+            fetched: Mutex::new(std::collections::VecDeque::new()),
+            outbox: Mutex::new(Vec::new()),
+            flushing: tokio::sync::Mutex::new(()),
         };
         if let Some(forced) = budget.choice().forced.clone() {
             interceptor.choose(|chosen| chosen.profile = Some(forced));
@@ -1351,6 +1365,15 @@ impl Interceptor {
             };
             return CallDecision::Answer(answer);
         }
+        if let Some(page) = self.take_fetched(&budget, &name, &digest, at) {
+            tracing::debug!(tool = %name, "page served from the shared cache");
+            self.count(&name, |m, tool| {
+                m.cache_hits.get_or_create(tool).inc();
+                m.result(tool, 0, page.len(), true);
+                m.remote_hits.inc();
+            });
+            return CallDecision::Answer(crate::jsonrpc::result_response(id, &page));
+        }
         self.count(&name, |m, tool| {
             m.cache_misses.get_or_create(tool).inc();
         });
@@ -1380,6 +1403,161 @@ impl Interceptor {
                 unsettled: None,
                 task_origin: None,
             },
+        }
+    }
+
+    /// The shared cache's key of the page a call continues, when this replica's memory does
+    /// not hold its chain (so the relay reads it before the call reaches
+    /// [`Interceptor::tools_call_request`]). `None` for everything else, cheaply.
+    pub fn remote_lookup(&self, line: &[u8]) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Call<'a> {
+            #[serde(borrow)]
+            method: Cow<'a, str>,
+            #[serde(borrow)]
+            params: Option<ParamsParts<'a>>,
+        }
+        crate::remote::get()?;
+        if !crate::holds!(line, b"tools/call") || !crate::holds!(line, b"after\"") {
+            return None;
+        }
+        let call: Call<'_> = serde_json::from_str(std::str::from_utf8(line).ok()?).ok()?;
+        let params = call.params.filter(|_| call.method == "tools/call")?;
+        let name = params.name?;
+        let mut arguments: Map<String, Value> =
+            serde_json::from_str(params.arguments?.get()).ok()?;
+        let Some(Value::String(cursor)) = arguments.remove(self.continuation(&name)) else {
+            return None;
+        };
+        let digest = auto_digest(&name, &arguments);
+        let budget = self.base.get();
+        let at = At::from_position(&budget.key().verify(&cursor, &digest).ok()?)?;
+        if budget.cache().contains(self.scope, &digest) {
+            return None;
+        }
+        Some(self.remote_key(&budget, &digest, at))
+    }
+
+    /// A page the shared cache held under `key`, for the call on its way in (opened here:
+    /// one that does not open for this principal is dropped, logged and counted).
+    pub fn fetched(&self, key: String, value: &[u8]) {
+        #[cfg(feature = "redis")]
+        match crate::remote::open(self.base.get().key(), &self.principal, &key, value) {
+            Ok(page) => {
+                let mut fetched = self.fetched.lock().unwrap_or_else(PoisonError::into_inner);
+                if fetched.len() >= MAX_FETCHED {
+                    fetched.pop_front();
+                }
+                fetched.push_back((key, page));
+            }
+            Err(err) => {
+                tracing::warn!(%err, "a page read from the shared cache was refused; the call goes on as a cache miss");
+                if let Some(metrics) = crate::metrics::get() {
+                    metrics.remote_errors("get", "sealed");
+                }
+            }
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = (key, value);
+    }
+
+    /// The chains cut for the shared cache since the last call.
+    pub fn take_writes(&self) -> Vec<crate::remote::Write> {
+        std::mem::take(&mut *self.outbox.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Held while chains are written to the shared cache.
+    pub async fn flushing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.flushing.lock().await
+    }
+
+    fn remote_key(&self, budget: &Budget, digest: &SelectionDigest, at: At) -> String {
+        let position = format!("{}.{}.{:016x}", at.piece, at.offset, at.fingerprint);
+        crate::remote::page_key(budget.key(), &self.principal, digest, &position)
+    }
+
+    /// The page at `at` that the shared cache gave for this call, if it was cut for pages of
+    /// this size (another client profile's pages are not this client's).
+    fn take_fetched(
+        &self,
+        budget: &Budget,
+        tool: &str,
+        digest: &SelectionDigest,
+        at: At,
+    ) -> Option<String> {
+        let key = self.remote_key(budget, digest, at);
+        let mut fetched = self.fetched.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = fetched.iter().position(|(k, _)| *k == key)?;
+        let (_, plain) = fetched.remove(index)?;
+        drop(fetched);
+        let fit = plain.get(..8)?;
+        if fit != page_fit(budget, tool).to_le_bytes() {
+            tracing::debug!(
+                tool,
+                "the shared cache's page was cut for another page size"
+            );
+            return None;
+        }
+        String::from_utf8(plain.get(8..)?.to_vec()).ok()
+    }
+
+    /// Every page of a chain after its first, cut now and sealed for the shared cache (so a
+    /// later page costs its own bytes on any replica). `None` when the chain is larger than
+    /// the memory cache's limit, or no randomness is to be had for its nonces.
+    fn remote_chain(
+        &self,
+        budget: &Budget,
+        prepared: &auto::Prepared,
+        tool: &str,
+        digest: &SelectionDigest,
+        mut next: Option<At>,
+        max: usize,
+    ) -> Option<crate::remote::Write> {
+        #[cfg(not(feature = "redis"))]
+        {
+            let _ = (budget, prepared, tool, digest, &mut next, max);
+            return None;
+        }
+        #[cfg(feature = "redis")]
+        {
+            let key = budget.key();
+            let limit = budget.cache().limit() as u64;
+            let fit = page_fit(budget, tool).to_le_bytes();
+            let mut entries = Vec::new();
+            let mut bytes = 0u64;
+            while let Some(at) = next {
+                let (result, following) = match page_fitted(prepared, budget, at, max, tool, digest)
+                {
+                    Ok(page) => (page.result, page.next),
+                    Err(why) => {
+                        let text = self.unpageable(budget, tool, &why, prepared.result_len());
+                        let page =
+                            json!({"content": [{"type": "text", "text": text}], "isError": true});
+                        (page.to_string(), None)
+                    }
+                };
+                let redis_key = self.remote_key(budget, digest, at);
+                let plain = [fit.as_slice(), result.as_bytes()].concat();
+                let sealed = crate::remote::seal(key, &self.principal, &redis_key, &plain)?;
+                bytes += sealed.len() as u64;
+                if bytes > limit {
+                    tracing::warn!(
+                        tool,
+                        limit,
+                        "a chain larger than the cache's limit stays out of the shared cache"
+                    );
+                    return None;
+                }
+                entries.push((redis_key, sealed));
+                // A pager that did not move on would loop: the chain ends there.
+                next = following.filter(|n| *n != at);
+            }
+            Some(crate::remote::Write {
+                quota_key: crate::remote::quota_key(key, &self.principal),
+                entries,
+                bytes,
+                tool: tool.to_string(),
+            })
         }
     }
 
@@ -2024,6 +2202,15 @@ impl Interceptor {
         let bytes = match (page, prepared) {
             (Ok(page), Ok(prepared)) => {
                 if page.next.is_some() {
+                    if crate::remote::get().is_some()
+                        && let Some(write) =
+                            self.remote_chain(budget, &prepared, tool, &digest, page.next, max)
+                    {
+                        self.outbox
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(write);
+                    }
                     let prepared = Arc::new(crate::cache::Cached::Auto(prepared));
                     let stored = budget.cache().put(self.scope, digest, prepared);
                     if !stored {
@@ -2208,6 +2395,23 @@ fn tool_of(request: &[u8]) -> String {
 
 /// The page of `prepared` from `at`, under `max` bytes and the session's token and line
 /// budgets.
+/// What a page's cut depends on besides the result and the position: the page size and the
+/// client's token and line limits (a digest, carried by pages in the shared cache).
+fn page_fit(budget: &Budget, tool: &str) -> u64 {
+    use sha2::Digest;
+    let limits = budget.limits();
+    let named = format!(
+        "{}:{:?}:{:?}",
+        budget.page_max(tool),
+        limits.tokens,
+        limits.lines
+    );
+    let digest = sha2::Sha256::digest(named.as_bytes());
+    let mut fit = [0u8; 8];
+    fit.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(fit)
+}
+
 fn page_fitted(
     prepared: &auto::Prepared,
     budget: &Budget,

@@ -114,6 +114,7 @@ pub mod recording;
 pub mod regular;
 pub mod relay;
 pub mod reload;
+pub mod remote;
 pub mod replay;
 pub mod report;
 pub mod search;

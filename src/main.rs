@@ -323,6 +323,49 @@ fn wrap(mode: mcp_budget::wrap::Mode, args: mcp_budget::cli::WrapArgs) -> anyhow
     Ok(ExitCode::SUCCESS)
 }
 
+/// The shared result cache, when `--cache` names one.
+fn shared_cache(run: &RunArgs, ttl: Duration) -> anyhow::Result<()> {
+    use mcp_budget::remote::{Choice, Settings, SettingsError};
+    let Some(value) = &run.cache else {
+        if run.cache_required {
+            anyhow::bail!(
+                "--cache-required asks /healthz to report the shared cache: add --cache redis://host:port/db"
+            );
+        }
+        return Ok(());
+    };
+    // Given by MCP_BUDGET_CACHE, a URL may hold its password; on the command line, not.
+    let from_arguments = std::env::var("MCP_BUDGET_CACHE").ok().as_deref() != Some(value);
+    let url = match Choice::read(value, from_arguments)? {
+        Choice::Memory if run.cache_required => anyhow::bail!(
+            "--cache-required asks /healthz to report the shared cache, and --cache is memory: give --cache redis://host:port/db"
+        ),
+        Choice::Memory => return Ok(()),
+        Choice::Shared(url) => url,
+    };
+    let password = match &run.cache_password_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| SettingsError::NoPassword(var.clone()))?,
+        ),
+        None => None,
+    };
+    if run.cache_timeout_ms == 0 {
+        anyhow::bail!("--cache-timeout-ms must be at least 1");
+    }
+    mcp_budget::remote::start(Settings {
+        url,
+        password,
+        timeout: Duration::from_millis(run.cache_timeout_ms),
+        ttl,
+        quota: run.cache_quota_bytes,
+        required: run.cache_required,
+    })?;
+    Ok(())
+}
+
 /// The cursor key: the policy's `cursor_key_env` when it is set, else the key file
 /// (`--cursor-key-file`, or the one in the user's state directory, made at the first start),
 /// so that cursors survive a restart. A key file that exists but cannot be used stops the
@@ -462,6 +505,7 @@ async fn proxy(
         )
         .map_err(anyhow::Error::msg)?;
     let budget = mcp_budget::reload::Shared::new(Arc::new(budget));
+    shared_cache(&run, budget.get().cache().ttl())?;
     // A policy file reloads on SIGHUP (and, with --watch, when it changes).
     if let Some(path) = run.policy.as_ref().filter(|p| {
         p.to_str()

@@ -43,6 +43,14 @@ pub struct RefusalLabel {
     pub class: Class,
 }
 
+/// A shared-cache failure: the operation (`get`, `put`, `ping`) and what went wrong
+/// (`timeout`, `error`, `quota`, `sealed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemoteLabel {
+    pub op: &'static str,
+    pub class: &'static str,
+}
+
 /// Every metric the proxy keeps.
 pub struct Metrics {
     registry: Registry,
@@ -59,6 +67,10 @@ pub struct Metrics {
     pub upstream_latency: Histogram,
     pub upstream_restarts: Counter,
     pub bad_input: Counter,
+    pub remote_hits: Counter,
+    pub remote_misses: Counter,
+    pub remote_errors_by: Family<RemoteLabel, Counter>,
+    pub remote_written_bytes: Counter,
     /// The tool names already used as labels.
     tools: Mutex<HashSet<String>>,
 }
@@ -95,6 +107,10 @@ impl Metrics {
             ]),
             upstream_restarts: Counter::default(),
             bad_input: Counter::default(),
+            remote_hits: Counter::default(),
+            remote_misses: Counter::default(),
+            remote_errors_by: Family::default(),
+            remote_written_bytes: Counter::default(),
             tools: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -163,6 +179,26 @@ impl Metrics {
             "Client messages refused as bad input (not JSON, not JSON-RPC, over the size limit, a reused id)",
             metrics.bad_input.clone(),
         );
+        registry.register(
+            "remote_cache_hits",
+            "Later pages read from the shared cache (--cache redis://…) by a replica that did not hold their result",
+            metrics.remote_hits.clone(),
+        );
+        registry.register(
+            "remote_cache_misses",
+            "Later pages the shared cache did not hold either",
+            metrics.remote_misses.clone(),
+        );
+        registry.register(
+            "remote_cache_errors",
+            "Shared-cache operations that failed, by operation and class (timeout, error, quota, sealed: an entry that did not open)",
+            metrics.remote_errors_by.clone(),
+        );
+        registry.register(
+            "remote_cache_written_bytes",
+            "Bytes of sealed pages written to the shared cache",
+            metrics.remote_written_bytes.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -211,6 +247,12 @@ impl Metrics {
                 tool: label.tool.clone(),
                 class,
             })
+            .inc();
+    }
+
+    pub fn remote_errors(&self, op: &'static str, class: &'static str) {
+        self.remote_errors_by
+            .get_or_create(&RemoteLabel { op, class })
             .inc();
     }
 

@@ -242,12 +242,15 @@ async fn budgeted(
         crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } => line.len(),
         crate::framing::Frame::TooLarge { .. } => 0,
     };
-    if size >= HEAVY_BYTES && crate::heavy::started() {
+    let budgeted = if size >= HEAVY_BYTES && crate::heavy::started() {
         let relay = relay.clone();
         crate::heavy::run(move || relay.from_server_classified(frame)).await
     } else {
         relay.from_server_classified(frame)
-    }
+    };
+    // The chains it cut go to the shared cache before their first page goes out.
+    crate::remote::flush(relay).await;
+    budgeted
 }
 
 /// Answers timed-out requests and cancels them upstream, until the client or the upstream is

@@ -198,6 +198,10 @@ async fn client_to_server<R: AsyncRead + Unpin>(
                 break;
             }
         };
+        if let crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } = &frame
+        {
+            crate::remote::prefetch(&relay, line).await;
+        }
         let routed = relay.from_client(frame);
         for reply in routed.to_client {
             if to_client.send(reply).await.is_err() {

@@ -95,6 +95,29 @@ impl CursorKey {
         tag
     }
 
+    /// The key's short public id (names its entries in a shared cache, so that replicas of
+    /// another key never read them).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// A 32-byte key for `purpose` and `owner`, derived from this one (HMAC as the PRF, as
+    /// HKDF's expand step): whoever holds the cursor key derives it, and the key of one owner
+    /// tells nothing of another's.
+    pub fn derive(&self, purpose: &str, owner: &str) -> [u8; 32] {
+        let mut mac = self.mac.clone();
+        mac.update(b"mcp-budget derive v1\0");
+        mac.update(purpose.as_bytes());
+        mac.update(b"\0");
+        mac.update(owner.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// An 8-byte public digest of `owner` (as tokens carry it), in hex.
+    pub fn owner_digest(owner: &str) -> String {
+        owner_tag(owner)
+    }
+
     /// `body` sealed under the key's MAC for `purpose`, bound to `owner` (a principal): only
     /// [`CursorKey::unseal`] with the same purpose and owner opens it. The body is readable (a
     /// MAC, not a cipher): it must hold nothing the client may not see.

@@ -861,6 +861,7 @@ async fn handle_post(
     if !sse {
         tokens.clear();
     }
+    crate::remote::prefetch(&session.relay, &body).await;
     let post = session.open_post();
     let mut routed = session
         .relay
@@ -1378,6 +1379,16 @@ pub(super) async fn metrics(
 /// `GET /healthz`, for a load balancer: 200 while this instance takes new sessions, 503 when it
 /// is full or shutting down. No token, no session, and nothing in the body but that.
 pub(super) async fn health(State(listener): State<Arc<Listener>>) -> Response {
+    if let Some(remote) = crate::remote::get()
+        && remote.settings().required
+        && !remote.ping().await
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the shared cache does not answer\n",
+        )
+            .into_response();
+    }
     if listener.sessions.accepting() {
         (StatusCode::OK, "ok\n").into_response()
     } else {

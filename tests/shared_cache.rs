@@ -1,0 +1,444 @@
+//! The shared result cache (`--cache redis://…`): two `--listen` replicas with one cursor key
+//! and one real `redis-server`, each in front of its own modern server (examples/
+//! modern_server.rs, whose `rows` tool is not read-only and notes every run in a file).
+//!
+//! A chain goes on at the other replica from the shared cache (the tool ran once); what Redis
+//! holds is sealed (no text of the result), an entry moved under another principal's key or
+//! tampered with does not open (the call is a cache miss, counted); with Redis gone, calls
+//! are answered and a later page elsewhere gets the documented miss.
+//!
+//! `redis-server` must be installed (Debian's package; `.ci/run` installs it). Without it these
+//! tests say so and pass, unless `MCP_BUDGET_REQUIRE_REDIS=1` (CI) makes that a failure.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{continuation, example, last_message, listen};
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+
+/// A real redis-server on a free port, in a directory of its own; stopped when dropped.
+struct Redis {
+    child: std::process::Child,
+    port: u16,
+    _dir: PathBuf,
+}
+
+impl Redis {
+    fn start(name: &str) -> Option<Redis> {
+        if std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var("MCP_BUDGET_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "redis-server is not installed (apt-get install redis-server)"
+            );
+            eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("mcp-budget-redis-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let redis = Redis {
+            child,
+            port,
+            _dir: dir,
+        };
+        for _ in 0..500 {
+            if redis.connection().is_some() {
+                return Some(redis);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not start on port {port}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn connection(&self) -> Option<redis::Connection> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut connection = client.get_connection().ok()?;
+        redis::cmd("PING")
+            .query::<String>(&mut connection)
+            .ok()
+            .map(|_| connection)
+    }
+
+    /// Every key under `prefix`, with its value.
+    fn entries(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let mut connection = self.connection().expect("redis");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut connection)
+            .unwrap();
+        keys.into_iter()
+            .map(|k| {
+                let v: Vec<u8> = redis::cmd("GET").arg(&k).query(&mut connection).unwrap();
+                (k, v)
+            })
+            .collect()
+    }
+
+    fn set(&self, key: &str, value: &[u8]) {
+        let mut connection = self.connection().expect("redis");
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut connection)
+            .unwrap();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A modern `tools/call rows` at `url`, as `token` (when given).
+async fn rows(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    id: u64,
+    arguments: Value,
+) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+    "name": "rows", "arguments": arguments,
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "replica-test", "version": "1"},
+    }}});
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "rows")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let text = request.send().await.unwrap().text().await.unwrap();
+    last_message(&text)
+}
+
+/// The text of a page's first block (the rows' JSON text, cut).
+fn page_text(answer: &Value) -> String {
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {answer}"))
+        .to_string()
+}
+
+/// The rows of a page: its text is a JSON array of some of them.
+fn page_rows(answer: &Value) -> Vec<Value> {
+    serde_json::from_str(&page_text(answer)).unwrap_or_else(|e| panic!("{e}: {answer:.300}"))
+}
+
+/// A metric's value summed over its labels, from a replica's `/metrics`.
+async fn metric(http: &reqwest::Client, url: &str, name: &str) -> f64 {
+    let metrics_url = url.replace("/mcp", "/metrics");
+    let text = http
+        .get(metrics_url)
+        .bearer_auth("a-secret")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Replicas {
+    urls: Vec<String>,
+    _children: Vec<tokio::process::Child>,
+    runs: PathBuf,
+}
+
+/// `n` replicas, one cursor key, one Redis; tokens `a-secret` and `b-secret` (two principals).
+async fn replicas(redis: &Redis, n: usize, name: &str, extra: &[&str]) -> Replicas {
+    let dir =
+        std::env::temp_dir().join(format!("mcp-budget-replicas-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("cursor.key");
+    std::fs::write(&key, b"one key for every replica of this test").unwrap();
+    let mut permissions = std::fs::metadata(&key).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o600);
+    std::fs::set_permissions(&key, permissions).unwrap();
+    let runs = dir.join("runs");
+    let _ = std::fs::remove_file(&runs);
+    let server = example("modern_server");
+    let cache = redis.url();
+    let mut urls = Vec::new();
+    let mut children = Vec::new();
+    for _ in 0..n {
+        let mut args = vec![
+            "--policy",
+            "none",
+            "--metrics",
+            "listen",
+            "--cursor-key-file",
+            key.to_str().unwrap(),
+            "--cache",
+            &cache,
+            "--auth-token-env",
+            "TOKEN_A",
+            "--auth-token-env",
+            "TOKEN_B",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", server.to_str().unwrap()]);
+        let (child, url) = listen(&args, &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")]).await;
+        urls.push(url);
+        children.push(child);
+    }
+    Replicas {
+        urls,
+        _children: children,
+        runs,
+    }
+}
+
+fn runs(file: &PathBuf) -> usize {
+    std::fs::read_to_string(file).map_or(0, |t| t.lines().count())
+}
+
+const ROWS: u64 = 12_000;
+
+#[tokio::test]
+async fn a_chain_goes_on_at_any_replica_from_the_shared_cache_and_the_tool_runs_once() {
+    let Some(redis) = Redis::start("chain") else {
+        return;
+    };
+    let set = replicas(&redis, 2, "chain", &[]).await;
+    let http = http_client();
+    let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
+    let mut answer = rows(&http, &set.urls[0], Some("a-secret"), 1, arguments.clone()).await;
+    let mut rebuilt: Vec<Value> = page_rows(&answer);
+    let mut pages = 1;
+    while let Some(next) = continuation(&answer["result"]) {
+        // Every later page at the other replica than the one before.
+        let url = &set.urls[pages % 2];
+        let mut args = arguments.clone();
+        args["after"] = json!(next);
+        answer = rows(&http, url, Some("a-secret"), 1 + pages as u64, args).await;
+        assert!(
+            answer["result"]["isError"] != json!(true),
+            "page {} refused: {answer}",
+            pages + 1
+        );
+        rebuilt.extend(page_rows(&answer));
+        pages += 1;
+    }
+    assert!(pages >= 4, "the result took {pages} pages");
+    assert_eq!(rebuilt.len() as u64, ROWS);
+    assert_eq!(
+        rebuilt[4321]["label"],
+        format!("row {:06} {}", 4321, "m".repeat(40))
+    );
+    assert_eq!(runs(&set.runs), 1, "the tool (not read-only) ran once");
+    // The first replica holds the chain in memory; the other read every page it served from
+    // the shared cache.
+    assert_eq!(
+        metric(&http, &set.urls[1], "mcp_budget_remote_cache_hits_total").await as usize,
+        pages / 2
+    );
+    assert_eq!(
+        metric(&http, &set.urls[0], "mcp_budget_remote_cache_hits_total").await,
+        0.0
+    );
+    // What Redis holds is sealed: no row, no label, no text of the result.
+    let entries = redis.entries("mcpb:");
+    assert!(entries.len() >= pages - 1, "{} entries", entries.len());
+    for (key, value) in &entries {
+        assert!(
+            !key.contains("rows") && !key.contains(ROWS.to_string().as_str()),
+            "{key}"
+        );
+        for needle in [b"row 0".as_slice(), b"mmmmmmmm", b"label", b"content"] {
+            assert!(
+                !value.windows(needle.len()).any(|w| w == needle),
+                "{key} holds {:?} in clear",
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_entry_moved_to_another_principal_or_tampered_with_does_not_open() {
+    let Some(redis) = Redis::start("sealed") else {
+        return;
+    };
+    let set = replicas(&redis, 2, "sealed", &[]).await;
+    let http = http_client();
+    let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
+    let first = rows(&http, &set.urls[0], Some("a-secret"), 1, arguments.clone()).await;
+    let cursor = continuation(&first["result"]).expect("a paged result");
+    let pages = |entries: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {
+        entries
+            .into_iter()
+            .filter(|(k, _)| !k.ends_with(":bytes"))
+            .collect()
+    };
+    let a_pages = pages(redis.entries("mcpb:"));
+    assert!(!a_pages.is_empty());
+    // mcpb:<key id>:<principal digest>:<chain>:<position>
+    let a_owner = a_pages[0].0.split(':').nth(2).unwrap().to_string();
+    // B cuts a chain of its own: its entries name B's principal digest.
+    let b_first = rows(
+        &http,
+        &set.urls[1],
+        Some("b-secret"),
+        2,
+        json!({"rows": ROWS / 2}),
+    )
+    .await;
+    assert!(continuation(&b_first["result"]).is_some());
+    let b_owner = redis
+        .entries("mcpb:")
+        .into_iter()
+        .map(|(k, _)| k.split(':').nth(2).unwrap().to_string())
+        .find(|owner| *owner != a_owner)
+        .expect("B's entries");
+    // Every page of A's chain, copied under B's key; B then asks the other replica with A's
+    // cursor (stolen): nothing opens, and B gets the documented miss, not A's rows.
+    for (key, value) in &a_pages {
+        redis.set(&key.replacen(&a_owner, &b_owner, 1), value);
+    }
+    let mut after = arguments.clone();
+    after["after"] = json!(cursor);
+    let errors = metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await;
+    let stolen = rows(&http, &set.urls[1], Some("b-secret"), 3, after.clone()).await;
+    assert_eq!(stolen["result"]["isError"], json!(true), "{stolen}");
+    let said = page_text(&stolen);
+    assert!(said.contains("no longer in mcp-budget's cache"), "{said}");
+    assert!(!said.contains("row 0"), "B read A's rows: {said}");
+    assert!(
+        metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await > errors,
+        "the refused entry is counted"
+    );
+    // A's own entries, one byte changed in each: A at the other replica is refused too.
+    for (key, value) in &a_pages {
+        let mut changed = value.clone();
+        let at = changed.len() / 2;
+        changed[at] ^= 0x20;
+        redis.set(key, &changed);
+    }
+    let errors = metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await;
+    let refused = rows(&http, &set.urls[1], Some("a-secret"), 4, after.clone()).await;
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    assert!(page_text(&refused).contains("no longer in mcp-budget's cache"));
+    assert!(metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await > errors);
+    // Where the chain is in memory, it goes on (the shared cache is never asked).
+    let own = rows(&http, &set.urls[0], Some("a-secret"), 5, after).await;
+    assert!(own["result"]["isError"] != json!(true), "{own}");
+    assert_eq!(runs(&set.runs), 1, "the tool was never run again");
+}
+
+#[tokio::test]
+async fn with_redis_gone_calls_are_answered_and_a_page_elsewhere_is_a_counted_miss() {
+    let Some(mut redis) = Redis::start("down") else {
+        return;
+    };
+    let set = replicas(&redis, 2, "down", &["--cache-timeout-ms", "300"]).await;
+    let (_required, required_url) = {
+        let dir =
+            std::env::temp_dir().join(format!("mcp-budget-replicas-down-{}", std::process::id()));
+        let key = dir.join("cursor.key");
+        listen(
+            &[
+                "--policy",
+                "none",
+                "--cursor-key-file",
+                key.to_str().unwrap(),
+                "--cache",
+                &redis.url(),
+                "--cache-required",
+                "--cache-timeout-ms",
+                "300",
+                "--",
+                example("modern_server").to_str().unwrap(),
+            ],
+            &[],
+        )
+        .await
+    };
+    let http = http_client();
+    let health = |url: &str| url.replace("/mcp", "/healthz");
+    let status = |url: String| {
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status(health(&required_url)).await, 200);
+    redis.stop();
+    let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
+    let first = rows(&http, &set.urls[0], Some("a-secret"), 1, arguments.clone()).await;
+    let cursor = continuation(&first["result"]).expect("the first page, answered without Redis");
+    let mut after = arguments.clone();
+    after["after"] = json!(cursor);
+    // Its own replica still holds the chain in memory.
+    let second = rows(&http, &set.urls[0], Some("a-secret"), 2, after.clone()).await;
+    assert!(second["result"]["isError"] != json!(true), "{second}");
+    // The other one cannot read it: the documented miss for a tool that is not read-only.
+    let elsewhere = rows(&http, &set.urls[1], Some("a-secret"), 3, after).await;
+    assert_eq!(elsewhere["result"]["isError"], json!(true), "{elsewhere}");
+    assert!(page_text(&elsewhere).contains("no longer in mcp-budget's cache"));
+    assert!(metric(&http, &set.urls[0], "mcp_budget_remote_cache_errors_total").await >= 1.0);
+    assert!(metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await >= 1.0);
+    assert_eq!(runs(&set.runs), 1);
+    // Health: only the replica that asked for it reports the cache.
+    assert_eq!(status(health(&set.urls[0])).await, 200);
+    assert_eq!(status(health(&required_url)).await, 503);
+}
+
+#[test]
+fn a_password_on_the_command_line_is_refused_and_not_echoed() {
+    let output = common::run(["--cache", "redis://:hunter2@127.0.0.1:1/0", "--", "true"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("MCP_BUDGET_CACHE"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let output = common::run(["--cache", "memcached://127.0.0.1:1", "--", "true"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("redis://host:port/db"));
+}
