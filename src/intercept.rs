@@ -1365,7 +1365,9 @@ impl Interceptor {
             };
             return CallDecision::Answer(answer);
         }
-        if let Some(page) = self.take_fetched(&budget, &name, &digest, at) {
+        if let Some(page) =
+            self.take_fetched(&budget, &name, &self.remote_key(&budget, &digest, at))
+        {
             tracing::debug!(tool = %name, "page served from the shared cache");
             self.count(&name, |m, tool| {
                 m.cache_hits.get_or_create(tool).inc();
@@ -1424,18 +1426,101 @@ impl Interceptor {
         let call: Call<'_> = serde_json::from_str(std::str::from_utf8(line).ok()?).ok()?;
         let params = call.params.filter(|_| call.method == "tools/call")?;
         let name = params.name?;
-        let mut arguments: Map<String, Value> =
-            serde_json::from_str(params.arguments?.get()).ok()?;
+        let arguments = params.arguments?;
+        let budget = self.base.get();
+        if !budget.auto_for(&name) && budget.is_paged(&name) {
+            // A rule's chain: its page is named by the whole plan.
+            let mut params = json!({"name": name, "arguments": serde_json::from_str::<Value>(arguments.get()).ok()?});
+            let plan = budget.prepare_call(&mut params).ok()?;
+            let digest = budget
+                .chain_digest(&plan)
+                .filter(|_| budget.continues(&plan))?;
+            if budget.cache().contains(self.scope, &digest) {
+                return None;
+            }
+            return Some(self.rule_key(&budget, &digest, &plan));
+        }
+        let mut arguments: Map<String, Value> = serde_json::from_str(arguments.get()).ok()?;
         let Some(Value::String(cursor)) = arguments.remove(self.continuation(&name)) else {
             return None;
         };
         let digest = auto_digest(&name, &arguments);
-        let budget = self.base.get();
         let at = At::from_position(&budget.key().verify(&cursor, &digest).ok()?)?;
         if budget.cache().contains(self.scope, &digest) {
             return None;
         }
         Some(self.remote_key(&budget, &digest, at))
+    }
+
+    fn rule_key(&self, budget: &Budget, digest: &SelectionDigest, plan: &CallPlan) -> String {
+        let shape = format!("r{}", budget.page_shape(plan));
+        crate::remote::page_key(budget.key(), &self.principal, digest, &shape)
+    }
+
+    /// Every page of a rule chain after `first`, rendered now and sealed for the shared
+    /// cache, each under the plan that asks for it.
+    fn remote_rule_chain(
+        &self,
+        budget: &Budget,
+        plan: &CallPlan,
+        entry: &crate::budget::chain::RuleResult,
+        first: &[u8],
+        digest: &SelectionDigest,
+    ) -> Option<crate::remote::Write> {
+        let mut pages = Vec::new();
+        let mut next = budget.next_plan(plan, first);
+        while let Some(plan) = next {
+            let Ok((Finished::Bytes(page), more)) = budget.finish_rule(&plan, entry) else {
+                // A page automatic paging took over, or one the budget failed on: the chain
+                // is served where it is held (the memory of this replica).
+                return None;
+            };
+            next = more.then(|| budget.next_plan(&plan, &page)).flatten();
+            pages.push((self.rule_key(budget, digest, &plan), page));
+        }
+        self.sealed_chain(budget, &plan.tool, pages)
+    }
+
+    /// `pages` (key, result), sealed for the shared cache with the page fit of `tool`.
+    fn sealed_chain(
+        &self,
+        budget: &Budget,
+        tool: &str,
+        pages: Vec<(String, Vec<u8>)>,
+    ) -> Option<crate::remote::Write> {
+        #[cfg(not(feature = "redis"))]
+        {
+            let _ = (budget, tool, pages);
+            None
+        }
+        #[cfg(feature = "redis")]
+        {
+            let key = budget.key();
+            let limit = budget.cache().limit() as u64;
+            let fit = page_fit(budget, tool).to_le_bytes();
+            let mut entries = Vec::with_capacity(pages.len());
+            let mut bytes = 0u64;
+            for (redis_key, page) in pages {
+                let plain = [fit.as_slice(), &page].concat();
+                let sealed = crate::remote::seal(key, &self.principal, &redis_key, &plain)?;
+                bytes += sealed.len() as u64;
+                if bytes > limit {
+                    tracing::warn!(
+                        tool,
+                        limit,
+                        "a chain larger than the cache's limit stays out of the shared cache"
+                    );
+                    return None;
+                }
+                entries.push((redis_key, sealed));
+            }
+            Some(crate::remote::Write {
+                quota_key: crate::remote::quota_key(key, &self.principal),
+                entries,
+                bytes,
+                tool: tool.to_string(),
+            })
+        }
     }
 
     /// A page the shared cache held under `key`, for the call on its way in (opened here:
@@ -1478,14 +1563,7 @@ impl Interceptor {
 
     /// The page at `at` that the shared cache gave for this call, if it was cut for pages of
     /// this size (another client profile's pages are not this client's).
-    fn take_fetched(
-        &self,
-        budget: &Budget,
-        tool: &str,
-        digest: &SelectionDigest,
-        at: At,
-    ) -> Option<String> {
-        let key = self.remote_key(budget, digest, at);
+    fn take_fetched(&self, budget: &Budget, tool: &str, key: &str) -> Option<String> {
         let mut fetched = self.fetched.lock().unwrap_or_else(PoisonError::into_inner);
         let index = fetched.iter().position(|(k, _)| *k == key)?;
         let (_, plain) = fetched.remove(index)?;
@@ -1513,52 +1591,22 @@ impl Interceptor {
         mut next: Option<At>,
         max: usize,
     ) -> Option<crate::remote::Write> {
-        #[cfg(not(feature = "redis"))]
-        {
-            let _ = (budget, prepared, tool, digest, &mut next, max);
-            return None;
-        }
-        #[cfg(feature = "redis")]
-        {
-            let key = budget.key();
-            let limit = budget.cache().limit() as u64;
-            let fit = page_fit(budget, tool).to_le_bytes();
-            let mut entries = Vec::new();
-            let mut bytes = 0u64;
-            while let Some(at) = next {
-                let (result, following) = match page_fitted(prepared, budget, at, max, tool, digest)
-                {
-                    Ok(page) => (page.result, page.next),
-                    Err(why) => {
-                        let text = self.unpageable(budget, tool, &why, prepared.result_len());
-                        let page =
-                            json!({"content": [{"type": "text", "text": text}], "isError": true});
-                        (page.to_string(), None)
-                    }
-                };
-                let redis_key = self.remote_key(budget, digest, at);
-                let plain = [fit.as_slice(), result.as_bytes()].concat();
-                let sealed = crate::remote::seal(key, &self.principal, &redis_key, &plain)?;
-                bytes += sealed.len() as u64;
-                if bytes > limit {
-                    tracing::warn!(
-                        tool,
-                        limit,
-                        "a chain larger than the cache's limit stays out of the shared cache"
-                    );
-                    return None;
+        let mut pages = Vec::new();
+        while let Some(at) = next {
+            let (result, following) = match page_fitted(prepared, budget, at, max, tool, digest) {
+                Ok(page) => (page.result, page.next),
+                Err(why) => {
+                    let text = self.unpageable(budget, tool, &why, prepared.result_len());
+                    let page =
+                        json!({"content": [{"type": "text", "text": text}], "isError": true});
+                    (page.to_string(), None)
                 }
-                entries.push((redis_key, sealed));
-                // A pager that did not move on would loop: the chain ends there.
-                next = following.filter(|n| *n != at);
-            }
-            Some(crate::remote::Write {
-                quota_key: crate::remote::quota_key(key, &self.principal),
-                entries,
-                bytes,
-                tool: tool.to_string(),
-            })
+            };
+            pages.push((self.remote_key(budget, digest, at), result.into_bytes()));
+            // A pager that did not move on would loop: the chain ends there.
+            next = following.filter(|n| *n != at);
         }
+        self.sealed_chain(budget, tool, pages)
     }
 
     /// Whether this session offers the search tool: the policy has it on, something is paged,
@@ -1625,6 +1673,19 @@ impl Interceptor {
                 || budget.auto_position(plan).is_some()
         });
         let Some(cached) = cached else {
+            if let Some(page) =
+                self.take_fetched(budget, name, &self.rule_key(budget, &digest, plan))
+            {
+                tracing::debug!(tool = %name, "rule page served from the shared cache");
+                self.count(name, |m, tool| {
+                    m.cache_hits.get_or_create(tool).inc();
+                    m.result(tool, 0, page.len(), true);
+                    m.remote_hits.inc();
+                });
+                return Some(CallDecision::Answer(crate::jsonrpc::result_response(
+                    id, &page,
+                )));
+            }
             self.count(name, |m, tool| {
                 m.cache_misses.get_or_create(tool).inc();
             });
@@ -1888,9 +1949,17 @@ impl Interceptor {
             });
             (finished, entry)
         };
-        if let (Finished::Bytes(_), Some(entry), Some(digest)) =
+        if let (Finished::Bytes(first), Some(entry), Some(digest)) =
             (&finished, entry, budget.chain_digest(plan))
         {
+            if crate::remote::get().is_some()
+                && let Some(write) = self.remote_rule_chain(budget, plan, &entry, first, &digest)
+            {
+                self.outbox
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(write);
+            }
             let stored = budget.cache().put(
                 self.scope,
                 digest,

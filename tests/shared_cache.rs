@@ -135,8 +135,20 @@ async fn rows(
     id: u64,
     arguments: Value,
 ) -> Value {
+    call(http, url, token, id, "rows", arguments).await
+}
+
+/// A modern `tools/call` of `tool` at `url`, as `token` (when given).
+async fn call(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-    "name": "rows", "arguments": arguments,
+    "name": tool, "arguments": arguments,
     "_meta": {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -148,7 +160,7 @@ async fn rows(
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", MODERN)
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "rows")
+        .header("mcp-name", tool)
         .body(body.to_string());
     if let Some(token) = token {
         request = request.bearer_auth(token);
@@ -196,6 +208,26 @@ struct Replicas {
 
 /// `n` replicas, one cursor key, one Redis; tokens `a-secret` and `b-secret` (two principals).
 async fn replicas(redis: &Redis, n: usize, name: &str, extra: &[&str]) -> Replicas {
+    let server = example("modern_server");
+    let server = [server.to_str().unwrap()];
+    replicas_of(
+        redis,
+        n,
+        name,
+        &[&["--policy", "none"], extra].concat(),
+        &server,
+    )
+    .await
+}
+
+/// [`replicas`] in front of `server`, with these options (a policy among them).
+async fn replicas_of(
+    redis: &Redis,
+    n: usize,
+    name: &str,
+    extra: &[&str],
+    server: &[&str],
+) -> Replicas {
     let dir =
         std::env::temp_dir().join(format!("mcp-budget-replicas-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -206,14 +238,11 @@ async fn replicas(redis: &Redis, n: usize, name: &str, extra: &[&str]) -> Replic
     std::fs::set_permissions(&key, permissions).unwrap();
     let runs = dir.join("runs");
     let _ = std::fs::remove_file(&runs);
-    let server = example("modern_server");
     let cache = redis.url();
     let mut urls = Vec::new();
     let mut children = Vec::new();
     for _ in 0..n {
         let mut args = vec![
-            "--policy",
-            "none",
             "--metrics",
             "listen",
             "--cursor-key-file",
@@ -226,7 +255,8 @@ async fn replicas(redis: &Redis, n: usize, name: &str, extra: &[&str]) -> Replic
             "TOKEN_B",
         ];
         args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", server.to_str().unwrap()]);
+        args.push("--");
+        args.extend_from_slice(server);
         let (child, url) = listen(&args, &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")]).await;
         urls.push(url);
         children.push(child);
@@ -302,6 +332,63 @@ async fn a_chain_goes_on_at_any_replica_from_the_shared_cache_and_the_tool_runs_
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_rule_chain_goes_on_at_any_replica_with_the_pages_one_replica_serves() {
+    let Some(redis) = Redis::start("rules") else {
+        return;
+    };
+    let fleet = example("fleet_server");
+    let server = [fleet.to_str().unwrap(), "--streams", "600", "--seed", "7"];
+    let set = replicas_of(&redis, 2, "rules", &["--policy", "builtin:fleet"], &server).await;
+    let http = http_client();
+    let chain = |alternate: bool| {
+        let http = http.clone();
+        let urls = set.urls.clone();
+        async move {
+            let arguments = json!({"horizon": "all", "limit": 25});
+            let mut answer = call(
+                &http,
+                &urls[0],
+                Some("a-secret"),
+                1,
+                "fleet_show",
+                arguments.clone(),
+            )
+            .await;
+            let mut pages = vec![answer["result"].clone()];
+            while let Some(next) = continuation(&answer["result"]) {
+                let url = &urls[if alternate { pages.len() % 2 } else { 0 }];
+                let mut args = arguments.clone();
+                args["after"] = json!(next);
+                answer = call(
+                    &http,
+                    url,
+                    Some("a-secret"),
+                    1 + pages.len() as u64,
+                    "fleet_show",
+                    args,
+                )
+                .await;
+                assert!(answer["result"]["isError"] != json!(true), "{answer:.400}");
+                pages.push(answer["result"].clone());
+            }
+            pages
+        }
+    };
+    let held = chain(false).await;
+    assert!(held.len() >= 4, "{} pages", held.len());
+    let crossing = chain(true).await;
+    assert_eq!(crossing.len(), held.len());
+    for (k, (a, b)) in held.iter().zip(&crossing).enumerate() {
+        assert_eq!(a, b, "page {} differs", k + 1);
+    }
+    assert_eq!(
+        metric(&http, &set.urls[1], "mcp_budget_remote_cache_hits_total").await as usize,
+        held.len() / 2,
+        "every page the second replica served came from the shared cache"
+    );
 }
 
 #[tokio::test]

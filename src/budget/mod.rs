@@ -82,7 +82,7 @@ pub struct Choice {
 }
 
 /// What the response hook needs to know about one call.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CallPlan {
     pub tool: String,
     /// What the policy does with the call.
@@ -90,7 +90,7 @@ pub struct CallPlan {
 }
 
 /// What the policy does with one call.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Governed {
     /// No rule names the tool.
     Unruled,
@@ -101,7 +101,7 @@ enum Governed {
 }
 
 /// How one call's result is paged.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Paging {
     Items(CallArgs),
     Text(args::TextArgs),
@@ -483,6 +483,46 @@ impl Budget {
             } => Some(args.digest),
             _ => None,
         }
+    }
+
+    /// The plan of the page after `page` (a page `plan` rendered): the same call, continued
+    /// by the cursor the page carries. `None` when it carries none this chain accepts.
+    pub fn next_plan(&self, plan: &CallPlan, page: &[u8]) -> Option<CallPlan> {
+        let Governed::Paged { rule, paging } = &plan.governed else {
+            return None;
+        };
+        let digest = self.chain_digest(plan)?;
+        // The page's own text may hold cursor-like words: the last one that opens is its.
+        let position = cursors_in(page)
+            .into_iter()
+            .rev()
+            .find_map(|cursor| self.key.verify(cursor, &digest).ok())?;
+        let paging = match paging {
+            Paging::Items(args) => Paging::Items(CallArgs {
+                after: Some(position),
+                ..args.clone()
+            }),
+            Paging::Text(args) => Paging::Text(args::TextArgs {
+                after: Some(position.offset),
+                fingerprint: chain::fingerprint_of(&position),
+                digest: args.digest,
+            }),
+        };
+        Some(CallPlan {
+            tool: plan.tool.clone(),
+            governed: Governed::Paged {
+                rule: *rule,
+                paging,
+            },
+        })
+    }
+
+    /// A digest of all that shapes a rule page (every budget argument, its position
+    /// included): it names the page in the shared cache.
+    pub fn page_shape(&self, plan: &CallPlan) -> String {
+        use sha2::Digest;
+        let shape = format!("{:?}", plan.governed);
+        crate::canonical::hex(&sha2::Sha256::digest(shape.as_bytes())[..12])
     }
 
     /// Whether the plan pages text.
@@ -961,4 +1001,33 @@ pub const SEARCH_HINT: &str = "To find something in the whole result without rea
 
 fn refusal_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The cursors a page names: the word after each `next_after` (in structuredContent, or in a
+/// text block's JSON, its quotes escaped) and after each notice's `after:`.
+fn cursors_in(page: &[u8]) -> Vec<&str> {
+    let mut found = Vec::new();
+    for marker in [b"next_after".as_slice(), b"after:"] {
+        for at in memchr::memmem::find_iter(page, marker) {
+            let rest = &page[at + marker.len()..];
+            let start = rest
+                .iter()
+                .position(|b| !matches!(b, b'"' | b'\\' | b':' | b' '))
+                .unwrap_or(rest.len());
+            let word = &rest[start..];
+            let len = word
+                .iter()
+                .position(|b| {
+                    !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'='))
+                })
+                .unwrap_or(word.len());
+            if len > 0
+                && let Ok(cursor) = std::str::from_utf8(&word[..len])
+            {
+                found.push((at, cursor));
+            }
+        }
+    }
+    found.sort_by_key(|(at, _)| *at);
+    found.into_iter().map(|(_, cursor)| cursor).collect()
 }
