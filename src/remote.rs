@@ -294,8 +294,11 @@ pub fn start(settings: Settings) -> Result<&'static Remote, StartError> {
         info = info.set_redis_settings(settings);
     }
     let client = redis::Client::open(info).map_err(client_error)?;
+    // Every operation is bounded here (reads by the timeout, writes by it and their size):
+    // not by the crate's own 500 ms response timeout, which would cut a large write.
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.timeout))
+        .set_response_timeout(None)
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500));
     let manager = redis::aio::ConnectionManager::new_lazy_with_config(client, config)
