@@ -1467,7 +1467,9 @@ impl Interceptor {
         first: &[u8],
         digest: &SelectionDigest,
     ) -> Option<crate::remote::Write> {
+        let limit = budget.cache().limit();
         let mut pages = Vec::new();
+        let mut bytes = 0;
         let mut next = budget.next_plan(plan, first);
         while let Some(plan) = next {
             let Ok((Finished::Bytes(page), more)) = budget.finish_rule(&plan, entry) else {
@@ -1475,8 +1477,16 @@ impl Interceptor {
                 // is served where it is held (the memory of this replica).
                 return None;
             };
+            let key = self.rule_key(budget, digest, &plan);
+            bytes += page.len();
+            // A page that leads back to one already cut (a cursor-like word in the data)
+            // would loop; a chain over the limit is not written at all.
+            if bytes > limit || pages.iter().any(|(k, _)| *k == key) {
+                tracing::warn!(tool = %plan.tool, "a rule chain not written to the shared cache (over the cache's limit, or its pages do not move on)");
+                return None;
+            }
             next = more.then(|| budget.next_plan(&plan, &page)).flatten();
-            pages.push((self.rule_key(budget, digest, &plan), page));
+            pages.push((key, page));
         }
         self.sealed_chain(budget, &plan.tool, pages)
     }
@@ -1592,6 +1602,7 @@ impl Interceptor {
         max: usize,
     ) -> Option<crate::remote::Write> {
         let mut pages = Vec::new();
+        let mut bytes = 0;
         while let Some(at) = next {
             let (result, following) = match page_fitted(prepared, budget, at, max, tool, digest) {
                 Ok(page) => (page.result, page.next),
@@ -1602,6 +1613,14 @@ impl Interceptor {
                     (page.to_string(), None)
                 }
             };
+            bytes += result.len();
+            if bytes > budget.cache().limit() {
+                tracing::warn!(
+                    tool,
+                    "a chain larger than the cache's limit stays out of the shared cache"
+                );
+                return None;
+            }
             pages.push((self.remote_key(budget, digest, at), result.into_bytes()));
             // A pager that did not move on would loop: the chain ends there.
             next = following.filter(|n| *n != at);

@@ -104,7 +104,7 @@ impl Choice {
         if !matches!(url.scheme(), "redis" | "rediss" | "unix" | "redis+unix") {
             return Err(SettingsError::Unknown(redacted(value)));
         }
-        if from_arguments && url.password().is_some() {
+        if from_arguments && has_secret(&url) {
             return Err(SettingsError::PasswordInArguments);
         }
         if cfg!(not(feature = "redis")) {
@@ -117,13 +117,39 @@ impl Choice {
 /// `url` with its password replaced by `…` (for logs and errors).
 pub fn redacted(url: &str) -> String {
     match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("…"));
+        Ok(mut parsed) if has_secret(&parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("…"));
+            }
+            // `unix:///s.sock?pass=…` carries it as a query parameter.
+            if parsed.query().is_some() {
+                let pairs: Vec<(String, String)> = parsed
+                    .query_pairs()
+                    .map(|(k, v)| {
+                        let v = if secret_parameter(&k) {
+                            "…".into()
+                        } else {
+                            v.into_owned()
+                        };
+                        (k.into_owned(), v)
+                    })
+                    .collect();
+                parsed.query_pairs_mut().clear().extend_pairs(pairs);
+            }
             parsed.to_string()
         }
         Ok(_) => url.to_string(),
         Err(_) => "(not a URL)".to_string(),
     }
+}
+
+fn secret_parameter(name: &str) -> bool {
+    matches!(name, "pass" | "password")
+}
+
+/// Whether the URL holds a password (in its authority, or as a `pass` query parameter).
+fn has_secret(url: &url::Url) -> bool {
+    url.password().is_some() || url.query_pairs().any(|(k, _)| secret_parameter(&k))
 }
 
 /// The key of one page in the shared cache: the cursor key's id, the principal's digest, the
@@ -156,6 +182,9 @@ pub enum Refused {
 }
 
 const NONCE: usize = 12;
+
+/// The largest value read from the shared cache: a page is at most a message.
+const MAX_VALUE: usize = crate::framing::DEFAULT_MAX_MESSAGE_BYTES;
 
 #[cfg(feature = "redis")]
 fn cipher(key: &CursorKey, principal: &str) -> chacha20poly1305::ChaCha20Poly1305 {
@@ -345,11 +374,19 @@ impl Remote {
     #[cfg(feature = "redis")]
     pub async fn fetch(&self, key: &str) -> Result<Option<Vec<u8>>, RemoteError> {
         let mut connection = self.manager.clone();
-        let mut get = redis::cmd("GET");
-        get.arg(key);
-        let read = get.query_async::<Option<Vec<u8>>>(&mut connection);
+        // A bounded read: a value planted under a key (the cache is outside the trust
+        // boundary) is never read past what a page may be.
+        let mut get = redis::cmd("GETRANGE");
+        get.arg(key).arg(0).arg(MAX_VALUE);
+        let read = get.query_async::<Vec<u8>>(&mut connection);
         let result = match tokio::time::timeout(self.settings.timeout, read).await {
-            Ok(Ok(value)) => Ok(value),
+            // A missing key reads as empty; one longer than any page is not one.
+            Ok(Ok(value)) if value.is_empty() => Ok(None),
+            Ok(Ok(value)) if value.len() > MAX_VALUE => {
+                tracing::warn!("a value in the shared cache is larger than any page; not read");
+                Ok(None)
+            }
+            Ok(Ok(value)) => Ok(Some(value)),
             Ok(Err(err)) => Err(RemoteError::Redis(err)),
             Err(_) => Err(RemoteError::Timeout(self.settings.timeout)),
         };
@@ -374,7 +411,9 @@ impl Remote {
         let quota = self.settings.quota;
         let mut connection = self.manager.clone();
         let work = async {
-            let (total,): (u64,) = redis::pipe()
+            // A fixed window: the counter's expiry is set once (NX, Redis ≥ 7), so a
+            // principal busy more often than once per TTL is not held over quota forever.
+            let (total,): (i64,) = redis::pipe()
                 .atomic()
                 .cmd("INCRBY")
                 .arg(&write.quota_key)
@@ -382,10 +421,11 @@ impl Remote {
                 .cmd("EXPIRE")
                 .arg(&write.quota_key)
                 .arg(ttl)
+                .arg("NX")
                 .ignore()
                 .query_async(&mut connection)
                 .await?;
-            if total > quota {
+            if total > 0 && total as u64 > quota {
                 let _: () = redis::cmd("DECRBY")
                     .arg(&write.quota_key)
                     .arg(write.bytes)
@@ -547,5 +587,10 @@ mod tests {
         let err = Choice::read("memcached://:hunter2@h", false).unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(!redacted("redis://u:hunter2@h:1/0").contains("hunter2"));
+        assert!(!redacted("unix:///run/redis.sock?db=1&pass=hunter2").contains("hunter2"));
+        assert_eq!(
+            Choice::read("unix:///run/redis.sock?pass=hunter2", true),
+            Err(SettingsError::PasswordInArguments)
+        );
     }
 }

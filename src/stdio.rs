@@ -203,6 +203,8 @@ async fn client_to_server<R: AsyncRead + Unpin>(
             crate::remote::prefetch(&relay, line).await;
         }
         let routed = relay.from_client(frame);
+        // (A rule chain automatic paging took over is cut on the way in.)
+        crate::remote::flush(&relay).await;
         for reply in routed.to_client {
             if to_client.send(reply).await.is_err() {
                 return ClientEnd::Eof;

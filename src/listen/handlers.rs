@@ -866,6 +866,8 @@ async fn handle_post(
     let mut routed = session
         .relay
         .from_client(Frame::Read { line: body, parsed });
+    // (A rule chain automatic paging took over is cut on the way in.)
+    crate::remote::flush(&session.relay).await;
     // The proxy's own answers that take work (a search) are written off the I/O threads.
     for job in std::mem::take(&mut routed.deferred) {
         routed.to_client.push(job.run_heavy().await);
