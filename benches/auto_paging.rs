@@ -10,134 +10,22 @@
 //! Set `MCP_BUDGET_BASELINE_BIN` to another build to measure it side by side.
 
 mod support;
+#[path = "support/text.rs"]
+mod text;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
+use text::{Peer, TEXT_ENV, follow, median, serve};
 
-const TEXT_ENV: &str = "MCP_BUDGET_BENCH_TEXT";
 const BYTES: usize = 3_000_000;
 const ROUNDS: usize = 5;
 
-fn serve(bytes: usize) {
-    let mut text = String::with_capacity(bytes);
-    let mut i = 0;
-    while text.len() < bytes {
-        text.push_str(&format!(
-            "2026-11-20T12:00:{:02}Z worker-{} stream st-{:04} state ok, gate passed by reviewer {} line {i}\n",
-            i % 60,
-            i % 7,
-            i % 240,
-            i % 13
-        ));
-        i += 1;
-    }
-    let stdin = std::io::stdin();
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for request in stdin.lock().lines() {
-        let Ok(request) = request else { return };
-        let Ok(message) = serde_json::from_str::<Value>(&request) else {
-            continue;
-        };
-        let Some(id) = message.get("id") else {
-            continue;
-        };
-        let result = match message["method"].as_str() {
-            Some("initialize") => {
-                json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "bench-text", "version": "1"}})
-            }
-            Some("tools/list") => {
-                json!({"tools": [{"name": "read", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})
-            }
-            _ => json!({"content": [{"type": "text", "text": text}]}),
-        };
-        let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
-        if writeln!(out, "{reply}").and_then(|()| out.flush()).is_err() {
-            return;
-        }
-    }
-}
-
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
-}
-
-impl Peer {
-    fn start(command: Command) -> Peer {
-        Peer::start_as(command, "bench")
-    }
-
-    /// Started by a client that calls itself `client` in `initialize`.
-    fn start_as(mut command: Command, client: &str) -> Peer {
-        let mut child = command
-            .env(TEXT_ENV, BYTES.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut peer = Peer {
-            child,
-            stdin,
-            stdout,
-            next_id: 0,
-        };
-        peer.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}));
-        writeln!(
-            peer.stdin,
-            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-        )
-        .expect("write");
-        peer.request("tools/list", json!({}));
-        peer
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let request =
-            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
-        writeln!(self.stdin, "{request}").expect("write");
-        self.stdin.flush().expect("flush");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read");
-        let message: Value = serde_json::from_str(&line).expect("JSON");
-        message["result"].clone()
-    }
-
-    /// Memory of the process: (current RSS, peak RSS) in KiB.
-    fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The time to read the whole text directly, and its length.
 fn direct(me: &Path) -> (Duration, usize) {
-    let mut peer = Peer::start(Command::new(me));
+    let mut peer = Peer::start(Command::new(me), "bench", BYTES);
     let start = Instant::now();
     let result = peer.request("tools/call", json!({"name": "read", "arguments": {}}));
     let elapsed = start.elapsed();
@@ -162,44 +50,16 @@ fn chained_as(
 ) -> (Duration, usize, usize, (u64, u64)) {
     let mut command = Command::new(proxy);
     command.args(options).arg("--").arg(me);
-    let mut peer = Peer::start_as(command, client);
+    let mut peer = [Peer::start(command, client, BYTES)];
     if warm {
         follow(&mut peer);
     }
-    let before = peer.memory().0;
+    let before = peer[0].memory().0;
     let start = Instant::now();
-    let (pages, bytes) = follow(&mut peer);
+    let chain = follow(&mut peer);
     let elapsed = start.elapsed();
-    let (_, peak) = peer.memory();
-    (elapsed, pages, bytes, (before, peak))
-}
-
-/// Follows the chain of `read` from its first page; pages and text bytes.
-fn follow(peer: &mut Peer) -> (usize, usize) {
-    let mut after: Option<String> = None;
-    let (mut pages, mut bytes) = (0, 0);
-    loop {
-        let mut arguments = json!({});
-        if let Some(cursor) = &after {
-            arguments["after"] = json!(cursor);
-        }
-        let result = peer.request(
-            "tools/call",
-            json!({"name": "read", "arguments": arguments}),
-        );
-        let blocks = result["content"].as_array().expect("blocks");
-        pages += 1;
-        bytes += blocks[0]["text"].as_str().map_or(0, str::len);
-        let notice = blocks.last().and_then(|b| b["text"].as_str()).unwrap_or("");
-        after = notice
-            .split("after:\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .map(String::from);
-        if after.is_none() {
-            return (pages, bytes);
-        }
-    }
+    let (_, peak) = peer[0].memory();
+    (elapsed, chain.pages, chain.text.len(), (before, peak))
 }
 
 fn main() {
@@ -283,10 +143,6 @@ fn main() {
     }
     let _ = std::fs::remove_file(&policy);
     let _ = std::fs::remove_file(&rule);
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let d = median(&mut direct_times);
     println!("a {BYTES}-byte text, {ROUNDS} rounds (medians):");
     println!("  one direct read of the whole text   {:.1} ms", d * 1e3);

@@ -801,3 +801,140 @@ async fn over_http_a_flood_with_no_stream_open_waits_for_the_client_and_memory_r
         after / MIB
     );
 }
+
+/// An upstream whose `tools/call` results are large (over 4 MiB, so each waits for its place
+/// among the large messages read at once) and slow: the first 4.3 MB at once, the rest after a
+/// pause, 1.5 s for the first call; the second call answers 0.3 s later (so the first holds
+/// the place) and pauses 2.5 s.
+/// With `sse`, every answer is one SSE event on a `text/event-stream` body.
+async fn slow_large_upstream(sse: bool) -> String {
+    use axum::body::Body;
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+    use futures_util::{StreamExt, stream};
+
+    let calls = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/mcp",
+        post(move |body: String| {
+            let calls = calls.clone();
+            async move {
+                let request: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                let Some(id) = request.get("id").cloned() else {
+                    return axum::http::StatusCode::ACCEPTED.into_response();
+                };
+                let json = [("content-type", "application/json")];
+                let answer = |result: Value| {
+                    (json, json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string())
+                        .into_response()
+                };
+                match request["method"].as_str() {
+                    Some("initialize") => answer(json!({
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "slow-large", "version": "1"}
+                    })),
+                    Some("tools/list") => answer(json!({"tools": [
+                        {"name": "big", "inputSchema": {"type": "object"}}
+                    ]})),
+                    Some("tools/call") => {
+                        let pause = if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                            Duration::from_millis(1500)
+                        } else {
+                            // The first call's result takes the one place first.
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            Duration::from_millis(2500)
+                        };
+                        let line = "a line of a large result, 40 bytes long\n".repeat(115_000);
+                        let message = json!({"jsonrpc": "2.0", "id": id, "result": {
+                            "content": [{"type": "text", "text": line}]
+                        }});
+                        let whole = if sse {
+                            format!("event: message\ndata: {message}\n\n").into_bytes()
+                        } else {
+                            message.to_string().into_bytes()
+                        };
+                        let kind = if sse {
+                            "text/event-stream"
+                        } else {
+                            "application/json"
+                        };
+                        let rest = whole[4_300_000..].to_vec();
+                        let mut first = whole;
+                        first.truncate(4_300_000);
+                        let later = stream::once(async move {
+                            tokio::time::sleep(pause).await;
+                            Ok::<_, std::io::Error>(bytes::Bytes::from(rest))
+                        });
+                        let body = stream::once(async move {
+                            Ok::<_, std::io::Error>(bytes::Bytes::from(first))
+                        })
+                        .chain(later);
+                        ([("content-type", kind)], Body::from_stream(body)).into_response()
+                    }
+                    _ => (
+                        json,
+                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no such method"}})
+                            .to_string(),
+                    )
+                        .into_response(),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/mcp")
+}
+
+/// Two large results at once with `--max-large-results 1`: the second waits, mid-read, for
+/// the first to be budgeted. That wait is the proxy's, and must not count against the
+/// server's `--upstream-read-timeout-secs` (2 s): the second result takes 2.5 s to send, of
+/// which at least 1.2 s is spent waiting for its place, so the server's own time is 1.3 s.
+#[tokio::test]
+async fn waiting_for_a_large_place_is_not_the_servers_slowness() {
+    two_large_results_at_once(false).await;
+}
+
+/// The same for results sent as SSE events: the event's clock stops while it waits.
+#[tokio::test]
+async fn waiting_for_a_large_place_is_not_the_servers_slowness_in_sse() {
+    two_large_results_at_once(true).await;
+}
+
+async fn two_large_results_at_once(sse: bool) {
+    let upstream = slow_large_upstream(sse).await;
+    let mut peer = Peer::spawn(
+        proxy_bin(),
+        &[
+            "--upstream",
+            &upstream,
+            "--upstream-read-timeout-secs",
+            "2",
+            "--max-large-results",
+            "1",
+        ],
+    );
+    handshake(&mut peer).await;
+    for id in [2, 3] {
+        peer.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"big","arguments":{{}}}}}}"#
+        ))
+        .await;
+    }
+    for _ in 0..2 {
+        let answer = peer.recv_json().await;
+        assert!(
+            answer.get("error").is_none(),
+            "a large result was refused: {}",
+            answer["error"]
+        );
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("");
+        assert!(text.starts_with("a line of a large result"), "{answer}");
+    }
+}

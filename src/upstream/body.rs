@@ -80,7 +80,9 @@ pub async fn read_limited(
 }
 
 /// Like [`read_limited`]; with `placed`, a body that grows large waits for its place among
-/// the large messages held at once ([`crate::framing::large_place`]), returned with it.
+/// the large messages held at once ([`crate::framing::large_place`]), returned with it. The
+/// time spent waiting for that place is the proxy's, not the server's: it does not count
+/// against `timeout`.
 pub async fn read_limited_placed(
     mut stream: Body,
     limit: usize,
@@ -90,33 +92,38 @@ pub async fn read_limited_placed(
     let mut body = Vec::new();
     let mut hold = None;
     let mut asked = false;
-    let reading = async {
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
-            if body.len() + chunk.len() > limit {
-                return Err(BodyError::TooLarge(limit));
+    let mut deadline = Instant::now() + timeout;
+    // Armed only when a chunk is not already here: a body that has arrived costs no timer.
+    let mut clock: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    loop {
+        let next = match futures_util::FutureExt::now_or_never(stream.next()) {
+            Some(next) => next,
+            None => {
+                let clock =
+                    clock.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                tokio::select! {
+                    next = stream.next() => next,
+                    () = clock.as_mut() => return Err(BodyError::Slow(timeout.as_secs())),
+                }
             }
-            body.extend_from_slice(&chunk);
-            if placed && !asked && body.len() >= crate::framing::LARGE_LINE {
-                asked = true;
-                hold = crate::framing::large_place(body.len()).await;
+        };
+        let Some(chunk) = next else { break };
+        let chunk = chunk?;
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+        if placed && !asked && body.len() >= crate::framing::LARGE_LINE {
+            asked = true;
+            let waiting = Instant::now();
+            hold = crate::framing::large_place(body.len()).await;
+            deadline += waiting.elapsed();
+            if let Some(clock) = clock.as_mut() {
+                clock.as_mut().reset(deadline);
             }
         }
-        Ok(())
-    };
-    // A body that is already here needs no clock: arming a timer costs every call.
-    let finished = {
-        let mut reading = std::pin::pin!(reading);
-        match futures_util::FutureExt::now_or_never(reading.as_mut()) {
-            Some(done) => Ok(done),
-            None => tokio::time::timeout(timeout, reading).await,
-        }
-    };
-    match finished {
-        Ok(Ok(())) => Ok((body, hold)),
-        Ok(Err(err)) => Err(err),
-        Err(_) => Err(BodyError::Slow(timeout.as_secs())),
     }
+    Ok((body, hold))
 }
 
 /// The SSE events of a response, with each event bounded in size and, once begun, in time.
@@ -145,8 +152,9 @@ pub fn events_placed(
     let chunks = body.boxed();
     // The bound counts field names and ids too (`data: `, `id: …`): they are allowed on top.
     let state = (chunks, EventBounds::new(limit), None::<Instant>, false);
-    let bounded =
-        futures_util::stream::unfold(state, move |(mut chunks, mut bounds, started, failed)| {
+    let bounded = futures_util::stream::unfold(
+        state,
+        move |(mut chunks, mut bounds, mut started, failed)| {
             let place = place.clone();
             async move {
                 if failed {
@@ -157,7 +165,10 @@ pub fn events_placed(
                     && !bounds.placed
                 {
                     bounds.placed = true;
+                    let waiting = Instant::now();
                     let hold = crate::framing::large_place(bounds.event).await;
+                    // The wait is the proxy's own, not the server's: the event's clock stops.
+                    started = started.map(|at| at + waiting.elapsed());
                     *place
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner) = hold;
@@ -188,7 +199,8 @@ pub fn events_placed(
                     Err(err) => Some((Err(BodyError::Read(err)), (chunks, bounds, started, true))),
                 }
             }
-        });
+        },
+    );
     SseStream::from_bytes_stream(bounded.boxed())
 }
 
