@@ -118,6 +118,9 @@ fn main() {
         .and_then(|mut f| f.read_exact(&mut secret))
         .expect("random bytes");
     std::fs::write(&key, secret).expect("the cursor key");
+    // The proxy refuses a key file others can read.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("the cursor key's mode");
     let shared = format!("redis://127.0.0.1:{port}/0");
     let expected = text::text(bytes);
 
