@@ -188,6 +188,13 @@ async fn an_http_client_that_disconnects_mid_call_cancels_it_upstream_and_leaks_
         .unwrap();
     assert_eq!(deleted.status(), 204);
     assert!(gone(server).await);
+    // The server has exited; the proxy reaps it (its child list empties) on its own schedule.
+    let deadline = tokio::time::Instant::now() + common::PATIENCE;
+    while !common::children(proxy.id().unwrap()).is_empty()
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(
         common::children(proxy.id().unwrap()).is_empty(),
         "no server process left"
