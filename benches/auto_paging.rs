@@ -9,7 +9,6 @@
 //! answers every `tools/call` with a text of `MCP_BUDGET_BENCH_TEXT` bytes of log lines.
 //! Set `MCP_BUDGET_BASELINE_BIN` to another build to measure it side by side.
 
-mod support;
 #[path = "support/text.rs"]
 mod text;
 
@@ -67,7 +66,6 @@ fn main() {
         serve(bytes.to_string_lossy().parse().unwrap_or(BYTES));
         return;
     }
-    let _ = support::SERVE_ENV;
     let me = std::env::current_exe().expect("own path");
     let mut builds: Vec<(String, PathBuf)> = vec![(
         "this build".into(),

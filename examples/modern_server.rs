@@ -49,14 +49,17 @@ fn tools() -> Value {
         {"name": "ask", "description": "Needs the user's input.",
          "inputSchema": {"type": "object", "properties": {}}},
         {"name": "research", "description": "Runs only as a task, it says; called plainly, it answers all the same.",
-         "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}}
+         "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}},
+        {"name": "read_rows", "description": "Rows of a table, read-only (the same rows as rows).",
+         "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}, "file": {"type": "string"}}},
+         "annotations": {"readOnlyHint": true}}
     ], "ttlMs": 60000, "cacheScope": "public"})
 }
 
 fn call(params: &Value) -> Result<Value, (i64, String)> {
     let arguments = &params["arguments"];
     match params["name"].as_str().unwrap_or("") {
-        "rows" => {
+        "rows" | "read_rows" => {
             if let Some(file) = arguments["file"].as_str() {
                 let mut f = std::fs::OpenOptions::new()
                     .create(true)

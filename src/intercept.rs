@@ -302,6 +302,9 @@ struct AutoCall {
     arguments: Option<Box<RawValue>>,
     digest: Option<SelectionDigest>,
     at: Option<At>,
+    /// The cursor said the tool may be run again on a miss (a replica that listed it knew it
+    /// read-only): the pages of this run say so too.
+    rerun: bool,
 }
 
 /// What to do with a client's `tools/call` request.
@@ -1186,6 +1189,7 @@ impl Interceptor {
                     arguments: arguments.map(|a| a.to_owned()),
                     digest: None,
                     at: None,
+                    rerun: false,
                 };
                 return forward(budget.plan_unpaged(name), Some(auto), None);
             }
@@ -1258,6 +1262,7 @@ impl Interceptor {
                     arguments,
                     digest: None,
                     at: None,
+                    rerun: false,
                 }),
                 modern: false,
                 unsettled: None,
@@ -1293,6 +1298,7 @@ impl Interceptor {
                             arguments: raw,
                             digest: None,
                             at: None,
+                            rerun: false,
                         }),
                         modern: false,
                         unsettled: None,
@@ -1315,8 +1321,11 @@ impl Interceptor {
         let mut rest = arguments.clone();
         rest.remove(argument);
         let digest = auto_digest(&name, &rest);
-        let at = match budget.key().verify(&cursor, &digest) {
-            Ok(position) => auto::At::from_position(&position),
+        let (at, rerun) = match budget.key().verify(&cursor, &digest) {
+            Ok(position) => (
+                auto::At::from_position(&position),
+                auto::may_rerun(&position),
+            ),
             Err(err) => {
                 self.count(&name, |m, tool| {
                     m.refused(tool, crate::metrics::Class::invalid_cursor)
@@ -1379,7 +1388,7 @@ impl Interceptor {
         self.count(&name, |m, tool| {
             m.cache_misses.get_or_create(tool).inc();
         });
-        if !(info.read_only || budget.idempotent(&name)) {
+        if !(info.read_only || budget.idempotent(&name) || rerun) {
             self.count(&name, |m, tool| {
                 m.refused(tool, crate::metrics::Class::expired_cursor)
             });
@@ -1400,6 +1409,7 @@ impl Interceptor {
                     arguments: None,
                     digest: Some(digest),
                     at: Some(at),
+                    rerun: true,
                 }),
                 modern: false,
                 unsettled: None,
@@ -1469,6 +1479,7 @@ impl Interceptor {
     ) -> Option<crate::remote::Write> {
         let limit = budget.cache().limit();
         let mut pages = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut bytes = 0;
         let mut next = budget.next_plan(plan, first);
         while let Some(plan) = next {
@@ -1481,7 +1492,7 @@ impl Interceptor {
             bytes += page.len();
             // A page that leads back to one already cut (a cursor-like word in the data)
             // would loop; a chain over the limit is not written at all.
-            if bytes > limit || pages.iter().any(|(k, _)| *k == key) {
+            if bytes > limit || !seen.insert(key.clone()) {
                 tracing::warn!(tool = %plan.tool, "a rule chain not written to the shared cache (over the cache's limit, or its pages do not move on)");
                 return None;
             }
@@ -1732,6 +1743,7 @@ impl Interceptor {
                         arguments: None,
                         digest: Some(digest),
                         at,
+                        rerun: false,
                     };
                     self.auto_result(budget, name, call, entry.raw())
                         .unwrap_or_else(|| entry.raw().as_bytes().to_vec())
@@ -1929,6 +1941,7 @@ impl Interceptor {
                     arguments: None,
                     digest: Some(digest),
                     at,
+                    rerun: false,
                 };
                 return self.auto_response(&budget, &context.plan.tool, auto, message, raw);
             }
@@ -2278,10 +2291,12 @@ impl Interceptor {
         let at = call.at.unwrap_or_default();
         let argument = self.continuation(tool);
         let named = budget.limits().byte_budget(max).to_string();
+        let rerun = call.rerun || self.tool_info(tool).read_only || budget.idempotent(tool);
         let prepared = auto::prepare(Arc::from(result), max).map(|p| {
             p.with_argument(argument)
                 .with_budget(named)
                 .with_search(budget.search_hint())
+                .with_rerun(rerun)
         });
         let page = match &prepared {
             Ok(prepared) => page_fitted(prepared, budget, at, max, tool, &digest),

@@ -183,8 +183,13 @@ pub enum Refused {
 
 const NONCE: usize = 12;
 
-/// The largest value read from the shared cache: a page is at most a message.
-const MAX_VALUE: usize = crate::framing::DEFAULT_MAX_MESSAGE_BYTES;
+/// The largest value read from the shared cache: a page is at most a message, sealed (its nonce
+/// before it, the AEAD tag after). A read holds at most this much per concurrent fetch, whatever
+/// was planted in Redis.
+const MAX_VALUE: usize = crate::framing::DEFAULT_MAX_MESSAGE_BYTES + NONCE + TAG;
+
+/// ChaCha20-Poly1305's authentication tag.
+const TAG: usize = 16;
 
 #[cfg(feature = "redis")]
 fn cipher(key: &CursorKey, principal: &str) -> chacha20poly1305::ChaCha20Poly1305 {

@@ -9,6 +9,7 @@
 //!
 //! `redis-server` must be installed (Debian's package; `.ci/run` installs it). Without it these
 //! tests say so and pass, unless `MCP_BUDGET_REQUIRE_REDIS=1` (CI) makes that a failure.
+//! `MCP_BUDGET_REDIS_SERVER=valkey-server` runs them all on Valkey instead (`.ci/run` does both).
 
 mod common;
 
@@ -25,52 +26,181 @@ const MODERN: &str = "2026-07-28";
 struct Redis {
     child: std::process::Child,
     port: u16,
-    _dir: PathBuf,
+    /// What the replicas are given as `--cache` (the plain port, a unix socket, or TLS).
+    cache: String,
+    /// The environment the replicas need for it (the test CA, for TLS).
+    env: Vec<(String, String)>,
+    dir: PathBuf,
+}
+
+/// How the replicas reach Redis (the test itself always uses the plain port).
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Tcp,
+    Unix,
+    /// `rediss://`, the server's certificate signed by a test CA the replicas trust through
+    /// `SSL_CERT_FILE`.
+    Tls,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A test CA and a certificate for 127.0.0.1 it signed, made with the openssl command in
+/// `dir`: (ca.pem, cert.pem, key.pem).
+fn certificates(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl command (apt-get install openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mcp-budget test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "cert.csr",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "cert.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "cert.pem",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    )
 }
 
 impl Redis {
     fn start(name: &str) -> Option<Redis> {
-        if std::process::Command::new("redis-server")
+        Redis::start_on(name, Transport::Tcp)
+    }
+
+    fn start_on(name: &str, transport: Transport) -> Option<Redis> {
+        let server =
+            std::env::var("MCP_BUDGET_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        if std::process::Command::new(&server)
             .arg("--version")
             .output()
             .is_err()
         {
             assert!(
                 std::env::var("MCP_BUDGET_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "redis-server is not installed (apt-get install redis-server)"
+                "{server} is not installed (apt-get install redis-server, or valkey-server from bookworm-backports)"
             );
-            eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
+            eprintln!("SKIPPED: {server} is not installed (apt-get install redis-server)");
             return None;
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("mcp-budget-redis-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let child = std::process::Command::new("redis-server")
+        let mut command = std::process::Command::new(&server);
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(&dir)
+            .arg(&dir);
+        let mut cache = format!("redis://127.0.0.1:{port}/0");
+        let mut env = Vec::new();
+        match transport {
+            Transport::Tcp => {}
+            Transport::Unix => {
+                let socket = dir.join("redis.sock");
+                command
+                    .arg("--unixsocket")
+                    .arg(&socket)
+                    .args(["--unixsocketperm", "700"]);
+                cache = format!("unix://{}", socket.display());
+            }
+            Transport::Tls => {
+                let (ca, cert, key) = certificates(&dir);
+                let tls = free_port();
+                command
+                    .args(["--tls-port", &tls.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&cert)
+                    .arg("--tls-key-file")
+                    .arg(&key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&ca)
+                    .args(["--tls-auth-clients", "no"]);
+                cache = format!("rediss://127.0.0.1:{tls}/0");
+                env.push(("SSL_CERT_FILE".into(), ca.display().to_string()));
+            }
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server");
+            .unwrap_or_else(|e| panic!("start {server}: {e}"));
         let redis = Redis {
             child,
             port,
-            _dir: dir,
+            cache,
+            env,
+            dir,
         };
         for _ in 0..500 {
-            if redis.connection().is_some() {
+            let socket_ready =
+                transport != Transport::Unix || redis.dir.join("redis.sock").exists();
+            if socket_ready && redis.connection().is_some() {
                 return Some(redis);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server did not start on port {port}");
+        panic!("{server} did not start on port {port}");
     }
 
     fn url(&self) -> String {
@@ -238,7 +368,9 @@ async fn replicas_of(
     std::fs::set_permissions(&key, permissions).unwrap();
     let runs = dir.join("runs");
     let _ = std::fs::remove_file(&runs);
-    let cache = redis.url();
+    let cache = redis.cache.clone();
+    let mut env: Vec<(&str, &str)> = vec![("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")];
+    env.extend(redis.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let mut urls = Vec::new();
     let mut children = Vec::new();
     for _ in 0..n {
@@ -257,7 +389,7 @@ async fn replicas_of(
         args.extend_from_slice(extra);
         args.push("--");
         args.extend_from_slice(server);
-        let (child, url) = listen(&args, &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")]).await;
+        let (child, url) = listen(&args, &env).await;
         urls.push(url);
         children.push(child);
     }
@@ -276,10 +408,120 @@ const ROWS: u64 = 12_000;
 
 #[tokio::test]
 async fn a_chain_goes_on_at_any_replica_from_the_shared_cache_and_the_tool_runs_once() {
-    let Some(redis) = Redis::start("chain") else {
+    if let Some(redis) = Redis::start("chain") {
+        chain_across_replicas(&redis, "chain").await;
+    }
+}
+
+#[tokio::test]
+async fn the_shared_cache_works_over_a_unix_socket() {
+    if let Some(redis) = Redis::start_on("unix", Transport::Unix) {
+        assert!(redis.cache.starts_with("unix:///"), "{}", redis.cache);
+        chain_across_replicas(&redis, "unix").await;
+    }
+}
+
+#[tokio::test]
+async fn the_shared_cache_works_over_tls_with_a_private_ca() {
+    if let Some(redis) = Redis::start_on("tls", Transport::Tls) {
+        assert!(redis.cache.starts_with("rediss://"), "{}", redis.cache);
+        chain_across_replicas(&redis, "tls").await;
+    }
+}
+
+/// TLS is verified: a replica that does not trust the test CA cannot use the cache (counted
+/// errors), and its calls are still answered.
+#[tokio::test]
+async fn a_tls_cache_whose_certificate_is_not_trusted_is_not_used() {
+    let Some(mut redis) = Redis::start_on("untrusted", Transport::Tls) else {
         return;
     };
-    let set = replicas(&redis, 2, "chain", &[]).await;
+    redis.env.clear();
+    let set = replicas(&redis, 2, "untrusted", &["--cache-timeout-ms", "500"]).await;
+    let http = http_client();
+    let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
+    let first = rows(&http, &set.urls[0], Some("a-secret"), 1, arguments.clone()).await;
+    let cursor =
+        continuation(&first["result"]).expect("the first page, answered without the cache");
+    let mut after = arguments;
+    after["after"] = json!(cursor);
+    let elsewhere = rows(&http, &set.urls[1], Some("a-secret"), 2, after).await;
+    assert_eq!(elsewhere["result"]["isError"], json!(true), "{elsewhere}");
+    assert!(page_text(&elsewhere).contains("no longer in mcp-budget's cache"));
+    assert!(metric(&http, &set.urls[0], "mcp_budget_remote_cache_errors_total").await >= 1.0);
+    assert!(redis.entries("mcpb:").is_empty(), "nothing was written");
+    assert_eq!(runs(&set.runs), 1);
+}
+
+/// A replica that never saw the tools listed still knows a read-only tool from the cursor the
+/// first page carried: on a miss (Redis gone) it runs the tool again and serves the page, where
+/// it would otherwise tell the client to start over.
+#[tokio::test]
+async fn a_read_only_tool_is_run_again_by_a_replica_that_never_saw_it_listed() {
+    let Some(mut redis) = Redis::start("rerun") else {
+        return;
+    };
+    let set = replicas(&redis, 2, "rerun", &["--cache-timeout-ms", "300"]).await;
+    let http = http_client();
+    // Only the first replica sees the list (and learns read_rows is read-only).
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let listed = http
+        .post(&set.urls[0])
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/list")
+        .bearer_auth("a-secret")
+        .body(list.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(listed.contains("readOnlyHint"), "{listed}");
+    let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
+    let first = call(
+        &http,
+        &set.urls[0],
+        Some("a-secret"),
+        2,
+        "read_rows",
+        arguments.clone(),
+    )
+    .await;
+    let mut rebuilt = page_rows(&first);
+    let cursor = continuation(&first["result"]).expect("more than one page");
+    redis.stop();
+    let mut after = arguments;
+    after["after"] = json!(cursor);
+    let second = call(&http, &set.urls[1], Some("a-secret"), 3, "read_rows", after).await;
+    assert!(
+        second["result"]["isError"] != json!(true),
+        "the page was refused: {second:.400}"
+    );
+    let page = page_rows(&second);
+    assert_eq!(
+        page[0]["n"],
+        json!(rebuilt.len()),
+        "the page after the first"
+    );
+    rebuilt.extend(page);
+    assert_eq!(
+        runs(&set.runs),
+        2,
+        "run once, then again by the replica that missed"
+    );
+    assert!(metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await >= 1.0);
+}
+
+/// An automatic chain alternating between two replicas on `redis`: it reassembles, the tool
+/// ran once, the second replica read its pages from Redis, and Redis holds no text of it.
+async fn chain_across_replicas(redis: &Redis, name: &str) {
+    let set = replicas(redis, 2, name, &[]).await;
     let http = http_client();
     let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
     let mut answer = rows(&http, &set.urls[0], Some("a-secret"), 1, arguments.clone()).await;

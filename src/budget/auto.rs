@@ -42,14 +42,25 @@ pub struct At {
 
 impl At {
     pub fn to_position(self) -> Position {
+        self.position(false)
+    }
+
+    /// The position a cursor carries; `rerun`: the tool may be run again to serve a page (it is
+    /// read-only), so that any replica knows it, whether or not it saw the tool listed.
+    pub fn position(self, rerun: bool) -> Position {
+        let mark = if rerun { RERUN_MARK } else { "" };
         Position {
             offset: self.offset,
-            key: Some(format!("auto:{}:{:016x}", self.piece, self.fingerprint)),
+            key: Some(format!(
+                "auto:{}:{:016x}{mark}",
+                self.piece, self.fingerprint
+            )),
         }
     }
 
     pub fn from_position(position: &Position) -> Option<At> {
         let rest = position.key.as_deref()?.strip_prefix("auto:")?;
+        let rest = rest.strip_suffix(RERUN_MARK).unwrap_or(rest);
         let (piece, fingerprint) = rest.split_once(':')?;
         Some(At {
             piece: piece.parse().ok()?,
@@ -61,6 +72,17 @@ impl At {
     fn first(&self) -> bool {
         self.piece == 0 && self.offset == 0
     }
+}
+
+/// What an automatic cursor's position ends with when its tool may be run again on a miss.
+const RERUN_MARK: &str = ":r";
+
+/// Whether a cursor's (verified) position says its tool may be run again to serve a page.
+pub fn may_rerun(position: &Position) -> bool {
+    position
+        .key
+        .as_deref()
+        .is_some_and(|k| k.starts_with("auto:") && k.ends_with(RERUN_MARK))
 }
 
 /// What cannot be paged.
@@ -94,6 +116,8 @@ enum Kind {
         literal: Range<usize>,
         doc: String,
         array: FoundArray,
+        /// What the document around the list costs written as a JSON string (on every page).
+        around: usize,
     },
     /// Never split.
     Whole,
@@ -103,6 +127,69 @@ struct Block {
     /// The block's range in the result.
     raw: Range<usize>,
     kind: Kind,
+    /// Where its lines are, once a page's notice has counted them (text paged by lines).
+    lines: std::sync::OnceLock<LineIndex>,
+}
+
+/// Line counts at points of a text literal's inside, so that the line at any offset is found
+/// without reading the text from its start: every page of a chain would otherwise read the
+/// whole text again (a 10 MB text paged 51 times).
+struct LineIndex {
+    /// (offset at an escape boundary, line ends before it), from (0, 0), about every
+    /// `LINE_INDEX_STEP` bytes.
+    marks: Vec<(usize, usize)>,
+    /// The text's line count, as a notice reports it.
+    total: usize,
+}
+
+const LINE_INDEX_STEP: usize = 64 * 1024;
+
+impl LineIndex {
+    fn of(inner: &str) -> LineIndex {
+        let bytes = inner.as_bytes();
+        let mut marks = vec![(0, 0)];
+        let mut count = 0;
+        let mut next = 0;
+        for at in memchr::memchr_iter(b'\\', bytes) {
+            if at < next {
+                continue; // the second backslash of a `\\` escape
+            }
+            // `at` begins an escape: a boundary `newlines` may start from.
+            if at >= marks[marks.len() - 1].0 + LINE_INDEX_STEP {
+                marks.push((at, count));
+            }
+            next = at + 2;
+            match bytes.get(at + 1) {
+                Some(b'n') => count += usize::from(at + 2 <= bytes.len()),
+                Some(b'u') => {
+                    if at + 6 <= bytes.len()
+                        && inner
+                            .get(at + 2..at + 6)
+                            .is_some_and(|hex| hex.eq_ignore_ascii_case("000a"))
+                    {
+                        count += 1;
+                    }
+                    next = at + 6;
+                }
+                _ => {}
+            }
+        }
+        let lines = 1 + count;
+        let total = if inner.ends_with("\\n") {
+            lines - 1
+        } else {
+            lines
+        }
+        .max(1);
+        LineIndex { marks, total }
+    }
+
+    /// The 1-based line at `offset` (as `line_number`).
+    fn line(&self, inner: &str, offset: usize) -> usize {
+        let i = self.marks.partition_point(|(at, _)| *at <= offset).max(1) - 1;
+        let (at, count) = self.marks[i];
+        1 + count + newlines(inner, at, offset)
+    }
 }
 
 /// How `structuredContent` relates to the blocks.
@@ -137,6 +224,8 @@ pub struct Prepared {
     budget: Box<str>,
     /// The sentence a first page's notice ends with, naming the search tool (when it is on).
     search: Option<Box<str>>,
+    /// The tool may be run again to serve a page: its cursors say so.
+    rerun: bool,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -188,6 +277,7 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
             blocks.push(Block {
                 kind: block_kind(&result[range.clone()], room),
                 raw: range,
+                lines: std::sync::OnceLock::new(),
             });
         }
     }
@@ -217,6 +307,7 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         argument: "after",
         budget: "budget".into(),
         search: None,
+        rerun: false,
     })
 }
 
@@ -230,6 +321,12 @@ impl Prepared {
     /// Names the budget in the notice ("10240-byte budget for codex").
     pub fn with_budget(mut self, budget: String) -> Prepared {
         self.budget = budget.into();
+        self
+    }
+
+    /// Marks the cursors: the tool may be run again on a miss (it is read-only).
+    pub fn with_rerun(mut self, rerun: bool) -> Prepared {
+        self.rerun = rerun;
         self
     }
 
@@ -368,10 +465,12 @@ fn block_kind(block: &str, room: usize) -> Kind {
         && let Some(array) = raw::largest_array(&text, room / 2)
         && text.len() - array.span.len() < room / 2
     {
+        let around = escaped_len(&text) - escaped_len(&text[array.span.clone()]);
         return Kind::Items {
             literal,
             doc: text,
             array,
+            around,
         };
     }
     Kind::Lines { literal }
@@ -545,16 +644,6 @@ fn line_number(inner: &str, offset: usize) -> usize {
     1 + newlines(inner, 0, offset)
 }
 
-fn total_lines(inner: &str) -> usize {
-    let lines = line_number(inner, inner.len());
-    if inner.ends_with("\\n") {
-        lines - 1
-    } else {
-        lines
-    }
-    .max(1)
-}
-
 /// What a search reads in a prepared result: the first piece that is paged by lines or by
 /// items.
 pub enum Searchable<'a> {
@@ -672,17 +761,14 @@ impl Prepared {
                     doc,
                     array,
                     in_text,
+                    around,
                 } => {
                     if offset > array.elements.len() {
                         return Err(Unpageable::Gone);
                     }
                     let mut end = offset;
                     // The document around the list is on every page of it.
-                    let mut cost = if in_text {
-                        escaped_len(doc) - escaped_len(&doc[array.span.clone()])
-                    } else {
-                        0
-                    };
+                    let mut cost = around;
                     while end < array.elements.len() {
                         let element = &doc[array.elements[end].clone()];
                         let size = if in_text {
@@ -805,12 +891,8 @@ impl Prepared {
                     doc,
                     array,
                     in_text,
+                    around,
                 } => {
-                    let around = if in_text {
-                        escaped_len(doc) - escaped_len(&doc[array.span.clone()])
-                    } else {
-                        0
-                    };
                     for (index, element) in array.elements.iter().enumerate() {
                         let text = &doc[element.clone()];
                         let size = if in_text {
@@ -843,10 +925,13 @@ impl Prepared {
                 Kind::Lines { literal } => {
                     PieceKind::Lines(&self.raw(block)[literal.start + 1..literal.end - 1])
                 }
-                Kind::Items { doc, array, .. } => PieceKind::Items {
+                Kind::Items {
+                    doc, array, around, ..
+                } => PieceKind::Items {
                     doc,
                     array,
                     in_text: true,
+                    around: *around,
                 },
             }
         } else {
@@ -855,6 +940,7 @@ impl Prepared {
                     doc,
                     array,
                     in_text: false,
+                    around: 0,
                 },
                 _ => PieceKind::Whole(""),
             }
@@ -872,7 +958,7 @@ impl Prepared {
         key: &CursorKey,
         digest: &SelectionDigest,
     ) -> AutoPage {
-        let cursor = next.map(|n| key.mint(&n.to_position(), digest));
+        let cursor = next.map(|n| key.mint(&n.position(self.rerun), digest));
         let (notice, total_count) = self.notice(at, taken, tool, cursor.as_deref());
         let mut blocks: Vec<String> = Vec::new();
         // The text literal written for each taken text block, for a structured field mirror.
@@ -892,6 +978,7 @@ impl Prepared {
                     literal,
                     doc,
                     array,
+                    ..
                 } => {
                     let page = cut(doc, array, t.from, t.to);
                     let text = serde_json::Value::String(page).to_string();
@@ -1002,13 +1089,16 @@ impl Prepared {
             let what = match self.piece_kind(t.piece) {
                 PieceKind::Whole(_) => format!("content block {}", t.piece + 1),
                 PieceKind::Lines(inner) => {
-                    let lines = total_lines(inner);
+                    let index = self.blocks[t.piece]
+                        .lines
+                        .get_or_init(|| LineIndex::of(inner));
+                    let lines = index.total;
                     if i == 0 {
                         total_count = lines;
                     }
-                    let first = line_number(inner, t.from);
+                    let first = index.line(inner, t.from);
                     let last = if t.to > t.from {
-                        line_number(inner, t.to.saturating_sub(1)).min(lines)
+                        index.line(inner, t.to.saturating_sub(1)).min(lines)
                     } else {
                         first
                     };
@@ -1065,6 +1155,8 @@ enum PieceKind<'a> {
         doc: &'a str,
         array: &'a FoundArray,
         in_text: bool,
+        /// The document around the list, as it costs on every page.
+        around: usize,
     },
 }
 
@@ -1314,6 +1406,68 @@ mod tests {
         assert_eq!(all.len(), 20);
         for (i, t) in all.iter().enumerate() {
             assert!(t.starts_with(&format!("block {i} ")));
+        }
+    }
+}
+
+#[cfg(test)]
+mod line_index_tests {
+    use super::*;
+
+    /// The index gives every offset the line that reading from the start gives, across marks,
+    /// with every escape a line end may be spelled with or confused with.
+    #[test]
+    fn the_index_counts_lines_as_reading_from_the_start_does() {
+        let pieces = [
+            "plain words ",
+            "\\n",
+            "\\u000a",
+            "\\u000A",
+            "\\\\n",
+            "\\\"",
+            "\\u0041",
+            "\\\\",
+            "\\t",
+        ];
+        let mut inner = String::new();
+        let mut i = 0usize;
+        while inner.len() < 3 * LINE_INDEX_STEP + 777 {
+            inner.push_str(pieces[i % pieces.len()]);
+            i = i.wrapping_mul(7).wrapping_add(3) % 1009;
+        }
+        let index = LineIndex::of(&inner);
+        assert!(index.marks.len() >= 3, "marks: {}", index.marks.len());
+        let whole = line_number(&inner, inner.len());
+        let expected_total = if inner.ends_with("\\n") {
+            whole - 1
+        } else {
+            whole
+        }
+        .max(1);
+        assert_eq!(index.total, expected_total);
+        let mut offsets: Vec<usize> = (0..=inner.len()).step_by(97).collect();
+        for (at, _) in &index.marks {
+            offsets.extend(at.saturating_sub(8)..(*at + 8).min(inner.len() + 1));
+        }
+        offsets.push(inner.len());
+        for offset in offsets {
+            assert_eq!(
+                index.line(&inner, offset),
+                line_number(&inner, offset),
+                "offset {offset}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_text_without_line_ends_is_one_line() {
+        for inner in ["", "one line", "ends with\\n"] {
+            let index = LineIndex::of(inner);
+            assert_eq!(index.total, 1, "{inner:?}");
+            assert_eq!(
+                index.line(inner, inner.len()),
+                line_number(inner, inner.len())
+            );
         }
     }
 }

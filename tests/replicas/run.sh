@@ -8,15 +8,14 @@
 # and the SDK from package-lock.json (npm ci) when it is not installed yet.
 #
 # Environment: MCP_BUDGET_BIN (the proxy; default target/debug/mcp-budget, built when missing),
-# REPLICAS_BYTES (each result's size, default 4000000: with debug replicas on 2 cores, 30
-# results of 10 MB take ~200 s, and first calls queued behind one another pass the 60 s
-# --upstream-read-timeout-secs), REPLICAS_CLIENTS (phase a's clients, default 30),
+# REPLICAS_BYTES (each result's size, default 10000000: the issue's 10 MB; with debug replicas
+# on 2 cores the scenario takes ~3 minutes), REPLICAS_CLIENTS (phase a's clients, default 30),
 # REPLICAS_PROXY_ARGS (more arguments for every replica).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-bytes="${REPLICAS_BYTES:-4000000}"
+bytes="${REPLICAS_BYTES:-10000000}"
 clients="${REPLICAS_CLIENTS:-30}"
 
 fail() { echo "replicas: $*" >&2; exit 1; }
