@@ -286,9 +286,20 @@ impl RemoteError {
 /// The shared cache of this process, once [`start`] ran.
 pub struct Remote {
     #[cfg(feature = "redis")]
-    manager: redis::aio::ConnectionManager,
+    link: std::sync::Mutex<Link>,
+    #[cfg(feature = "redis")]
+    client: redis::Client,
+    #[cfg(feature = "redis")]
+    config: redis::aio::ConnectionManagerConfig,
     settings: Settings,
     healthy: AtomicBool,
+}
+
+/// The connection in use, and how many times it was replaced.
+#[cfg(feature = "redis")]
+struct Link {
+    manager: redis::aio::ConnectionManager,
+    generation: u64,
 }
 
 static REMOTE: OnceLock<Remote> = OnceLock::new();
@@ -335,12 +346,18 @@ pub fn start(settings: Settings) -> Result<&'static Remote, StartError> {
         .set_response_timeout(None)
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500));
-    let manager = redis::aio::ConnectionManager::new_lazy_with_config(client, config)
-        .map_err(client_error)?;
+    let manager =
+        redis::aio::ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+            .map_err(client_error)?;
     tracing::info!(url = %redacted(&settings.url), ttl = ?settings.ttl, quota = settings.quota, "the result cache is shared");
     REMOTE
         .set(Remote {
-            manager,
+            link: std::sync::Mutex::new(Link {
+                manager,
+                generation: 0,
+            }),
+            client,
+            config,
             settings,
             healthy: AtomicBool::new(true),
         })
@@ -363,6 +380,52 @@ impl Remote {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// The connection to use, and its generation (for [`Remote::failed`]).
+    #[cfg(feature = "redis")]
+    fn connection(&self) -> (redis::aio::ConnectionManager, u64) {
+        let link = self
+            .link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (link.manager.clone(), link.generation)
+    }
+
+    /// After a timeout on the connection of `generation`: a new one for the next operation. A
+    /// connection whose peer went silent (a blackholed address, a failed-over server) is not
+    /// dropped by the crate until the kernel gives up on it, many minutes later; every
+    /// operation until then would time out on it.
+    #[cfg(feature = "redis")]
+    fn renew(&self, generation: u64) {
+        let mut link = self
+            .link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if link.generation != generation {
+            return; // renewed already, by another operation that timed out
+        }
+        match redis::aio::ConnectionManager::new_lazy_with_config(
+            self.client.clone(),
+            self.config.clone(),
+        ) {
+            Ok(manager) => {
+                link.manager = manager;
+                link.generation += 1;
+                tracing::info!(
+                    "the shared cache timed out: its connection is replaced by a new one"
+                );
+            }
+            Err(err) => tracing::warn!(%err, "the shared cache's connection could not be replaced"),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    fn failed_on(&self, op: &'static str, err: &RemoteError, generation: u64) {
+        self.failed(op, err);
+        if matches!(err, RemoteError::Timeout(_)) {
+            self.renew(generation);
+        }
+    }
+
     fn failed(&self, op: &'static str, err: &RemoteError) {
         self.healthy.store(false, Ordering::Relaxed);
         tracing::warn!(op, %err, "the shared result cache failed; the replica's memory serves what it holds");
@@ -378,7 +441,7 @@ impl Remote {
     /// The value under `key`, if there is one.
     #[cfg(feature = "redis")]
     pub async fn fetch(&self, key: &str) -> Result<Option<Vec<u8>>, RemoteError> {
-        let mut connection = self.manager.clone();
+        let (mut connection, generation) = self.connection();
         // A bounded read: a value planted under a key (the cache is outside the trust
         // boundary) is never read past what a page may be.
         let mut get = redis::cmd("GETRANGE");
@@ -397,7 +460,7 @@ impl Remote {
         };
         match &result {
             Ok(_) => self.reached(),
-            Err(err) => self.failed("get", err),
+            Err(err) => self.failed_on("get", err, generation),
         }
         result
     }
@@ -414,7 +477,7 @@ impl Remote {
         let bound = self.settings.timeout + Duration::from_secs(write.bytes / (8 << 20));
         let ttl = self.settings.ttl.as_secs().max(1);
         let quota = self.settings.quota;
-        let mut connection = self.manager.clone();
+        let (mut connection, generation) = self.connection();
         let work = async {
             // A fixed window: the counter's expiry is set once (NX, Redis ≥ 7), so a
             // principal busy more often than once per TTL is not held over quota forever.
@@ -471,7 +534,7 @@ impl Remote {
                     metrics.remote_errors("put", err.class());
                 }
             }
-            Err(err) => self.failed("put", err),
+            Err(err) => self.failed_on("put", err, generation),
         }
         result
     }
@@ -484,7 +547,7 @@ impl Remote {
     /// Whether the cache answers a `PING` now (for `/healthz` under `--cache-required`).
     #[cfg(feature = "redis")]
     pub async fn ping(&self) -> bool {
-        let mut connection = self.manager.clone();
+        let (mut connection, generation) = self.connection();
         let command = redis::cmd("PING");
         let ping = command.query_async::<String>(&mut connection);
         let result = match tokio::time::timeout(self.settings.timeout, ping).await {
@@ -494,7 +557,7 @@ impl Remote {
         };
         match &result {
             Ok(()) => self.reached(),
-            Err(err) => self.failed("ping", err),
+            Err(err) => self.failed_on("ping", err, generation),
         }
         result.is_ok()
     }

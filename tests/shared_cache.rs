@@ -518,6 +518,112 @@ async fn a_read_only_tool_is_run_again_by_a_replica_that_never_saw_it_listed() {
     assert!(metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await >= 1.0);
 }
 
+/// A TCP forwarder to Redis whose connections can be silenced: `silence` makes every
+/// connection open now stop passing bytes both ways, without closing (a blackholed path);
+/// connections made later pass bytes again.
+struct Blackhole {
+    port: u16,
+    /// Connections numbered up to this one pass nothing.
+    silenced: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    opened: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Blackhole {
+    async fn to(port: u16) -> Blackhole {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front = listener.local_addr().unwrap().port();
+        let silenced = Arc::new(AtomicU64::new(0));
+        let opened = Arc::new(AtomicU64::new(0));
+        let (s, o) = (silenced.clone(), opened.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let number = o.fetch_add(1, Ordering::SeqCst) + 1;
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [(cr, sw), (sr, cw)] {
+                    let s = s.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n) = from.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            if number <= s.load(Ordering::SeqCst) {
+                                // Silent from now on: hold the bytes and the socket.
+                                std::future::pending::<()>().await;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Blackhole {
+            port: front,
+            silenced,
+            opened,
+        }
+    }
+
+    fn silence(&self) {
+        use std::sync::atomic::Ordering;
+        self.silenced
+            .store(self.opened.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// A connection to Redis that goes silent (blackholed, never closed) is replaced after a
+/// timeout: the next chains cross replicas from the cache again. Before, every operation
+/// timed out on the silent connection until the kernel gave up on it, many minutes later.
+#[tokio::test]
+async fn a_silent_connection_to_redis_is_replaced_after_a_timeout() {
+    let Some(mut redis) = Redis::start("silent") else {
+        return;
+    };
+    let hole = Blackhole::to(redis.port).await;
+    redis.cache = format!("redis://127.0.0.1:{}/0", hole.port);
+    let set = replicas(&redis, 2, "silent", &["--cache-timeout-ms", "300"]).await;
+    let http = http_client();
+    let hits = |i: usize| metric(&http, &set.urls[i], "mcp_budget_remote_cache_hits_total");
+    // A chain crossing replicas: both hold a connection through the forwarder.
+    let chain = |rows_n: u64, id: u64| {
+        let http = http.clone();
+        let urls = set.urls.clone();
+        let file = set.runs.to_str().unwrap().to_string();
+        async move {
+            let arguments = json!({"rows": rows_n, "file": file});
+            let first = rows(&http, &urls[0], Some("a-secret"), id, arguments.clone()).await;
+            let cursor = continuation(&first["result"]).expect("more than one page");
+            let mut after = arguments;
+            after["after"] = json!(cursor);
+            rows(&http, &urls[1], Some("a-secret"), id + 1, after).await
+        }
+    };
+    let second = chain(ROWS, 1).await;
+    assert!(second["result"]["isError"] != json!(true), "{second:.300}");
+    assert_eq!(hits(1).await, 1.0);
+    hole.silence();
+    // Both replicas time out on their silent connections (the page is a counted miss)...
+    let missed = chain(ROWS + 1, 10).await;
+    assert_eq!(missed["result"]["isError"], json!(true), "{missed:.300}");
+    assert!(metric(&http, &set.urls[1], "mcp_budget_remote_cache_errors_total").await >= 1.0);
+    // ...and then use new ones.
+    let again = chain(ROWS + 2, 20).await;
+    assert!(
+        again["result"]["isError"] != json!(true),
+        "after the timeouts, still no cache: {again:.300}"
+    );
+    assert_eq!(hits(1).await, 2.0);
+}
+
 /// An automatic chain alternating between two replicas on `redis`: it reassembles, the tool
 /// ran once, the second replica read its pages from Redis, and Redis holds no text of it.
 async fn chain_across_replicas(redis: &Redis, name: &str) {
