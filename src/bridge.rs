@@ -883,6 +883,45 @@ pub fn without_required_tasks(message: &[u8]) -> Option<Vec<u8>> {
     changed.then(|| message::splice(message, result, list.to_string().as_bytes()))
 }
 
+/// The `_meta` members a 2026-07-28 request carries on every request, which a legacy session
+/// declared once in its `initialize` (and a dual-era server refuses on a legacy session: its
+/// `MCP-Protocol-Version` and `_meta` would disagree).
+const ERA_META: [&str; 4] = [
+    message::META_VERSION,
+    message::META_CLIENT_CAPABILITIES,
+    message::META_CLIENT_INFO,
+    "io.modelcontextprotocol/logLevel",
+];
+
+/// A modern client's request as it goes into a legacy session: without the era's `_meta`
+/// members ([`ERA_META`]), everything else as written. `None`: it has none of them.
+pub fn legacy_request(request: &[u8]) -> Option<Vec<u8>> {
+    static KEY: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"io.modelcontextprotocol/"));
+    KEY.find(request)?;
+    #[derive(Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        params: Option<P<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct P<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<&'a RawValue>,
+    }
+    let top: Top<'_> = serde_json::from_slice(request).ok()?;
+    let meta = top.params?.meta?.get();
+    let mut object = meta.to_string();
+    let mut changed = false;
+    for key in ERA_META {
+        while let Some(less) = without_member(&object, key) {
+            object = less;
+            changed = true;
+        }
+    }
+    changed.then(|| message::splice(request, meta, object.as_bytes()))
+}
+
 /// `object` without its top-level member `name` (and the comma that joined it). `None`: it
 /// has no such member.
 fn without_member(object: &str, name: &str) -> Option<String> {
@@ -936,6 +975,22 @@ fn without_member(object: &str, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_modern_request_goes_into_a_legacy_session_without_the_eras_meta() {
+        let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":7,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/logLevel":"info","io.modelcontextprotocol/related":"x"},"arguments":{"io.modelcontextprotocol/protocolVersion":"kept"}}}"#;
+        let legacy = legacy_request(request).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&legacy).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":7,"io.modelcontextprotocol/related":"x"},"arguments":{"io.modelcontextprotocol/protocolVersion":"kept"}}}"#
+        );
+        let only = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(
+            legacy_request(only).unwrap(),
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{}}}"#
+        );
+        assert!(legacy_request(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_none());
+    }
 
     #[test]
     fn tasks_do_not_cross_the_eras_in_either_form() {

@@ -325,6 +325,15 @@ struct Bridge {
     inputs: HashMap<Box<str>, (u64, String)>,
 }
 
+/// A modern client's request as it goes into the proxy's legacy session: without the modern
+/// headers and `_meta` members (the session declared them once).
+fn into_legacy_session(out: &mut Outgoing) {
+    out.modern = None;
+    if let Some(bytes) = bridge::legacy_request(&out.bytes) {
+        out.bytes = bytes;
+    }
+}
+
 /// The held requests that are still in flight (not cancelled or timed out while held), taken.
 fn still_in_flight(state: &mut State) -> Vec<Outgoing> {
     let held = std::mem::take(&mut state.bridge.held);
@@ -802,7 +811,7 @@ impl Relay {
         match (state.bridge.server, &state.bridge.session) {
             (Some(Era::Modern), _) => return done,
             (Some(Era::Legacy), LegacySession::Open(_)) => {
-                out.modern = None;
+                into_legacy_session(out);
                 return done;
             }
             _ => {}
@@ -934,7 +943,7 @@ impl Relay {
                     ..Outgoing::default()
                 });
                 for mut out in held {
-                    out.modern = None;
+                    into_legacy_session(&mut out);
                     state.later.to_server.push(out);
                 }
             }
@@ -1916,6 +1925,16 @@ impl Relay {
     /// Like [`Relay::from_server`], with the envelope read on the way (for a batch, its first
     /// response), so a transport that routes by it need not parse the message again.
     pub fn from_server_classified(&self, frame: Frame) -> Option<(Vec<u8>, Option<Kind>)> {
+        self.from_server_related(frame, None)
+    }
+
+    /// Like [`Relay::from_server_classified`], for a message that came on the stream of one
+    /// request (`related`, its id as the server knows it: an HTTP upstream's POST stream).
+    pub fn from_server_related(
+        &self,
+        frame: Frame,
+        related: Option<&Id>,
+    ) -> Option<(Vec<u8>, Option<Kind>)> {
         let (line, read) = match frame {
             Frame::Line(line) => (line, None),
             Frame::Read { line, parsed } => (line, Some(parsed)),
@@ -1994,7 +2013,7 @@ impl Relay {
                 }
             }
             Parsed::Single(Kind::Request { id, method, .. }) if self.bridging_legacy_server() => {
-                match self.park(&id, &method, &line) {
+                match self.park(&id, &method, &line, related) {
                     Ok(Some((client, answer))) => {
                         restored = Some(client);
                         Delivery::Rewritten(answer)
@@ -2419,11 +2438,18 @@ impl Relay {
     /// carrying the request and a `requestState` minted under the cursor key for this session
     /// and this call. `None`: no single call can take it (it is refused, see
     /// [`Relay::answer_server_request`]). The client's id and the answer to it.
-    fn park(&self, server_id: &Id, method: &str, line: &[u8]) -> Result<Option<(Id, Vec<u8>)>, ()> {
+    /// `related`: the call whose stream the request came on, when the transport knows it.
+    fn park(
+        &self,
+        server_id: &Id,
+        method: &str,
+        line: &[u8],
+        related: Option<&Id>,
+    ) -> Result<Option<(Id, Vec<u8>)>, ()> {
         if !bridge::is_input_request(method) {
             return Err(());
         }
-        self.park_inner(server_id, method, line).ok_or(())
+        self.park_inner(server_id, method, line, related).ok_or(())
     }
 
     fn park_inner(
@@ -2431,6 +2457,7 @@ impl Relay {
         server_id: &Id,
         method: &str,
         line: &[u8],
+        related: Option<&Id>,
     ) -> Option<Option<(Id, Vec<u8>)>> {
         let key = self.interceptor.cursor_key();
         let mut state = self.state();
@@ -2449,6 +2476,13 @@ impl Relay {
             );
             return None;
         }
+        // Over HTTP the request came on the stream of the call it belongs to (a parked one:
+        // it joins that call's next round).
+        let related = related.and_then(|r| {
+            let flight = state.pending.get(r.key())?;
+            (flight.modern && flight.digest.is_some())
+                .then(|| (Box::<str>::from(r.key()), flight.parked))
+        });
         // On stdio a server request names no call: it is the only one open that can take
         // input; with none open, the call parked last (a server asking several things at
         // once asks them for one call).
@@ -2463,9 +2497,10 @@ impl Relay {
             .iter()
             .filter_map(|(k, f)| f.parked.filter(|_| f.modern).map(|n| (n, k.clone())))
             .max_by_key(|(n, _)| *n);
-        let (upstream_key, parked) = match (open.as_slice(), latest) {
-            ([one], _) => (one.clone(), None),
-            ([], Some((n, key))) => (key, Some(n)),
+        let (upstream_key, parked) = match (related, open.as_slice(), latest) {
+            (Some(call), _, _) => call,
+            (None, [one], _) => (one.clone(), None),
+            (None, [], Some((n, key))) => (key, Some(n)),
             _ => {
                 tracing::warn!(
                     method,
@@ -2730,7 +2765,7 @@ impl Relay {
                 Some(id),
                 jsonrpc::METHOD_NOT_FOUND,
                 &format!(
-                    "mcp-budget: {method} cannot reach this server's clients (they speak MCP 2026-07-28, which has no server-to-client requests, and the proxy does not turn them into input_required results yet)"
+                    "mcp-budget: {method} cannot reach this server's clients: they speak MCP 2026-07-28, which has no server-to-client requests, and the proxy turns one into an input_required result only for a tools/call, prompts/get or resources/read it can tell it belongs to (the one open, or the one whose stream it came on), and only elicitation, sampling and roots"
                 ),
                 None,
             )

@@ -209,7 +209,7 @@ async fn handle_event(event: Event, relay: &Arc<Relay>, client: &impl ClientSide
             }
         }
         Event::Related { frame, request } => {
-            if let Some((bytes, kind)) = budgeted(relay, frame).await
+            if let Some((bytes, kind)) = budgeted_related(relay, frame, Some(&request)).await
                 && !client.deliver_related(bytes, kind, request).await
             {
                 return false;
@@ -238,15 +238,25 @@ async fn budgeted(
     relay: &Arc<Relay>,
     frame: crate::framing::Frame,
 ) -> Option<(Vec<u8>, Option<Kind>)> {
+    budgeted_related(relay, frame, None).await
+}
+
+/// [`budgeted`], for a message that came on the stream of the request `related`.
+async fn budgeted_related(
+    relay: &Arc<Relay>,
+    frame: crate::framing::Frame,
+    related: Option<&Id>,
+) -> Option<(Vec<u8>, Option<Kind>)> {
     let size = match &frame {
         crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } => line.len(),
         crate::framing::Frame::TooLarge { .. } => 0,
     };
     let budgeted = if size >= HEAVY_BYTES && crate::heavy::started() {
         let relay = relay.clone();
-        crate::heavy::run(move || relay.from_server_classified(frame)).await
+        let related = related.cloned();
+        crate::heavy::run(move || relay.from_server_related(frame, related.as_ref())).await
     } else {
-        relay.from_server_classified(frame)
+        relay.from_server_related(frame, related)
     };
     // The chains it cut go to the shared cache before their first page goes out.
     crate::remote::flush(relay).await;

@@ -719,3 +719,134 @@ fn explain_says_which_era_it_found() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A legacy Streamable HTTP server (rmcp, opened as 2025-11-25 by `--server-era legacy`):
+/// `hold` answers once the test lets it; `ask` samples its client mid-call, on the stream of
+/// the call's own POST.
+mod legacy_http {
+    #![allow(deprecated)] // rmcp marks sampling deprecated (SEP-2577); MCP clients still use it.
+
+    use std::sync::Arc;
+
+    use rmcp::model::*;
+    use rmcp::service::RequestContext;
+    use rmcp::{ErrorData, RoleServer, ServerHandler};
+    use tokio::sync::Notify;
+
+    #[derive(Clone, Default)]
+    pub struct Asking {
+        pub holding: Arc<Notify>,
+        pub release: Arc<Notify>,
+    }
+
+    impl ServerHandler for Asking {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+                .with_server_info(Implementation::new("asking-http", "1.0.0"))
+        }
+
+        async fn list_tools(
+            &self,
+            _r: Option<PaginatedRequestParams>,
+            _c: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let schema: JsonObject =
+                serde_json::from_value(serde_json::json!({"type": "object"})).unwrap();
+            Ok(ListToolsResult::with_all_items(vec![
+                Tool::new("hold", "Answers when released.", schema.clone()),
+                Tool::new("ask", "Samples its client.", schema),
+            ]))
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParams,
+            context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            let text = match request.name.as_ref() {
+                "hold" => {
+                    let released = self.release.notified();
+                    self.holding.notify_one();
+                    released.await;
+                    "released".to_string()
+                }
+                "ask" => {
+                    let reply = context
+                        .peer
+                        .create_message(CreateMessageRequestParams::new(
+                            vec![SamplingMessage::user_text("Summarize Q3")],
+                            64,
+                        ))
+                        .await
+                        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                    let said = reply.message.content.first().and_then(|c| c.as_text());
+                    format!("sampled: {}", said.map(|t| t.text.as_str()).unwrap_or(""))
+                }
+                other => return Err(ErrorData::invalid_params(format!("no {other}"), None)),
+            };
+            Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+        }
+    }
+}
+
+/// Over `--upstream`, a legacy server's request comes on the stream of the call it belongs
+/// to: with two calls open, it still reaches the right one's client as `input_required` (it
+/// was refused when the proxy could not tell the calls apart).
+#[tokio::test]
+async fn over_an_http_upstream_a_request_for_input_finds_its_call_among_several() {
+    let server = legacy_http::Asking::default();
+    let upstream = common::rmcp_http({
+        let server = server.clone();
+        move || server.clone()
+    })
+    .await;
+    let (_proxy, url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--server-era",
+            "legacy",
+            "--upstream",
+            &upstream,
+        ],
+        &[],
+    )
+    .await;
+    let http = http_client();
+    let holding = server.holding.notified();
+    let hold = tokio::spawn({
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let params = json!({"name": "hold", "arguments": {}});
+            modern_post(&http, &url, 1, "tools/call", params, Some("hold")).await
+        }
+    });
+    tokio::time::timeout(common::PATIENCE, holding)
+        .await
+        .expect("the first call reached the server");
+    let params = json!({"name": "ask", "arguments": {}});
+    let asked = modern_post(&http, &url, 2, "tools/call", params, Some("ask")).await;
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let (key, request) = asked["result"]["inputRequests"]
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{asked}");
+    let retry = json!({"name": "ask", "arguments": {}, "inputResponses": {key: sampled()},
+        "requestState": asked["result"]["requestState"]});
+    let answer = modern_post(&http, &url, 3, "tools/call", retry, Some("ask")).await;
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    assert!(
+        answer.to_string().contains("sampled: Q3 was fine"),
+        "{answer}"
+    );
+    // The other call was never touched: it answers once released.
+    server.release.notify_one();
+    let held = tokio::time::timeout(common::PATIENCE, hold)
+        .await
+        .expect("the held call answered")
+        .unwrap();
+    assert_eq!(held["result"]["resultType"], "complete", "{held}");
+    assert!(held.to_string().contains("released"), "{held}");
+}

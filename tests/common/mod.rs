@@ -460,19 +460,21 @@ pub fn last_message(text: &str) -> serde_json::Value {
 /// `--listen` in front of quirky (no policy), with two bearer tokens (`a-secret`, `b-secret`):
 /// two principals.
 pub async fn two_principals() -> (tokio::process::Child, String) {
+    two_principals_with(&[]).await
+}
+
+/// [`two_principals`], with more options before the server's command.
+pub async fn two_principals_with(options: &[&str]) -> (tokio::process::Child, String) {
     let quirky = example("quirky_server");
-    listen(
-        &[
-            "--policy",
-            "none",
-            "--auth-token-env",
-            "TOKEN_A",
-            "--auth-token-env",
-            "TOKEN_B",
-            "--",
-            quirky.to_str().unwrap(),
-        ],
-        &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")],
-    )
-    .await
+    let mut args = vec![
+        "--policy",
+        "none",
+        "--auth-token-env",
+        "TOKEN_A",
+        "--auth-token-env",
+        "TOKEN_B",
+    ];
+    args.extend_from_slice(options);
+    args.extend(["--", quirky.to_str().unwrap()]);
+    listen(&args, &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")]).await
 }
