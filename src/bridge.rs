@@ -471,8 +471,8 @@ pub fn requested_log_level(request: &[u8]) -> Option<u8> {
     level_rank(&level)
 }
 
-/// One member of a request's `params._meta`, read as `T`.
-fn meta_member<T: serde::de::DeserializeOwned>(request: &[u8], key: &str) -> Option<T> {
+/// A request's `params._meta`, as written.
+fn meta_of(request: &[u8]) -> Option<&RawValue> {
     #[derive(Deserialize)]
     struct Top<'a> {
         #[serde(borrow)]
@@ -481,11 +481,18 @@ fn meta_member<T: serde::de::DeserializeOwned>(request: &[u8], key: &str) -> Opt
     #[derive(Deserialize)]
     struct P<'a> {
         #[serde(borrow, rename = "_meta")]
-        meta: Option<HashMap<std::borrow::Cow<'a, str>, &'a RawValue>>,
+        meta: Option<&'a RawValue>,
     }
     let top: Top<'_> = serde_json::from_slice(request).ok()?;
-    let raw = *top.params?.meta?.get(key)?;
-    serde_json::from_str(raw.get()).ok()
+    top.params?.meta
+}
+
+/// One member of a request's `params._meta`, read as `T`.
+fn meta_member<T: serde::de::DeserializeOwned>(request: &[u8], key: &str) -> Option<T> {
+    let meta = meta_of(request)?;
+    let members: HashMap<std::borrow::Cow<'_, str>, &RawValue> =
+        serde_json::from_str(meta.get()).ok()?;
+    serde_json::from_str(members.get(key)?.get()).ok()
 }
 
 /// The level of a `notifications/message`, as a rank (an unknown level ranks highest: it is
@@ -883,34 +890,19 @@ pub fn without_required_tasks(message: &[u8]) -> Option<Vec<u8>> {
     changed.then(|| message::splice(message, result, list.to_string().as_bytes()))
 }
 
-/// The `_meta` members a 2026-07-28 request carries on every request, which a legacy session
-/// declared once in its `initialize` (and a dual-era server refuses on a legacy session: its
-/// `MCP-Protocol-Version` and `_meta` would disagree).
-const ERA_META: [&str; 4] = [
-    message::META_VERSION,
-    message::META_CLIENT_CAPABILITIES,
-    message::META_CLIENT_INFO,
-    "io.modelcontextprotocol/logLevel",
-];
+/// The `_meta` member that names a 2026-07-28 request's revision. In a legacy session the
+/// revision is the one `initialize` negotiated, and a dual-era server refuses a request that
+/// says otherwise (-32020). The other modern members (capabilities, `clientInfo`, `logLevel`)
+/// stay: they say what this request's client is, which a dual-era server reads per request.
+const ERA_META: [&str; 1] = [message::META_VERSION];
 
-/// A modern client's request as it goes into a legacy session: without the era's `_meta`
-/// members ([`ERA_META`]), everything else as written. `None`: it has none of them.
+/// A modern client's request as it goes into a legacy session: without the `_meta` revision
+/// ([`ERA_META`]), everything else as written. `None`: it names none.
 pub fn legacy_request(request: &[u8]) -> Option<Vec<u8>> {
     static KEY: LazyLock<memchr::memmem::Finder<'static>> =
         LazyLock::new(|| memchr::memmem::Finder::new(b"io.modelcontextprotocol/"));
     KEY.find(request)?;
-    #[derive(Deserialize)]
-    struct Top<'a> {
-        #[serde(borrow)]
-        params: Option<P<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct P<'a> {
-        #[serde(borrow, rename = "_meta")]
-        meta: Option<&'a RawValue>,
-    }
-    let top: Top<'_> = serde_json::from_slice(request).ok()?;
-    let meta = top.params?.meta?.get();
+    let meta = meta_of(request)?.get();
     let mut object = meta.to_string();
     let mut changed = false;
     for key in ERA_META {
@@ -977,12 +969,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_modern_request_goes_into_a_legacy_session_without_the_eras_meta() {
+    fn a_modern_request_goes_into_a_legacy_session_without_its_meta_revision() {
         let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":7,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/logLevel":"info","io.modelcontextprotocol/related":"x"},"arguments":{"io.modelcontextprotocol/protocolVersion":"kept"}}}"#;
         let legacy = legacy_request(request).unwrap();
         assert_eq!(
             std::str::from_utf8(&legacy).unwrap(),
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":7,"io.modelcontextprotocol/related":"x"},"arguments":{"io.modelcontextprotocol/protocolVersion":"kept"}}}"#
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"progressToken":7,"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/logLevel":"info","io.modelcontextprotocol/related":"x"},"arguments":{"io.modelcontextprotocol/protocolVersion":"kept"}}}"#
         );
         let only = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         assert_eq!(
