@@ -890,28 +890,22 @@ pub fn without_required_tasks(message: &[u8]) -> Option<Vec<u8>> {
     changed.then(|| message::splice(message, result, list.to_string().as_bytes()))
 }
 
-/// The `_meta` member that names a 2026-07-28 request's revision. In a legacy session the
-/// revision is the one `initialize` negotiated, and a dual-era server refuses a request that
-/// says otherwise (-32020). The other modern members (capabilities, `clientInfo`, `logLevel`)
-/// stay: they say what this request's client is, which a dual-era server reads per request.
-const ERA_META: [&str; 1] = [message::META_VERSION];
-
-/// A modern client's request as it goes into a legacy session: without the `_meta` revision
-/// ([`ERA_META`]), everything else as written. `None`: it names none.
+/// A modern client's request as it goes into a legacy session: without
+/// `_meta["io.modelcontextprotocol/protocolVersion"]`, everything else as written. `None`: it
+/// names none. In a legacy session the revision is the one `initialize` negotiated, and a
+/// dual-era server refuses a request that says otherwise (-32020). The other modern members
+/// (capabilities, `clientInfo`, `logLevel`) stay: a dual-era server reads them per request.
 pub fn legacy_request(request: &[u8]) -> Option<Vec<u8>> {
     static KEY: LazyLock<memchr::memmem::Finder<'static>> =
         LazyLock::new(|| memchr::memmem::Finder::new(b"io.modelcontextprotocol/"));
     KEY.find(request)?;
     let meta = meta_of(request)?.get();
-    let mut object = meta.to_string();
-    let mut changed = false;
-    for key in ERA_META {
-        while let Some(less) = without_member(&object, key) {
-            object = less;
-            changed = true;
-        }
+    let mut object = without_member(meta, message::META_VERSION)?;
+    // Named twice: neither copy goes.
+    while let Some(less) = without_member(&object, message::META_VERSION) {
+        object = less;
     }
-    changed.then(|| message::splice(request, meta, object.as_bytes()))
+    Some(message::splice(request, meta, object.as_bytes()))
 }
 
 /// `object` without its top-level member `name` (and the comma that joined it). `None`: it

@@ -326,7 +326,7 @@ struct Bridge {
 }
 
 /// A modern client's request as it goes into the proxy's legacy session: without the modern
-/// headers and `_meta` members (the session declared them once).
+/// headers and the `_meta` revision (the session negotiated its own in `initialize`).
 fn into_legacy_session(out: &mut Outgoing) {
     out.modern = None;
     if let Some(bytes) = bridge::legacy_request(&out.bytes) {
@@ -2477,12 +2477,23 @@ impl Relay {
             return None;
         }
         // Over HTTP the request came on the stream of the call it belongs to (a parked one:
-        // it joins that call's next round).
-        let related = related.and_then(|r| {
-            let flight = state.pending.get(r.key())?;
-            (flight.modern && flight.digest.is_some())
-                .then(|| (Box::<str>::from(r.key()), flight.parked))
-        });
+        // it joins that call's next round). A stream that names a request that cannot take
+        // input (not a modern call, or one over) is not guessed past.
+        let related = match related {
+            None => None,
+            Some(r) => match state.pending.get(r.key()) {
+                Some(flight) if flight.modern && flight.digest.is_some() => {
+                    Some((Box::<str>::from(r.key()), flight.parked))
+                }
+                _ => {
+                    tracing::warn!(
+                        method,
+                        "a legacy server's request for input came on the stream of a request that cannot take input; refused"
+                    );
+                    return None;
+                }
+            },
+        };
         // On stdio a server request names no call: it is the only one open that can take
         // input; with none open, the call parked last (a server asking several things at
         // once asks them for one call).

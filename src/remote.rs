@@ -380,7 +380,7 @@ impl Remote {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// The connection to use, and its generation (for [`Remote::failed`]).
+    /// The connection to use, and its generation (for [`Remote::renew`]).
     #[cfg(feature = "redis")]
     fn connection(&self) -> (redis::aio::ConnectionManager, u64) {
         let link = self
