@@ -150,10 +150,15 @@ impl HttpClient {
 
 /// `bin --listen … --upstream url`, initialized; the client and the proxy process.
 async fn http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process::Child) {
+    through(listening(bin, upstream)).await
+}
+
+/// `bin --listen … --upstream url`, with the options this build has: no rate limit for this
+/// one client's thousands of calls a second, and UPSTREAM_HTTP_THREADS as `--threads`
+/// (default: the build's own).
+fn listening(bin: &Path, upstream: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(bin);
     command.args(["--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream]);
-    // Builds that have a rate limit: none for this one client's thousands of calls a second.
-    // UPSTREAM_HTTP_THREADS sets --threads (default: the build's own).
     let help = Command::new(bin).arg("--help").output();
     let help = help.map(|out| String::from_utf8_lossy(&out.stdout).into_owned());
     if help.as_deref().is_ok_and(|h| h.contains("--rate-limit")) {
@@ -166,7 +171,7 @@ async fn http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process
     {
         command.args(["--threads", &threads]);
     }
-    through(command).await
+    command
 }
 
 /// The proxy (or bare relay) that `command` starts, listening, with an initialized client.
@@ -189,10 +194,8 @@ async fn through(mut command: tokio::process::Command) -> (HttpClient, tokio::pr
 /// first call.
 async fn modern_http_to_http(bin: &Path, upstream: &str) -> (HttpClient, tokio::process::Child) {
     use tokio::io::AsyncBufReadExt;
-    let mut command = tokio::process::Command::new(bin);
+    let mut command = listening(bin, upstream);
     command
-        .args(["--listen", "http://127.0.0.1:0/mcp", "--upstream", upstream])
-        .args(["--rate-limit", "0"])
         .stderr(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true);
@@ -257,9 +260,10 @@ fn bare_relay(mode: &str) {
         bare_http_relay(url);
         return;
     }
-    let mut input = std::io::stdin().lock();
-    let mut line = Vec::new();
     if let Some(url) = mode.strip_prefix("http:") {
+        // Locked here only: the stdio relay locks stdin itself (a second lock would deadlock).
+        let mut input = std::io::stdin().lock();
+        let mut line = Vec::new();
         let rest = url.trim_start_matches("http://");
         let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let stream = std::net::TcpStream::connect(host).expect("connect");

@@ -327,7 +327,7 @@ async fn run(
 ) {
     tokio::pin!(stop);
     // The exchanges under way, polled by this task: a message costs no task of its own.
-    let mut tasks = futures_util::stream::FuturesUnordered::new();
+    let mut tasks = super::exchanges::Exchanges::new();
     loop {
         tokio::select! {
             message = messages.recv() => match message {

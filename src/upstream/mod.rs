@@ -7,6 +7,7 @@
 pub mod body;
 pub mod child;
 pub mod conn;
+mod exchanges;
 pub mod http;
 pub mod replay;
 pub mod supervise;
