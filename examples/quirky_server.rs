@@ -14,6 +14,12 @@
 //! `arguments.bytes` bytes: an answer after the proxy gave up), `flood` (`arguments.count`
 //! log notifications of `arguments.bytes` bytes each, counting them into the file
 //! `arguments.file` as it goes, then the answer).
+//!
+//! With `QUIRKY_RESOURCES=1` it also offers resources (`subscribe`, `listChanged`): it keeps
+//! the URIs subscribed to (`resources/subscribe`, `resources/unsubscribe`), and two more tools
+//! (not listed) use them: `touch` sends `notifications/resources/updated` for
+//! `arguments.uri` if it is subscribed, and `notifications/resources/list_changed`; `subscribed`
+//! answers with the URIs subscribed, as a JSON list in its text.
 
 use std::io::{BufRead, Write};
 
@@ -75,6 +81,8 @@ fn main() {
     let mut executions: std::collections::BTreeMap<String, u64> = Default::default();
     // Tasks: their results, by task id.
     let mut tasks: std::collections::BTreeMap<String, String> = Default::default();
+    let resources = std::env::var("QUIRKY_RESOURCES").is_ok_and(|v| v == "1");
+    let mut subscribed: std::collections::BTreeSet<String> = Default::default();
     let mut task_count = 0u64;
     while let Some(Ok(line)) = lines.next() {
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
@@ -99,10 +107,14 @@ fn main() {
         match (method, id) {
             (Some("initialize"), Some(id)) => {
                 let version = params["protocolVersion"].as_str().unwrap_or("2025-06-18");
+                let offered = match resources {
+                    true => r#""resources":{"subscribe":true,"listChanged":true},"#,
+                    false => "",
+                };
                 send(
                     &mut out,
                     &format!(
-                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"{version}","capabilities":{{"tools":{{"listChanged":true}},"logging":{{}},"x-vendor":{{"flag":true}}}},"serverInfo":{{"name":"quirky","version":"1.0.0","x-build":"r\u00e9v 7"}},"_meta":{{"startup_ms":1.0e1}}}}}}"#
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"{version}","capabilities":{{{offered}"tools":{{"listChanged":true}},"logging":{{}},"x-vendor":{{"flag":true}}}},"serverInfo":{{"name":"quirky","version":"1.0.0","x-build":"r\u00e9v 7"}},"_meta":{{"startup_ms":1.0e1}}}}}}"#
                     ),
                 );
             }
@@ -120,6 +132,19 @@ fn main() {
                 &mut out,
                 &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
             ),
+            (Some(method @ ("resources/subscribe" | "resources/unsubscribe")), Some(id))
+                if resources =>
+            {
+                let uri = params["uri"].as_str().unwrap_or("").to_string();
+                match method {
+                    "resources/subscribe" => subscribed.insert(uri),
+                    _ => subscribed.remove(&uri),
+                };
+                send(
+                    &mut out,
+                    &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
+                );
+            }
             (Some("x/echo"), Some(id)) => {
                 // Echo the params' exact text: unknown methods and fields must arrive intact.
                 let raw = line
@@ -364,6 +389,25 @@ fn main() {
                             ),
                         );
                     }
+                    "touch" if resources => {
+                        let uri = params["arguments"]["uri"].as_str().unwrap_or("");
+                        if subscribed.contains(uri) {
+                            let updated = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri, "x-rev": 2}});
+                            send(&mut out, &updated.to_string());
+                        }
+                        send(
+                            &mut out,
+                            r#"{"jsonrpc":"2.0","method":"notifications/resources/list_changed"}"#,
+                        );
+                        send(
+                            &mut out,
+                            &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[]}}}}"#),
+                        );
+                    }
+                    "subscribed" if resources => {
+                        let list = serde_json::to_string(&subscribed).unwrap_or_default();
+                        send(&mut out, &text_result(&id, list));
+                    }
                     "list_changed" => {
                         send(
                             &mut out,
@@ -427,7 +471,7 @@ fn main() {
             }
             // A listen stream for tasks: acknowledged with the tasks it knows, then each one's
             // state (completed, its result inline); the stream stays open.
-            (Some("subscriptions/listen"), Some(_)) => {
+            (Some("subscriptions/listen"), Some(_)) if !resources => {
                 let asked: Vec<String> = params["notifications"]["taskIds"]
                     .as_array()
                     .map(|ids| {

@@ -302,41 +302,7 @@ impl LegacyClient {
     /// `params` is not an object, or its `_meta` is not one (it goes as it is, and the
     /// server says what is wrong).
     pub fn modern_request(&self, request: &[u8]) -> Option<Vec<u8>> {
-        #[derive(Deserialize)]
-        struct Top<'a> {
-            #[serde(borrow)]
-            params: Option<&'a RawValue>,
-        }
-        #[derive(Deserialize)]
-        struct ParamsMeta<'a> {
-            #[serde(borrow, rename = "_meta")]
-            meta: Option<&'a RawValue>,
-        }
-        let top: Top<'_> = serde_json::from_slice(request).ok()?;
-        let members = self.meta_members();
-        match top.params {
-            None => {
-                let text = std::str::from_utf8(request).ok()?;
-                let with = prepend(text, "params", &format!("{{\"_meta\":{{{members}}}}}"))?;
-                Some(with.into_bytes())
-            }
-            Some(params) => {
-                let inner: ParamsMeta<'_> = serde_json::from_str(params.get()).ok()?;
-                match inner.meta {
-                    None => {
-                        let new = prepend(params.get(), "_meta", &format!("{{{members}}}"))?;
-                        Some(message::splice(request, params.get(), new.as_bytes()))
-                    }
-                    Some(meta) => {
-                        if !meta.get().trim_start().starts_with('{') {
-                            return None;
-                        }
-                        let new = prepend_members(meta.get(), &members)?;
-                        Some(message::splice(request, meta.get(), new.as_bytes()))
-                    }
-                }
-            }
-        }
+        with_meta_members(request, &self.meta_members())
     }
 
     /// The `InitializeResult` for this client, from a modern server's `DiscoverResult`: the
@@ -386,6 +352,49 @@ impl LegacyClient {
         }
         out.push('}');
         out
+    }
+}
+
+/// A message whose `params._meta` gains `members` (JSON members, without braces) first, the
+/// rest as written; `params` and `_meta` are made when absent. `None`: its `params` is not an
+/// object, or its `_meta` is not one.
+pub fn with_meta_members(line: &[u8], members: &str) -> Option<Vec<u8>> {
+    #[derive(Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct ParamsMeta<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<&'a RawValue>,
+    }
+    let top: Top<'_> = serde_json::from_slice(line).ok()?;
+    match top.params {
+        None => {
+            let text = std::str::from_utf8(line).ok()?;
+            let with = prepend(text, "params", &format!("{{\"_meta\":{{{members}}}}}"))?;
+            Some(with.into_bytes())
+        }
+        Some(params) => {
+            if !params.get().trim_start().starts_with('{') {
+                return None;
+            }
+            let inner: ParamsMeta<'_> = serde_json::from_str(params.get()).ok()?;
+            match inner.meta {
+                None => {
+                    let new = prepend(params.get(), "_meta", &format!("{{{members}}}"))?;
+                    Some(message::splice(line, params.get(), new.as_bytes()))
+                }
+                Some(meta) => {
+                    if !meta.get().trim_start().starts_with('{') {
+                        return None;
+                    }
+                    let new = prepend_members(meta.get(), members)?;
+                    Some(message::splice(line, meta.get(), new.as_bytes()))
+                }
+            }
+        }
     }
 }
 

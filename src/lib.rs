@@ -15,6 +15,9 @@
 //! - [`bridge`]: the era bridge: a client of one era in front of a server of the other (the
 //!   server's era learned and kept per origin; `initialize` ⇄ `server/discover`, results made
 //!   modern or legacy, MRTR ⇄ server requests); its state per session lives in [`relay`].
+//! - [`subscriptions`]: `subscriptions/listen` served for modern clients in front of a legacy
+//!   server (the filter granted by its capabilities, URIs subscribed upstream once, each
+//!   notification tagged for every listen that asked for it).
 //! - [`queue`]: the queues between tasks, bounded in bytes (backpressure, not memory).
 //! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
 //!   flight (ids that cannot cross), and answers them with errors when the server goes away.
@@ -120,6 +123,7 @@ pub mod report;
 pub mod search;
 pub mod session;
 pub mod stdio;
+pub mod subscriptions;
 pub mod suggest;
 pub mod task_token;
 pub mod tokens;

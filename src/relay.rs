@@ -87,6 +87,16 @@ enum Pending {
     Discover,
     /// The proxy's own `server/discover` (see [`Routed::probe`]): its answer is the proxy's.
     Probe,
+    /// A modern client's `subscriptions/listen`. `filter`: what it asks for (read when the
+    /// bridge is on, for a legacy server's session); `served`: the proxy serves it itself (it
+    /// never went upstream), and it ends only when the client cancels it or the session ends.
+    Listen {
+        filter: Option<Box<crate::subscriptions::Filter>>,
+        served: bool,
+    },
+    /// The proxy's own `resources/subscribe` / `resources/unsubscribe` for the listens it
+    /// serves: its answer is the proxy's.
+    Subscription,
     /// The proxy's own `initialize`, opening a legacy session for modern clients (the era
     /// bridge): its answer is the proxy's.
     BridgeInitialize,
@@ -323,6 +333,9 @@ struct Bridge {
     rounds: HashMap<u64, Round>,
     round_seq: u64,
     inputs: HashMap<Box<str>, (u64, String)>,
+    /// Modern clients' `subscriptions/listen`, served by the proxy in front of a legacy
+    /// server ([`crate::subscriptions`]).
+    listens: crate::subscriptions::Listens,
 }
 
 /// A modern client's request as it goes into the proxy's legacy session: without the modern
@@ -384,6 +397,14 @@ impl Later {
     }
 }
 
+/// A listen the proxy serves ([`Relay::serve_listen`]): whether it is open, its
+/// acknowledgement (or refusal), and the subscriptions it needs upstream.
+struct ServedListen {
+    open: bool,
+    to_client: Vec<u8>,
+    to_server: Vec<Outgoing>,
+}
+
 /// Whether a client's id is spelled like one the proxy mints for its own requests upstream
 /// (its era probe, its `initialize`, an MRTR retry): such a request goes upstream under a
 /// fresh id, so that the two can never meet.
@@ -393,6 +414,7 @@ fn reserved(id: &Id) -> bool {
         "\"mcp-budget-discover-",
         "\"mcp-budget-initialize-",
         "\"mcp-budget-retry-",
+        "\"mcp-budget-subscribe-",
     ]
     .iter()
     .any(|prefix| raw.starts_with(prefix))
@@ -718,6 +740,8 @@ impl Relay {
                 bridge.asking = false;
                 bridge.reprobed = false;
                 bridge.session = LegacySession::Closed;
+                // The new server holds no subscription: every listen ends with an error.
+                bridge.listens.clear();
                 bridge.parked.clear();
                 bridge.rounds.clear();
                 bridge.inputs.clear();
@@ -734,8 +758,10 @@ impl Relay {
             .finish_all()
             .into_iter()
             .filter(|f| {
-                !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize)
-                    && f.parked.is_none()
+                !matches!(
+                    f.pending,
+                    Pending::Probe | Pending::BridgeInitialize | Pending::Subscription
+                ) && f.parked.is_none()
             })
             .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
             .collect();
@@ -1144,6 +1170,22 @@ impl Relay {
                             ));
                             return Forward::Drop;
                         }
+                        // A legacy server has no listen: the proxy serves it from its session.
+                        if method == "subscriptions/listen"
+                            && state.bridge.server == Some(Era::Legacy)
+                            && let LegacySession::Open(init) = &state.bridge.session
+                        {
+                            let init = init.clone();
+                            let filter = crate::subscriptions::Filter::requested(bytes);
+                            let served =
+                                self.serve_listen(&mut state, &id, upstream, filter, &init);
+                            if served.open {
+                                routed.accepted.push(id.clone());
+                            }
+                            routed.to_client.push(served.to_client);
+                            routed.also_to_server.extend(served.to_server);
+                            return Forward::Drop;
+                        }
                         // A retry of a call the proxy parked (MRTR to a legacy server).
                         if state.bridge.server == Some(Era::Legacy)
                             && bridge::takes_input(&method)
@@ -1215,6 +1257,17 @@ impl Relay {
                 let (pending, forward) = match method.as_str() {
                     "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
+                    // Held while the server's era is learned: should it be a legacy one, the
+                    // proxy serves the listen when the server refuses it.
+                    "subscriptions/listen" if modern.is_some() && self.bridge_on => (
+                        Pending::Listen {
+                            filter: crate::subscriptions::Filter::requested(bytes)
+                                .ok()
+                                .map(Box::new),
+                            served: false,
+                        },
+                        task_forward,
+                    ),
                     "initialize" if self.bridge_on => {
                         self.interceptor.initialize_request(bytes);
                         let client = LegacyClient::of(bytes);
@@ -1464,6 +1517,26 @@ impl Relay {
                         .iter()
                         .find(|(_, r)| r.client.key() == id.key())
                         .map(|(n, _)| *n);
+                    // A listen the proxy serves ends here: nothing of it is upstream but the
+                    // subscriptions no other listen needs.
+                    if let Some(gone) = state.bridge.listens.close(id.key()) {
+                        let key = state
+                            .aliases
+                            .get(id.key())
+                            .cloned()
+                            .unwrap_or_else(|| id.key().into());
+                        state.finish(&key);
+                        state.retired.add(id.key().into());
+                        for uri in gone {
+                            let unsubscribe = self.subscription_request(
+                                &mut state,
+                                "resources/unsubscribe",
+                                &uri,
+                            );
+                            routed.also_to_server.push(unsubscribe);
+                        }
+                        return Forward::Drop;
+                    }
                     if let Some(n) = round {
                         state.bridge.rounds.remove(&n);
                         state.bridge.inputs.retain(|_, (m, _)| *m != n);
@@ -2012,6 +2085,12 @@ impl Relay {
                     Delivery::Drop
                 }
             }
+            // Its list changes and resource updates reach only the listens that asked.
+            Parsed::Single(Kind::Notification { method })
+                if crate::subscriptions::is_listened(&method) && self.bridging_legacy_server() =>
+            {
+                self.to_listens(&method, &line)
+            }
             Parsed::Single(Kind::Request { id, method, .. }) if self.bridging_legacy_server() => {
                 match self.park(&id, &method, &line, related) {
                     Ok(Some((client, answer))) => {
@@ -2311,6 +2390,34 @@ impl Relay {
                 changed(rewritten)
             }
             Ok(Pending::Other) => changed(None),
+            Ok(Pending::Subscription) => {
+                if bridge::is_error(bytes) {
+                    tracing::warn!(excerpt = %jsonrpc::excerpt(bytes, 200), "the server refused a resource subscription a listen asked for: its updates will not come");
+                }
+                Delivery::Drop
+            }
+            // A listen held while the server's era was learned, refused by a legacy server:
+            // the proxy serves it from the session it opened.
+            Ok(Pending::Listen {
+                filter: Some(filter),
+                served: false,
+            }) if bridge::is_error(bytes) && self.bridging_legacy_server() => {
+                let mut state = self.state();
+                let (Some((client_id, _, true)), LegacySession::Open(init)) =
+                    (&client, &state.bridge.session)
+                else {
+                    return changed(None);
+                };
+                let init = init.clone();
+                let served = self.serve_listen(&mut state, client_id, None, Ok(*filter), &init);
+                let kind = message::parse(&served.to_client)
+                    .ok()
+                    .and_then(message::Parsed::single);
+                state.later.to_client.push((served.to_client, kind, None));
+                state.later.to_server.extend(served.to_server);
+                Delivery::Drop
+            }
+            Ok(Pending::Listen { .. }) => changed(None),
             Err(true) => {
                 tracing::info!(
                     id = id.raw(),
@@ -2744,6 +2851,114 @@ impl Relay {
     }
 
     /// Whether the proxy opened (or is opening) a legacy session for modern clients.
+    /// Serves a modern client's `subscriptions/listen` in front of a legacy server: the part
+    /// of its filter the server's `InitializeResult` (`init`) can honor is granted and
+    /// acknowledged, and the URIs no other listen names are subscribed to upstream. The
+    /// listen stays in flight (under `upstream`, a fresh id, when its own was used before)
+    /// until the client cancels it or the session ends.
+    fn serve_listen(
+        &self,
+        state: &mut State,
+        id: &Id,
+        upstream: Option<Id>,
+        filter: Result<crate::subscriptions::Filter, crate::subscriptions::Refused>,
+        init: &str,
+    ) -> ServedListen {
+        let opened = filter.and_then(|filter| {
+            let granted = filter.granted(init);
+            let new = state.bridge.listens.open(id.clone(), granted.clone())?;
+            Ok((granted, new))
+        });
+        let (granted, new) = match opened {
+            Ok(opened) => opened,
+            Err(refused) => {
+                bad_input();
+                return ServedListen {
+                    open: false,
+                    to_client: jsonrpc::error_response(
+                        Some(id),
+                        jsonrpc::INVALID_PARAMS,
+                        &refused.to_string(),
+                        None,
+                    ),
+                    to_server: Vec::new(),
+                };
+            }
+        };
+        tracing::debug!(
+            id = id.raw(),
+            uris = granted.uris.len(),
+            "a listen served for a legacy server"
+        );
+        let key: Box<str> = match &upstream {
+            Some(fresh) => {
+                state.aliases.insert(id.key().into(), fresh.key().into());
+                fresh.key().into()
+            }
+            None => id.key().into(),
+        };
+        let mut flight = InFlight::own(
+            id.clone(),
+            "subscriptions/listen",
+            Pending::Listen {
+                filter: None,
+                served: true,
+            },
+            None,
+        );
+        flight.upstream = upstream;
+        flight.modern = true;
+        state.pending.insert(key, flight);
+        let to_server = new
+            .iter()
+            .map(|uri| self.subscription_request(state, "resources/subscribe", uri))
+            .collect();
+        ServedListen {
+            open: true,
+            to_client: crate::subscriptions::acknowledged(id, &granted),
+            to_server,
+        }
+    }
+
+    /// The proxy's own `resources/subscribe` or `resources/unsubscribe` (`method`) for a URI
+    /// of the listens it serves, in flight.
+    fn subscription_request(&self, state: &mut State, method: &str, uri: &str) -> Outgoing {
+        state.fresh += 1;
+        let id = Id::from_json_text(&format!("\"mcp-budget-subscribe-{}\"", state.fresh));
+        let bytes = crate::subscriptions::upstream_request(&id, method, uri);
+        state.pending.insert(
+            id.key().into(),
+            InFlight::own(id.clone(), method, Pending::Subscription, None),
+        );
+        Outgoing {
+            requests: vec![id],
+            bytes,
+            ..Outgoing::default()
+        }
+    }
+
+    /// A legacy server's list change or resource update, for modern clients: each listen that
+    /// asked for it gets it, tagged with its id (the first here, the others after it); none
+    /// asked, nobody gets it (2026-07-28 sends nothing a client did not ask for).
+    fn to_listens(&self, method: &str, line: &[u8]) -> Delivery {
+        let mut state = self.state();
+        let mut deliveries = state.bridge.listens.deliveries(method, line).into_iter();
+        let Some(first) = deliveries.next() else {
+            tracing::debug!(
+                method,
+                "a legacy server's notification no listen asked for; dropped"
+            );
+            return Delivery::Drop;
+        };
+        for other in deliveries {
+            let kind = Kind::Notification {
+                method: method.to_string(),
+            };
+            state.later.to_client.push((other, Some(kind), None));
+        }
+        Delivery::Rewritten(first)
+    }
+
     fn bridging_legacy_server(&self) -> bool {
         if !self.bridge_on {
             return false;
@@ -2860,6 +3075,13 @@ impl Relay {
                     None,
                 );
                 self.legacy_session_answer(&refusal);
+                None
+            }
+            Pending::Subscription => {
+                tracing::warn!(
+                    why,
+                    "the server's answer to a resource subscription could not be read"
+                );
                 None
             }
             _ if flight.parked.is_some() => None,
@@ -3003,8 +3225,10 @@ impl Relay {
                 .finish_all()
                 .into_iter()
                 .filter(|f| {
-                    !matches!(f.pending, Pending::Probe | Pending::BridgeInitialize)
-                        && f.parked.is_none()
+                    !matches!(
+                        f.pending,
+                        Pending::Probe | Pending::BridgeInitialize | Pending::Subscription
+                    ) && f.parked.is_none()
                 })
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()

@@ -850,3 +850,275 @@ async fn over_an_http_upstream_a_request_for_input_finds_its_call_among_several(
     assert_eq!(held["result"]["resultType"], "complete", "{held}");
     assert!(held.to_string().contains("released"), "{held}");
 }
+
+/// A modern `subscriptions/listen` over a line peer: the request (it is never answered while
+/// it is open) and its acknowledgement, which names the subscription by the request's id.
+async fn listen_on(client: &mut Client, id: u64, notifications: Value) -> Value {
+    let params = json!({"_meta": meta("bridge-test"), "notifications": notifications});
+    let request =
+        json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params});
+    client.peer.send(&request.to_string()).await;
+    loop {
+        let message = client.peer.recv_json().await;
+        if message["method"] == "notifications/subscriptions/acknowledged" {
+            assert_eq!(
+                message["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], id,
+                "{message}"
+            );
+            return message["params"]["notifications"].clone();
+        }
+        assert!(
+            message.get("id").is_none(),
+            "the listen was answered: {message}"
+        );
+        client.notes.push(message);
+    }
+}
+
+/// What the server says it is subscribed to (quirky's `subscribed` tool).
+async fn subscribed(client: &mut Client) -> Value {
+    let answer = client
+        .request("tools/call", json!({"name": "subscribed", "arguments": {}}))
+        .await;
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("null");
+    serde_json::from_str(text).unwrap_or_else(|_| panic!("{answer}"))
+}
+
+/// The notifications a call brought, as (method, subscription id, uri).
+fn brought(client: &mut Client) -> Vec<(String, Value, Value)> {
+    let mut notes: Vec<(String, Value, Value)> = client
+        .notes
+        .drain(..)
+        .map(|n| {
+            (
+                n["method"].as_str().unwrap_or("").to_string(),
+                n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone(),
+                n["params"]["uri"].clone(),
+            )
+        })
+        .collect();
+    notes.sort_by_key(|(m, s, u)| format!("{m}{s}{u}"));
+    notes
+}
+
+#[tokio::test]
+async fn a_modern_clients_listen_is_served_in_front_of_a_legacy_server() {
+    let mut client = Client::over(proxy("quirky_server", &[("QUIRKY_RESOURCES", "1")]), true);
+    // The first request: held while the server's era is learned, refused by the legacy
+    // server, then served by the proxy.
+    let granted = listen_on(
+        &mut client,
+        100,
+        json!({"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": ["file:///a"], "x-future": true}),
+    )
+    .await;
+    // quirky has no prompts: only what its capabilities offer is granted.
+    assert_eq!(
+        granted,
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["file:///a"]})
+    );
+    let granted = listen_on(
+        &mut client,
+        101,
+        json!({"resourcesListChanged": true, "resourceSubscriptions": ["file:///a", "file:///b"]}),
+    )
+    .await;
+    assert_eq!(
+        granted,
+        json!({"resourcesListChanged": true, "resourceSubscriptions": ["file:///a", "file:///b"]})
+    );
+    assert_eq!(
+        subscribed(&mut client).await,
+        json!(["file:///a", "file:///b"])
+    );
+    client.notes.clear();
+
+    // An update of a URI both listen to reaches both, each tagged with its own id, as the
+    // server wrote it otherwise; the list change only the listen that asked for it.
+    let touch = client
+        .request(
+            "tools/call",
+            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
+        )
+        .await;
+    assert!(touch["result"].is_object(), "{touch}");
+    let updated = "notifications/resources/updated".to_string();
+    assert_eq!(
+        brought(&mut client),
+        vec![
+            (
+                "notifications/resources/list_changed".into(),
+                json!(101),
+                Value::Null
+            ),
+            (updated.clone(), json!(100), json!("file:///a")),
+            (updated.clone(), json!(101), json!("file:///a")),
+        ]
+    );
+    client
+        .request(
+            "tools/call",
+            json!({"name": "list_changed", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(
+        brought(&mut client),
+        vec![(
+            "notifications/tools/list_changed".into(),
+            json!(100),
+            Value::Null
+        )]
+    );
+
+    // The client cancels 101: b is unsubscribed upstream, a is kept for 100.
+    client
+        .peer
+        .send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":101}}"#)
+        .await;
+    assert_eq!(subscribed(&mut client).await, json!(["file:///a"]));
+    client.notes.clear();
+    client
+        .request(
+            "tools/call",
+            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
+        )
+        .await;
+    assert_eq!(
+        brought(&mut client),
+        vec![(updated.clone(), json!(100), json!("file:///a"))]
+    );
+
+    // A filter the proxy cannot read is refused, naming the fix; the listen's id is free
+    // again for another request.
+    let refused = client
+        .request(
+            "subscriptions/listen",
+            json!({"notifications": {"resourceSubscriptions": "file:///a"}}),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("list of URI strings")),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_stream() {
+    use futures_util::StreamExt;
+    let quirky = example("quirky_server");
+    let (_proxy, url) = common::listen(
+        &["--policy", "none", "--", quirky.to_str().unwrap()],
+        &[("QUIRKY_RESOURCES", "1")],
+    )
+    .await;
+    let http = http_client();
+    let discover = modern_post(&http, &url, 1, "server/discover", json!({}), None).await;
+    assert!(discover["result"].is_object(), "{discover}");
+    let mut params = json!({"notifications": {"resourceSubscriptions": ["file:///x"]}});
+    params["_meta"] = meta("claude-ai");
+    let body = json!({"jsonrpc": "2.0", "id": "watch", "method": "subscriptions/listen", "params": params});
+    let response = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut seen = String::new();
+    // The next data line on the listen's stream, as JSON.
+    let mut next_event = async move || -> Value {
+        loop {
+            if let Some(end) = seen.find("\n\n") {
+                let event: String = seen.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                    return serde_json::from_str(data.trim()).unwrap();
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), stream.next())
+                .await
+                .expect("an event on the listen's stream in time")
+                .expect("the stream is open")
+                .unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let ack = next_event().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "watch",
+        "the client's own id: {ack}"
+    );
+    let touch = modern_post(
+        &http,
+        &url,
+        2,
+        "tools/call",
+        json!({"name": "touch", "arguments": {"uri": "file:///x"}}),
+        Some("touch"),
+    )
+    .await;
+    assert!(touch["result"].is_object(), "{touch}");
+    let update = next_event().await;
+    assert_eq!(
+        update["method"], "notifications/resources/updated",
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], "file:///x");
+    assert_eq!(
+        update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "watch",
+        "{update}"
+    );
+    let subscribed_now = |answer: &Value| {
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .map(String::from)
+            .unwrap_or_default()
+    };
+    let answer = modern_post(
+        &http,
+        &url,
+        3,
+        "tools/call",
+        json!({"name": "subscribed", "arguments": {}}),
+        Some("subscribed"),
+    )
+    .await;
+    assert_eq!(subscribed_now(&answer), r#"["file:///x"]"#, "{answer}");
+    // The client closes the listen's stream: the subscription ends upstream.
+    drop(next_event);
+    let mut id = 4;
+    loop {
+        let answer = modern_post(
+            &http,
+            &url,
+            id,
+            "tools/call",
+            json!({"name": "subscribed", "arguments": {}}),
+            Some("subscribed"),
+        )
+        .await;
+        if subscribed_now(&answer) == "[]" {
+            break;
+        }
+        id += 1;
+        assert!(
+            id < 400,
+            "still subscribed after the stream closed: {answer}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -659,10 +659,11 @@ impl Session {
             tracing::info!(session = %self.id, id = id.raw(), "client went away before the answer; cancelling upstream");
             let cancel = jsonrpc::cancelled(&id, "the client disconnected");
             let routed = self.relay.from_client(Frame::Line(cancel));
-            if let Some(message) = routed.to_server
-                && self.to_server.try_send(message).is_err()
-            {
-                tracing::warn!(session = %self.id, id = id.raw(), "the upstream queue is full: the cancellation could not be sent");
+            // The cancellation, or for a listen the proxy served, its unsubscriptions.
+            for message in routed.to_server.into_iter().chain(routed.also_to_server) {
+                if self.to_server.try_send(message).is_err() {
+                    tracing::warn!(session = %self.id, id = id.raw(), "the upstream queue is full: the cancellation could not be sent");
+                }
             }
         }
     }
