@@ -87,6 +87,51 @@ impl EraChoice {
     }
 }
 
+/// Why a client's request is refused under a forced client era (`--client-era`): its code,
+/// message and data; `None` when the request is of the era served. `modern`: whether it
+/// carries the 2026-07-28 `_meta`.
+pub fn refused_by_client_era(
+    forced: Era,
+    method: &str,
+    modern: bool,
+    request: &[u8],
+) -> Option<(i64, String, Option<serde_json::Value>)> {
+    match forced {
+        Era::Legacy if modern && method == "server/discover" => Some((
+            crate::jsonrpc::METHOD_NOT_FOUND,
+            "Method not found: server/discover (this mcp-budget serves 2025-11-25 and earlier only, --client-era legacy: send initialize)".into(),
+            None,
+        )),
+        Era::Legacy if modern => Some((
+            crate::jsonrpc::INVALID_REQUEST,
+            format!("Invalid Request: this mcp-budget serves 2025-11-25 and earlier only (--client-era legacy): send initialize first, then {method} in that session"),
+            None,
+        )),
+        Era::Modern if method == "initialize" => {
+            #[derive(Deserialize)]
+            struct Params {
+                #[serde(rename = "protocolVersion")]
+                version: Option<serde_json::Value>,
+            }
+            #[derive(Deserialize)]
+            struct Top {
+                params: Option<Params>,
+            }
+            let requested = serde_json::from_slice::<Top>(request)
+                .ok()
+                .and_then(|t| t.params)
+                .and_then(|p| p.version)
+                .unwrap_or(serde_json::Value::Null);
+            Some((
+                UNSUPPORTED_VERSION,
+                format!("Unsupported protocol version: this mcp-budget serves {} only (--client-era modern); send requests with the 2026-07-28 _meta, no initialize", crate::era::MODERN),
+                Some(serde_json::json!({"supported": [crate::era::MODERN], "requested": requested})),
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// The legacy revision the proxy opens sessions with, and offers a legacy client whose own
 /// revision it does not know.
 pub const LEGACY: &str = "2025-11-25";

@@ -160,6 +160,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::bridge::EraChoice))]
     pub server_era: crate::bridge::EraChoice,
 
+    /// The clients' protocol era: `auto` serves both, each request in its own era (a request
+    /// with the 2026-07-28 `_meta` statelessly, an `initialize` as a session); `modern` refuses
+    /// `initialize` (-32022, naming 2026-07-28); `legacy` answers 2026-07-28 requests as a
+    /// legacy server does (`server/discover` unknown, other requests told to send
+    /// `initialize`), so that a dual-era client falls back to a session.
+    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::bridge::EraChoice))]
+    pub client_era: crate::bridge::EraChoice,
+
     /// A legacy server's request for input (elicitation, sampling, roots) reaches a modern
     /// client as an `input_required` result; the call waits upstream this many seconds for
     /// the client's retry, then is cancelled.

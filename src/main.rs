@@ -433,6 +433,7 @@ async fn proxy(
         initialize_timeout: seconds("--initialize-timeout-secs", run.initialize_timeout_secs)?,
         max_in_flight: run.max_in_flight,
         server_era: run.server_era,
+        client_era: run.client_era,
         input_timeout: seconds("--input-timeout-secs", run.input_timeout_secs)?,
         bridge: true,
     };

@@ -438,6 +438,8 @@ pub struct Relay {
     /// Whether the era bridge works at all (off for recordings and the relay's own tests):
     /// when off, nothing of it is looked at.
     bridge_on: bool,
+    /// The one era of clients served (`--client-era`), when one is forced.
+    client_era: Option<Era>,
     /// How long a parked MRTR call waits for its client's retry.
     input_timeout: Duration,
     /// Signalled when a request with a deadline goes in flight.
@@ -498,6 +500,7 @@ impl Relay {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             input_timeout: DEFAULT_INPUT_TIMEOUT,
             bridge_on: false,
+            client_era: None,
             deadline_added: tokio::sync::Notify::new(),
         }
     }
@@ -536,6 +539,12 @@ impl Relay {
 
     /// How long a call the era bridge parked (its client answering the server's request)
     /// waits for the client's retry before it is cancelled upstream.
+    /// Serves clients of one era only (`--client-era`); `auto` serves both.
+    pub fn with_client_era(mut self, era: EraChoice) -> Self {
+        self.client_era = era.forced();
+        self
+    }
+
     pub fn with_input_timeout(mut self, timeout: Duration) -> Self {
         self.input_timeout = timeout;
         self
@@ -1120,6 +1129,19 @@ impl Relay {
                 modern,
             } => {
                 tracing::debug!(id = id.raw(), %method, "request");
+                if let Some(forced) = self.client_era
+                    && let Some((code, message, data)) =
+                        bridge::refused_by_client_era(forced, &method, modern.is_some(), bytes)
+                {
+                    bad_input();
+                    routed.to_client.push(jsonrpc::error_response(
+                        Some(&id),
+                        code,
+                        &message,
+                        data.as_ref(),
+                    ));
+                    return Forward::Drop;
+                }
                 // Admission and the entry in flight happen under one lock: two requests with one
                 // id can never both be admitted.
                 let mut state = self.state();

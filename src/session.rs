@@ -32,6 +32,8 @@ pub struct Options {
     pub max_in_flight: usize,
     /// The server's protocol era, or `auto` to learn it (`--server-era`).
     pub server_era: crate::bridge::EraChoice,
+    /// The clients' protocol era, or `auto` to serve both (`--client-era`).
+    pub client_era: crate::bridge::EraChoice,
     /// How long a call waits upstream for a modern client's retry with the input a legacy
     /// server asked for (`--input-timeout-secs`).
     pub input_timeout: Duration,
@@ -49,6 +51,7 @@ impl Default for Options {
             initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
             server_era: crate::bridge::EraChoice::Auto,
+            client_era: crate::bridge::EraChoice::Auto,
             input_timeout: crate::relay::DEFAULT_INPUT_TIMEOUT,
             bridge: true,
         }
@@ -62,7 +65,8 @@ impl Options {
             .with_request_timeout(self.request_timeout)
             .with_initialize_timeout(self.initialize_timeout)
             .with_max_in_flight(self.max_in_flight)
-            .with_input_timeout(self.input_timeout);
+            .with_input_timeout(self.input_timeout)
+            .with_client_era(self.client_era);
         match self.bridge {
             true => relay.with_bridge(self.server_era),
             false => relay,

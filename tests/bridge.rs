@@ -1122,3 +1122,111 @@ async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_s
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+fn proxy_with(options: &[&str], server: &str) -> Peer {
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--policy", "none"])
+        .args(options)
+        .arg("--")
+        .arg(example(server));
+    Peer::from_command(command)
+}
+
+#[tokio::test]
+async fn a_forced_legacy_client_era_answers_modern_requests_as_a_legacy_server_does() {
+    let mut client = Client::over(
+        proxy_with(&["--client-era", "legacy"], "modern_server"),
+        true,
+    );
+    // What a dual-era client's probe reads as a legacy server: it falls back to initialize.
+    let discover = client.request("server/discover", json!({})).await;
+    assert_eq!(discover["error"]["code"], -32601, "{discover}");
+    let list = client.request("tools/list", json!({})).await;
+    assert_eq!(list["error"]["code"], -32600, "{list}");
+    assert!(
+        list["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--client-era legacy") && m.contains("initialize")),
+        "{list}"
+    );
+    // A legacy client is served (bridged to the modern-only server behind).
+    client.modern = false;
+    let init = client.initialize("2025-11-25").await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    let list = client.request("tools/list", json!({})).await;
+    assert!(list["result"]["tools"].is_array(), "{list}");
+}
+
+#[tokio::test]
+async fn a_forced_modern_client_era_refuses_initialize_naming_the_version_it_serves() {
+    let mut client = Client::over(
+        proxy_with(&["--client-era", "modern"], "quirky_server"),
+        false,
+    );
+    let init = client.initialize("2025-11-25").await;
+    assert_eq!(init["error"]["code"], -32022, "{init}");
+    assert_eq!(
+        init["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2025-11-25"})
+    );
+    // A modern client is served (bridged to the legacy server behind).
+    client.modern = true;
+    let list = client.request("tools/list", json!({})).await;
+    assert_eq!(list["result"]["resultType"], "complete", "{list:.300}");
+}
+
+#[tokio::test]
+async fn over_http_a_forced_client_era_refuses_the_other_era_before_any_session() {
+    let quirky = example("quirky_server");
+    let http = http_client();
+    let (_legacy_only, url) = common::listen(
+        &[
+            "--client-era",
+            "legacy",
+            "--policy",
+            "none",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    let answer = modern_post(&http, &url, 7, "tools/list", json!({}), None).await;
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let session = common::mcp_initialize(&http, &url).await;
+    assert!(!session.is_empty());
+
+    let (_modern_only, url) = common::listen(
+        &[
+            "--client-era",
+            "modern",
+            "--policy",
+            "none",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
+    let response = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert!(response.headers().get("mcp-session-id").is_none());
+    let answer: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(answer["error"]["code"], -32022, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["requested"], "2025-06-18",
+        "{answer}"
+    );
+    let list = modern_post(&http, &url, 2, "tools/list", json!({}), None).await;
+    assert_eq!(list["result"]["resultType"], "complete", "{list:.300}");
+}

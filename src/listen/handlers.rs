@@ -738,6 +738,34 @@ async fn handle_post(
     let stateless = existing.is_none()
         && (header_version.is_some_and(crate::era::is_modern)
             || (initialize.is_none() && any_modern));
+    // A forced client era (`--client-era`) refuses the other era before any session opens.
+    if existing.is_none()
+        && let Some(forced) = listener.sessions.options().session.client_era.forced()
+    {
+        for kind in parsed.kinds() {
+            if let Kind::Request {
+                id,
+                method,
+                modern: meta,
+                ..
+            } = kind
+                && let Some((code, message, data)) = crate::bridge::refused_by_client_era(
+                    forced,
+                    method,
+                    meta.is_some() || stateless,
+                    &body,
+                )
+            {
+                return Err(rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    Some(id),
+                    code,
+                    &message,
+                    data.as_ref(),
+                ));
+            }
+        }
+    }
     if stateless && let Some(id) = &initialize {
         // 2026-07-28 has no initialize: a modern client that sends one is told so.
         return Err(rpc_refusal(
