@@ -10,7 +10,13 @@
 //!   `input_required` result asking `confirm` by elicitation, with `requestState`
 //!   `opaque-1`; the retry that echoes it with the answer gets `confirmed: <answer>`);
 //! - a request that sets `_meta["io.modelcontextprotocol/logLevel"]` gets one
-//!   `notifications/message` at `info` before its answer.
+//!   `notifications/message` at `info` before its answer;
+//! - with `MODERN_RESOURCES=1`: resources (`subscribe`, `listChanged`) and `tools.listChanged`
+//!   offered; `subscriptions/listen` acknowledged (its filter as asked) and kept open until
+//!   `notifications/cancelled` names it; tools `touch` (`notifications/resources/updated` of
+//!   `arguments.uri` to each listen subscribed to it, `notifications/resources/list_changed`
+//!   to each that asked, every one tagged with its listen's id) and `listens` (the open
+//!   listens' `resourceSubscriptions`, as JSON text).
 
 use std::io::{BufRead, Write};
 
@@ -97,7 +103,64 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
     }
 }
 
+/// The `DiscoverResult` (without `resultType`).
+fn discover() -> Value {
+    json!({
+        "supportedVersions": [MODERN],
+        "capabilities": {"tools": {}, "logging": {},
+            "extensions": {"io.modelcontextprotocol/tasks": {}, "vendor/x": {}}},
+        "instructions": "A server of rows.",
+        "ttlMs": 60000, "cacheScope": "public",
+        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern-only", "version": "1.0.0"}}
+    })
+}
+
+/// The open listens: (id, filter).
+type Listens = Vec<(Value, Value)>;
+
+/// A listen's notification, tagged with its id.
+fn tagged(method: &str, listen: &Value, mut params: Value) -> Value {
+    params["_meta"] = json!({"io.modelcontextprotocol/subscriptionId": listen});
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+/// `touch` and `listens` (MODERN_RESOURCES=1).
+fn resource_tool(out: &mut impl Write, params: &Value, listens: &Listens) -> Option<Value> {
+    match params["name"].as_str()? {
+        "touch" => {
+            let uri = params["arguments"]["uri"].clone();
+            for (listen, filter) in listens {
+                let subscribed = filter["resourceSubscriptions"]
+                    .as_array()
+                    .is_some_and(|uris| uris.contains(&uri));
+                if subscribed {
+                    let updated = json!({"uri": uri});
+                    send(
+                        out,
+                        &tagged("notifications/resources/updated", listen, updated),
+                    );
+                }
+                if filter["resourcesListChanged"] == true {
+                    let changed = tagged("notifications/resources/list_changed", listen, json!({}));
+                    send(out, &changed);
+                }
+            }
+            Some(json!({"content": []}))
+        }
+        "listens" => {
+            let open: Vec<Value> = listens
+                .iter()
+                .map(|(_, filter)| filter["resourceSubscriptions"].clone())
+                .collect();
+            Some(json!({"content": [{"type": "text", "text": Value::Array(open).to_string()}]}))
+        }
+        _ => None,
+    }
+}
+
 fn main() {
+    let resources = std::env::var("MODERN_RESOURCES").is_ok_and(|v| v == "1");
+    let mut listens: Listens = Vec::new();
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -107,6 +170,10 @@ fn main() {
             send(&mut out, &error(&Value::Null, -32700, "parse error", None));
             continue;
         };
+        if message["method"] == "notifications/cancelled" {
+            let cancelled = &message["params"]["requestId"];
+            listens.retain(|(listen, _)| listen != cancelled);
+        }
         let (Some(method), Some(id)) = (message["method"].as_str(), message.get("id")) else {
             continue; // notifications and responses
         };
@@ -144,18 +211,29 @@ fn main() {
             send(&mut out, &log);
         }
         let answer = match method {
-            "server/discover" => result(
-                id,
-                json!({
-                    "supportedVersions": [MODERN],
-                    "capabilities": {"tools": {}, "logging": {},
-                        "extensions": {"io.modelcontextprotocol/tasks": {}, "vendor/x": {}}},
-                    "instructions": "A server of rows.",
-                    "ttlMs": 60000, "cacheScope": "public",
-                    "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern-only", "version": "1.0.0"}}
-                }),
-            ),
+            "server/discover" if resources => {
+                let mut discovered = discover();
+                discovered["capabilities"]["tools"] = json!({"listChanged": true});
+                discovered["capabilities"]["resources"] =
+                    json!({"subscribe": true, "listChanged": true});
+                result(id, discovered)
+            }
+            "server/discover" => result(id, discover()),
             "tools/list" => result(id, tools()),
+            "subscriptions/listen" if resources => {
+                let filter = params["notifications"].clone();
+                let mut ack = json!({"notifications": filter});
+                ack["_meta"] = json!({"io.modelcontextprotocol/subscriptionId": id});
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack});
+                send(&mut out, &ack);
+                listens.push((id.clone(), filter));
+                continue;
+            }
+            "tools/call"
+                if resources && let Some(value) = resource_tool(&mut out, params, &listens) =>
+            {
+                result(id, value)
+            }
             "tools/call" => match call(params) {
                 Ok(value) if value["resultType"].is_string() => {
                     json!({"jsonrpc": "2.0", "id": id, "result": value})

@@ -97,6 +97,9 @@ enum Pending {
     /// The proxy's own `resources/subscribe` / `resources/unsubscribe` for the listens it
     /// serves: its answer is the proxy's.
     Subscription,
+    /// The listen the proxy holds at a modern server for a legacy client: its answer (the
+    /// server ended it) is the proxy's.
+    HeldListen,
     /// The proxy's own `initialize`, opening a legacy session for modern clients (the era
     /// bridge): its answer is the proxy's.
     BridgeInitialize,
@@ -336,6 +339,14 @@ struct Bridge {
     /// Modern clients' `subscriptions/listen`, served by the proxy in front of a legacy
     /// server ([`crate::subscriptions`]).
     listens: crate::subscriptions::Listens,
+    /// The modern server's `DiscoverResult` (JSON text), when a legacy client is served from it.
+    discovered: Option<std::sync::Arc<str>>,
+    /// That legacy client's resource subscriptions (at most [`crate::subscriptions::MAX_URIS`]),
+    /// and the listen the proxy holds at the server for it: the current one, and the one it
+    /// replaces until the server acknowledges the new one.
+    legacy_uris: Vec<String>,
+    held_listen: Option<Id>,
+    replaced_listen: Option<Id>,
 }
 
 /// A modern client's request as it goes into the proxy's legacy session: without the modern
@@ -415,6 +426,7 @@ fn reserved(id: &Id) -> bool {
         "\"mcp-budget-initialize-",
         "\"mcp-budget-retry-",
         "\"mcp-budget-subscribe-",
+        "\"mcp-budget-listen-",
     ]
     .iter()
     .any(|prefix| raw.starts_with(prefix))
@@ -751,6 +763,8 @@ impl Relay {
                 bridge.session = LegacySession::Closed;
                 // The new server holds no subscription: every listen ends with an error.
                 bridge.listens.clear();
+                bridge.held_listen = None;
+                bridge.replaced_listen = None;
                 bridge.parked.clear();
                 bridge.rounds.clear();
                 bridge.inputs.clear();
@@ -769,7 +783,10 @@ impl Relay {
             .filter(|f| {
                 !matches!(
                     f.pending,
-                    Pending::Probe | Pending::BridgeInitialize | Pending::Subscription
+                    Pending::Probe
+                        | Pending::BridgeInitialize
+                        | Pending::Subscription
+                        | Pending::HeldListen
                 ) && f.parked.is_none()
             })
             .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
@@ -1218,6 +1235,26 @@ impl Relay {
                     } else if state.bridge.serving_legacy {
                         // What a modern server has no use for, the proxy answers itself.
                         match method.as_str() {
+                            "resources/subscribe" | "resources/unsubscribe"
+                                if state
+                                    .bridge
+                                    .discovered
+                                    .as_deref()
+                                    .is_some_and(crate::subscriptions::offers_subscribe) =>
+                            {
+                                let answer =
+                                    self.legacy_subscription(&mut state, &method, bytes, routed);
+                                routed.to_client.push(match answer {
+                                    Ok(()) => jsonrpc::result_response(&id, "{}"),
+                                    Err(why) => jsonrpc::error_response(
+                                        Some(&id),
+                                        jsonrpc::INVALID_PARAMS,
+                                        &why,
+                                        None,
+                                    ),
+                                });
+                                return Forward::Drop;
+                            }
                             "ping" => {
                                 routed.to_client.push(jsonrpc::result_response(&id, "{}"));
                                 return Forward::Drop;
@@ -1521,7 +1558,11 @@ impl Relay {
             }
             Kind::Notification { method } => {
                 if method == "notifications/initialized" && self.state().bridge.serving_legacy {
-                    // A modern server has no session to be told of.
+                    // A modern server has no session to be told of; the list changes the
+                    // client gets unasked come on a listen the proxy holds for it.
+                    let mut state = self.state();
+                    let listen = self.relisten(&mut state);
+                    routed.also_to_server.extend(listen);
                     return Forward::Drop;
                 }
                 // A notification always goes upstream (a cancellation perhaps rewritten).
@@ -2107,6 +2148,15 @@ impl Relay {
                     Delivery::Drop
                 }
             }
+            // The listen the proxy holds for a legacy client: its acknowledgement is the
+            // proxy's, its notifications the client's.
+            Parsed::Single(Kind::Notification { method })
+                if (crate::subscriptions::is_listened(&method)
+                    || method == "notifications/subscriptions/acknowledged")
+                    && let Some(delivery) = self.on_held_listen(&method, &line) =>
+            {
+                delivery
+            }
             // Its list changes and resource updates reach only the listens that asked.
             Parsed::Single(Kind::Notification { method })
                 if crate::subscriptions::is_listened(&method) && self.bridging_legacy_server() =>
@@ -2370,6 +2420,7 @@ impl Relay {
                         self.learned(Era::Modern);
                         let mut state = self.state();
                         state.bridge.serving_legacy = true;
+                        state.bridge.discovered = Some(result.into());
                         let init = state
                             .bridge
                             .legacy_client
@@ -2440,6 +2491,26 @@ impl Relay {
                 Delivery::Drop
             }
             Ok(Pending::Listen { .. }) => changed(None),
+            Ok(Pending::HeldListen) => {
+                let mut state = self.state();
+                if state
+                    .bridge
+                    .held_listen
+                    .as_ref()
+                    .is_some_and(|h| h.key() == id.key())
+                {
+                    state.bridge.held_listen = None;
+                    match bridge::is_error(bytes) {
+                        true => {
+                            tracing::warn!(excerpt = %jsonrpc::excerpt(bytes, 200), "the server refused the listen mcp-budget holds for a legacy client: its list changes and resource updates will not come")
+                        }
+                        false => tracing::info!(
+                            "the server ended the listen mcp-budget holds for a legacy client"
+                        ),
+                    }
+                }
+                Delivery::Drop
+            }
             Err(true) => {
                 tracing::info!(
                     id = id.raw(),
@@ -2942,6 +3013,153 @@ impl Relay {
         }
     }
 
+    /// A legacy client's `resources/subscribe` or `resources/unsubscribe` in front of a modern
+    /// server: its set of URIs changes, and the listen the proxy holds is replaced.
+    fn legacy_subscription(
+        &self,
+        state: &mut State,
+        method: &str,
+        request: &[u8],
+        routed: &mut Routed,
+    ) -> Result<(), String> {
+        let uri = crate::subscriptions::requested_uri(request).ok_or_else(|| {
+            format!(
+                "Invalid params: {method} takes params.uri, a string of at most {} bytes",
+                crate::subscriptions::MAX_URI_BYTES
+            )
+        })?;
+        let uris = &mut state.bridge.legacy_uris;
+        let changed = match method {
+            "resources/subscribe" if uris.contains(&uri) => false,
+            "resources/subscribe" if uris.len() >= crate::subscriptions::MAX_URIS => {
+                return Err(format!(
+                    "mcp-budget holds at most {} resource subscriptions per session; unsubscribe one first",
+                    crate::subscriptions::MAX_URIS
+                ));
+            }
+            "resources/subscribe" => {
+                uris.push(uri);
+                true
+            }
+            _ => {
+                let before = uris.len();
+                uris.retain(|u| *u != uri);
+                uris.len() != before
+            }
+        };
+        if changed {
+            let listen = self.relisten(state);
+            routed.also_to_server.extend(listen);
+        }
+        Ok(())
+    }
+
+    /// Opens the listen the proxy holds at a modern server for a legacy client, with what it
+    /// should now ask for; the one it replaces is cancelled once the server acknowledges the
+    /// new one (an older one still waiting for that is cancelled now).
+    fn relisten(&self, state: &mut State) -> Vec<Outgoing> {
+        let Some(discovered) = state.bridge.discovered.clone() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some(older) = state.bridge.replaced_listen.take() {
+            out.push(self.cancel_held(state, &older));
+        }
+        let current = state.bridge.held_listen.take();
+        let Some(filter) =
+            crate::subscriptions::held_filter(&discovered, &state.bridge.legacy_uris)
+        else {
+            out.extend(current.map(|current| self.cancel_held(state, &current)));
+            return out;
+        };
+        state.fresh += 1;
+        let id = Id::from_json_text(&format!("\"mcp-budget-listen-{}\"", state.fresh));
+        let bytes = crate::subscriptions::listen_request(&id, &filter);
+        let bytes = match &state.bridge.legacy_client {
+            Some(client) => client.modern_request(&bytes).unwrap_or(bytes),
+            None => bytes,
+        };
+        state.pending.insert(
+            id.key().into(),
+            InFlight::own(
+                id.clone(),
+                "subscriptions/listen",
+                Pending::HeldListen,
+                None,
+            ),
+        );
+        tracing::debug!(
+            uris = filter.uris.len(),
+            "a listen held for a legacy client"
+        );
+        out.push(Outgoing {
+            modern: Some(Box::new(crate::era::Headers::of(
+                crate::era::MODERN,
+                "subscriptions/listen",
+                None,
+                &bytes,
+                &[],
+            ))),
+            requests: vec![id.clone()],
+            bytes,
+            ..Outgoing::default()
+        });
+        state.bridge.held_listen = Some(id);
+        state.bridge.replaced_listen = current;
+        out
+    }
+
+    /// The cancellation of a listen the proxy held for a legacy client.
+    fn cancel_held(&self, state: &mut State, listen: &Id) -> Outgoing {
+        state.finish(listen.key());
+        let bytes = jsonrpc::cancelled(listen, "mcp-budget: the client's subscriptions changed");
+        let bytes = match &state.bridge.legacy_client {
+            Some(client) => client.modern_request(&bytes).unwrap_or(bytes),
+            None => bytes,
+        };
+        Outgoing {
+            modern: Some(Box::new(crate::era::Headers::of(
+                crate::era::MODERN,
+                "notifications/cancelled",
+                None,
+                &bytes,
+                &[],
+            ))),
+            ..Outgoing::notification(bytes)
+        }
+    }
+
+    /// A modern server's notification on a listen the proxy holds for a legacy client: the
+    /// acknowledgement of a new one cancels the one it replaces (dropped: the client asked
+    /// for no listen); a list change or resource update on the current listen (or the one it
+    /// replaces, until the new one is acknowledged) goes to the client, on any other of the
+    /// proxy's listens nowhere. `None`: not one of these listens' (routed as before).
+    fn on_held_listen(&self, method: &str, line: &[u8]) -> Option<Delivery> {
+        if !self.bridge_on {
+            return None;
+        }
+        let mut state = self.state();
+        if !state.bridge.serving_legacy {
+            return None;
+        }
+        let tag = message::subscription_id(line)?;
+        let ours = tag.raw().starts_with("\"mcp-budget-listen-");
+        let is = |listen: &Option<Id>| listen.as_ref().is_some_and(|l| l.key() == tag.key());
+        let current = is(&state.bridge.held_listen);
+        let replaced = is(&state.bridge.replaced_listen);
+        if method == "notifications/subscriptions/acknowledged" {
+            if current && let Some(older) = state.bridge.replaced_listen.take() {
+                let cancel = self.cancel_held(&mut state, &older);
+                state.later.to_server.push(cancel);
+            }
+            return ours.then_some(Delivery::Drop);
+        }
+        match current || replaced {
+            true => Some(Delivery::Unchanged),
+            false => ours.then_some(Delivery::Drop),
+        }
+    }
+
     /// The proxy's own `resources/subscribe` or `resources/unsubscribe` (`method`) for a URI
     /// of the listens it serves, in flight.
     fn subscription_request(&self, state: &mut State, method: &str, uri: &str) -> Outgoing {
@@ -3099,10 +3317,10 @@ impl Relay {
                 self.legacy_session_answer(&refusal);
                 None
             }
-            Pending::Subscription => {
+            Pending::Subscription | Pending::HeldListen => {
                 tracing::warn!(
                     why,
-                    "the server's answer to a resource subscription could not be read"
+                    "the server's answer to a request of the proxy's own for a listen could not be read"
                 );
                 None
             }
@@ -3249,7 +3467,10 @@ impl Relay {
                 .filter(|f| {
                     !matches!(
                         f.pending,
-                        Pending::Probe | Pending::BridgeInitialize | Pending::Subscription
+                        Pending::Probe
+                            | Pending::BridgeInitialize
+                            | Pending::Subscription
+                            | Pending::HeldListen
                     ) && f.parked.is_none()
                 })
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))

@@ -11,6 +11,13 @@
 //! and gives each of the server's notifications to every listen that asked for it, tagged
 //! with that listen's id.
 //!
+//! The other way round, a legacy client in front of a modern server: the client gets list
+//! changes unasked and subscribes with `resources/subscribe`, which the modern server no longer
+//! has. So the proxy holds one listen at the server for the client's session, asking for every
+//! list change the server's `DiscoverResult` offers and for the URIs the client subscribed to;
+//! when those change, a new listen replaces the old one, which is cancelled once the new one is
+//! acknowledged (no update is lost in between, none comes twice).
+//!
 //! Here are the filters, the table of open listens and the text the proxy writes; the relay
 //! ([`crate::relay`]) owns the table and routes the messages. No I/O here.
 
@@ -145,7 +152,7 @@ impl Filter {
         }
     }
 
-    /// The filter as the acknowledgement writes it: only what is granted.
+    /// The filter as the acknowledgement (or a listen's `notifications`) writes it.
     fn json(&self) -> String {
         let mut members: Vec<String> = Vec::new();
         for (on, name) in [
@@ -177,6 +184,41 @@ impl Filter {
             _ => false,
         }
     }
+}
+
+/// The filter of the listen the proxy holds at a modern server for a legacy client: every list
+/// change the server's `DiscoverResult` (`discovered`) offers, and `uris` when it offers
+/// subscriptions. `None`: nothing to listen to.
+pub fn held_filter(discovered: &str, uris: &[String]) -> Option<Filter> {
+    let everything = Filter {
+        tools: true,
+        prompts: true,
+        resources: true,
+        uris: uris.to_vec(),
+    };
+    let filter = everything.granted(discovered);
+    (filter != Filter::default()).then_some(filter)
+}
+
+/// Whether a modern server's `DiscoverResult` offers resource subscriptions.
+pub fn offers_subscribe(discovered: &str) -> bool {
+    let result: serde_json::Value = serde_json::from_str(discovered).unwrap_or_default();
+    result["capabilities"]["resources"]["subscribe"].as_bool() == Some(true)
+}
+
+/// The `params.uri` of a legacy client's `resources/subscribe` or `resources/unsubscribe`.
+pub fn requested_uri(request: &[u8]) -> Option<String> {
+    updated_uri(request).filter(|uri| uri.len() <= MAX_URI_BYTES)
+}
+
+/// The proxy's own `subscriptions/listen` (without `_meta`: the bridge adds the client's).
+pub fn listen_request(id: &Id, filter: &Filter) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"method":"subscriptions/listen","params":{{"notifications":{}}}}}"#,
+        id.raw(),
+        filter.json()
+    )
+    .into_bytes()
 }
 
 /// Whether a legacy server's notification is one a modern client gets only on a listen.
@@ -263,7 +305,7 @@ impl Listens {
     }
 }
 
-/// The `uri` of a `notifications/resources/updated`.
+/// The `params.uri` of a message (`notifications/resources/updated`, `resources/subscribe`).
 fn updated_uri(notification: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
     struct Top {

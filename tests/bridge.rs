@@ -1230,3 +1230,95 @@ async fn over_http_a_forced_client_era_refuses_the_other_era_before_any_session(
     let list = modern_post(&http, &url, 2, "tools/list", json!({}), None).await;
     assert_eq!(list["result"]["resultType"], "complete", "{list:.300}");
 }
+
+/// The `resourceSubscriptions` of the listens open at the modern server (its `listens` tool).
+async fn listens_open(client: &mut Client) -> Value {
+    let answer = client
+        .request("tools/call", json!({"name": "listens", "arguments": {}}))
+        .await;
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("null");
+    serde_json::from_str(text).unwrap_or_else(|_| panic!("{answer}"))
+}
+
+/// Asks until the server holds exactly `expected` (the proxy cancels a replaced listen once the
+/// new one is acknowledged, which may come after the next call).
+async fn until_listens(client: &mut Client, expected: Value) {
+    for _ in 0..200 {
+        if listens_open(client).await == expected {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!(
+        "the server never held {expected}: {}",
+        listens_open(client).await
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_clients_subscriptions_are_served_from_a_listen_at_a_modern_server() {
+    let mut client = Client::over(proxy("modern_server", &[("MODERN_RESOURCES", "1")]), false);
+    let init = client.initialize("2025-11-25").await;
+    assert_eq!(
+        init["result"]["capabilities"]["resources"]["subscribe"], true,
+        "{init}"
+    );
+    // After initialized, one listen for the list changes the server offers.
+    until_listens(&mut client, json!([null])).await;
+    let subscribe = client
+        .request("resources/subscribe", json!({"uri": "file:///a"}))
+        .await;
+    assert_eq!(subscribe["result"], json!({}), "{subscribe}");
+    until_listens(&mut client, json!([["file:///a"]])).await;
+    client.notes.clear();
+    let touch = client
+        .request(
+            "tools/call",
+            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
+        )
+        .await;
+    assert!(touch["result"].is_object(), "{touch}");
+    let methods: Vec<String> = client
+        .notes
+        .drain(..)
+        .map(|n| {
+            format!(
+                "{} {}",
+                n["method"].as_str().unwrap_or(""),
+                n["params"]["uri"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "notifications/resources/updated \"file:///a\"",
+            "notifications/resources/list_changed null"
+        ]
+    );
+    // Unsubscribed: the server's listen no longer names the URI, and its updates stop.
+    let unsubscribe = client
+        .request("resources/unsubscribe", json!({"uri": "file:///a"}))
+        .await;
+    assert_eq!(unsubscribe["result"], json!({}), "{unsubscribe}");
+    until_listens(&mut client, json!([null])).await;
+    client.notes.clear();
+    client
+        .request(
+            "tools/call",
+            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
+        )
+        .await;
+    let methods: Vec<Value> = client
+        .notes
+        .drain(..)
+        .map(|n| n["method"].clone())
+        .collect();
+    assert_eq!(methods, [json!("notifications/resources/list_changed")]);
+    let refused = client
+        .request("resources/subscribe", json!({"uri": 7}))
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+}
