@@ -27,7 +27,9 @@
 //   4. refusals (forged cursor, out-of-range limit, a line no page can hold) are tool errors
 //      the client parses, with resultType on the wire in 2026-07-28;
 //   5. MRTR: an input_required tool's retry reaches the final result (elicitation, and two
-//      rounds with requestState).
+//      rounds with requestState);
+//   6. a resource subscription with server-everything: resources/subscribe in the legacy era,
+//      subscriptions/listen in 2026-07-28 (served by the proxy), an update delivered.
 //
 // Prints one line per check ("ok CLIENT/MODE/TRANSPORT: CHECK" or "FAIL ...: CHECK: DETAIL",
 // the detail with the last request sent and the last response received) and closes with
@@ -575,6 +577,33 @@ async function everythingChecks(routes, mode, transport, prefix) {
       const modern = session.era === 'modern';
       const ok = !result.isError && session.elicitations.length === 1 && /octocat/.test(text) && (!modern || raw?.resultType === 'complete');
       return [ok, `isError ${result.isError}, elicitations ${session.elicitations.length}, era ${session.era}, final resultType ${raw?.resultType}, text ${clip(text, 200)}`];
+    });
+  });
+  // A resource subscription: a legacy client subscribes (resources/subscribe), a modern one
+  // listens (subscriptions/listen, which the proxy serves in front of this 2025-only server);
+  // server-everything's toggle-subscriber-updates then sends an update of every subscribed
+  // URI at once (and every 5 s), which must reach the client's notification handler.
+  const label3 = `${prefix}: everything resource subscription (${expectedEra('everything', mode, transport) === 'modern' ? 'subscriptions/listen, served by the proxy' : 'resources/subscribe'})`;
+  await withSession([label3], spec, async (session) => {
+    await attempt(label3, session, async () => {
+      const uri = 'demo://resource/static/document/architecture.md';
+      let arrived;
+      const updated = new Promise((resolve) => {
+        arrived = resolve;
+      });
+      session.client.setNotificationHandler('notifications/resources/updated', (notification) => {
+        if (notification.params?.uri === uri) arrived(notification);
+      });
+      let subscription = null;
+      if (session.era === 'modern') subscription = await session.client.listen({ resourceSubscriptions: [uri] });
+      else await session.client.subscribeResource({ uri });
+      await session.client.callTool({ name: 'toggle-subscriber-updates', arguments: {} });
+      const update = await Promise.race([updated, new Promise((resolve) => setTimeout(() => resolve(null), 15_000))]);
+      await session.client.callTool({ name: 'toggle-subscriber-updates', arguments: {} });
+      const honored = subscription?.honoredFilter?.resourceSubscriptions ?? null;
+      if (subscription) await subscription.close();
+      const ok = update !== null && session.era === expectedEra('everything', mode, transport) && (session.era !== 'modern' || Boolean(honored?.includes(uri)));
+      return [ok, `era ${session.era}, honored ${clip(honored)}, update ${clip(update, 200)}`];
     });
   });
   for (const [name, limit, unit] of [['codex-mcp-client', 10 * 1024, '10 KiB'], ['claude-code', 50_000, '50,000 bytes']]) {
