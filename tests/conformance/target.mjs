@@ -226,6 +226,9 @@ const confirmRequest = () =>
 //            modern era publishes onto the handler's subscriptions/listen bus
 // ---------------------------------------------------------------------------
 
+// The resource test_trigger_resource_update says was updated.
+const WATCHED = 'test://watched-resource';
+
 function createServer({ era, changed }) {
   const mcp = new McpServer(SERVER_INFO, {
     capabilities: {
@@ -242,6 +245,7 @@ function createServer({ era, changed }) {
   const publish = (kind) => {
     if (changed) changed(kind);
     else if (kind === 'tools') mcp.sendToolListChanged();
+    else if (kind === 'resource') mcp.server.sendResourceUpdated({ uri: WATCHED });
     else mcp.sendPromptListChanged();
   };
 
@@ -437,6 +441,11 @@ function createServer({ era, changed }) {
   tool('test_trigger_tool_change', 'Publishes a tools/list_changed event', async () => {
     publish('tools');
     return { content: [text('tools_list_changed published')] };
+  });
+
+  tool('test_trigger_resource_update', `Publishes notifications/resources/updated for ${WATCHED}`, async () => {
+    publish('resource');
+    return { content: [text('resource update published')] };
   });
 
   tool('test_trigger_prompt_change', 'Publishes a prompts/list_changed event', async () => {
@@ -850,7 +859,12 @@ async function writeWebResponse(res, response) {
 async function runHttp(port) {
   // 2026-07-28: one server per request, from the same factory.
   const modern = createMcpHandler(
-    ({ era }) => createServer({ era, changed: (kind) => (kind === 'tools' ? modern.notify.toolsChanged() : modern.notify.promptsChanged()) }),
+    ({ era }) =>
+      createServer({
+        era,
+        changed: (kind) =>
+          kind === 'tools' ? modern.notify.toolsChanged() : kind === 'resource' ? modern.notify.resourceUpdated(WATCHED) : modern.notify.promptsChanged(),
+      }),
     { legacy: 'reject', onerror: (err) => log('modern:', err?.message ?? err) },
   );
 

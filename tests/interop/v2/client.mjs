@@ -435,6 +435,7 @@ async function modernOnlyChecks(routes, mode, transport, prefix) {
     elicit: `${prefix}: through the era bridge: the target's input_required reaches the legacy client as an elicitation request`,
     rounds: `${prefix}: through the era bridge: two rounds of input, the target's requestState echoed`,
     paging: `${prefix}: through the era bridge: the final result after input is paged automatically`,
+    subscribe: `${prefix}: through the era bridge: resources/subscribe served from a listen the proxy holds at the modern-only target, an update delivered`,
   };
   await withSession(Object.values(labels), { target: route, mode, transport }, async (session) => {
     const info = session.client.getServerVersion();
@@ -469,6 +470,22 @@ async function modernOnlyChecks(routes, mode, transport, prefix) {
       const equal = pageTexts(pages).join('') === whole;
       const ok = pages.length > 1 && Math.max(...sizes) < 200_000 && equal && session.elicitations.length === 1;
       return [ok, `${pages.length} pages, sizes ${sizes.slice(0, 4)}, reassembled equal: ${equal}, elicitations ${session.elicitations.length}`];
+    });
+    await attempt(labels.subscribe, session, async () => {
+      const uri = 'test://watched-resource';
+      let update = null;
+      session.client.setNotificationHandler('notifications/resources/updated', (notification) => {
+        if (notification.params?.uri === uri) update = notification;
+      });
+      await session.client.subscribeResource({ uri });
+      // The proxy answers at once and replaces its listen upstream: over HTTP the trigger may
+      // overtake the new listen, so it is asked again until an update arrives (bounded).
+      for (let i = 0; i < 40 && update === null; i += 1) {
+        await session.client.callTool({ name: 'test_trigger_resource_update', arguments: {} });
+        if (update === null) await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+      await session.client.unsubscribeResource({ uri });
+      return [update !== null, `update ${clip(update, 200)}`];
     });
   });
 }
