@@ -692,6 +692,25 @@ async def main():
     await auto_check("everything get-env of 3,000 variables", node, [everything], "get-env", {})
 
     if options.target:
+        # The dual-era target: this legacy (1.x) client gets a 2025-11-25 session from it,
+        # directly and through the proxy, and the same answers both ways.
+        dual = [options.target, "--stdio"]
+
+        async def listed_and_called(session):
+            init = await session.initialize()
+            tools = await session.list_tools()
+            result = await session.call_tool("test_simple_text", {})
+            # (The proxy adds its own search tool to the list.)
+            names = sorted(t.name for t in tools.tools if t.name != "mcp_budget_search")
+            return init.protocolVersion, names, dump(result)
+
+        plain = await run("dual-era target directly", listed_and_called, stdio_session(node, dual))
+        proxied = await run("dual-era target through the proxy", listed_and_called, stdio_session(proxy, ["--policy", "none", "--", node, *dual]))
+        if plain and proxied:
+            check("dual-era target: initialize (2025-11-25), tools/list and a call through the proxy equal to direct",
+                  plain == proxied and plain[0] == "2025-11-25" and "test_simple_text" in plain[1],
+                  f"direct {str(plain)[:200]} vs proxied {str(proxied)[:200]}")
+
         # The era bridge: this legacy (1.x) client and a server that speaks 2026-07-28 only.
         modern_only = [options.target, "--stdio", "--modern-only"]
 
