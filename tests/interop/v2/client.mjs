@@ -29,7 +29,8 @@
 //   5. MRTR: an input_required tool's retry reaches the final result (elicitation, and two
 //      rounds with requestState);
 //   6. a resource subscription with server-everything: resources/subscribe in the legacy era,
-//      subscriptions/listen in 2026-07-28 (served by the proxy), an update delivered.
+//      subscriptions/listen in 2026-07-28 (served by the proxy), an update delivered;
+//   7. a sampling round trip with server-everything (input_required through the bridge).
 //
 // Prints one line per check ("ok CLIENT/MODE/TRANSPORT: CHECK" or "FAIL ...: CHECK: DETAIL",
 // the detail with the last request sent and the last response received) and closes with
@@ -216,11 +217,15 @@ function evidence(tap) {
 
 async function openSession(spec) {
   const { target, mode, name = 'mcp-budget-interop' } = spec;
-  const client = new Client(
-    { name, version: '1.0.0' },
-    { capabilities: { elicitation: { form: {} } }, versionNegotiation: { mode: MODES[mode] } },
-  );
-  const session = { client, elicitations: [], answerName: 'octocat', tap: null, note: spec.note ?? '' };
+  const capabilities = { elicitation: { form: {} }, ...(spec.sampling ? { sampling: {} } : {}) };
+  const client = new Client({ name, version: '1.0.0' }, { capabilities, versionNegotiation: { mode: MODES[mode] } });
+  const session = { client, elicitations: [], samplings: [], answerName: 'octocat', tap: null, note: spec.note ?? '' };
+  if (spec.sampling) {
+    client.setRequestHandler('sampling/createMessage', async (request) => {
+      session.samplings.push(request.params?.messages?.[0]?.content?.text);
+      return { role: 'assistant', content: { type: 'text', text: 'sampled by the interop client' }, model: 'interop-model', stopReason: 'endTurn' };
+    });
+  }
   client.setRequestHandler('elicitation/create', async (request) => {
     const schema = request.params?.requestedSchema?.properties ?? {};
     session.elicitations.push(request.params?.message);
@@ -594,6 +599,20 @@ async function everythingChecks(routes, mode, transport, prefix) {
       const modern = session.era === 'modern';
       const ok = !result.isError && session.elicitations.length === 1 && /octocat/.test(text) && (!modern || raw?.resultType === 'complete');
       return [ok, `isError ${result.isError}, elicitations ${session.elicitations.length}, era ${session.era}, final resultType ${raw?.resultType}, text ${clip(text, 200)}`];
+    });
+  });
+  // A sampling round trip: server-everything offers trigger-sampling-request to a client that
+  // declared sampling, and asks it mid-call (input_required through the bridge for a modern
+  // client).
+  const label4 = `${prefix}: everything trigger-sampling-request round trip (${session_era_label(mode, transport)})`;
+  await withSession([label4], { ...spec, sampling: true }, async (session) => {
+    await attempt(label4, session, async () => {
+      const result = await session.client.callTool({ name: 'trigger-sampling-request', arguments: { prompt: 'budgets' } }, { timeout: 30_000 });
+      const text = textsOf(result).join(' ');
+      const raw = session.tap.call?.result;
+      const modern = session.era === 'modern';
+      const ok = !result.isError && session.samplings.length === 1 && /sampled by the interop client/.test(text) && (!modern || raw?.resultType === 'complete');
+      return [ok, `isError ${result.isError}, samplings ${session.samplings.length}, era ${session.era}, final resultType ${raw?.resultType}, text ${clip(text, 200)}`];
     });
   });
   // A resource subscription: a legacy client subscribes (resources/subscribe), a modern one
