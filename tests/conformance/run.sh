@@ -123,10 +123,9 @@ bridge_cannot() {
     # refuses on a 2026-07-28 wire: it cannot ask, bridged or not.
     2025-11-25:tools-call-sampling | 2025-11-25:tools-call-elicitation) return 0 ;;
     2025-11-25:elicitation-sep1034-defaults | 2025-11-25:elicitation-sep1330-enums) return 0 ;;
-    # resources/subscribe onto subscriptions/listen: not bridged yet (#26).
-    2025-11-25:resources-subscribe | 2025-11-25:resources-unsubscribe) return 0 ;;
-    # A legacy server checks an undeclared capability itself (a complete error, not -32021),
-    # and subscriptions/listen onto its GET stream is not bridged yet (#26).
+    # A legacy server checks an undeclared capability itself (the SDK 1.x target runs
+    # test_missing_capability and answers with a complete error, not -32021): the proxy cannot
+    # know a tool needs sampling before the server asks for it.
     2026-07-28:server-stateless) return 0 ;;
     # The scenario expects the server's own input key ("user_name"): a legacy server's
     # requests have no keys, the bridge names them.
