@@ -77,6 +77,8 @@ fn main() {
     let mut lines = stdin.lock().lines();
     // The `report` call waiting for the client's sampling answer: (call id, progress token).
     let mut awaiting_sampling: Option<(String, String)> = None;
+    // `ask_two`: the call waiting for both answers, and the answers so far.
+    let mut asking_two: Option<(String, Vec<String>)> = None;
     // How many times each tool ran (the side effect that tests count).
     let mut executions: std::collections::BTreeMap<String, u64> = Default::default();
     // Tasks: their results, by task id.
@@ -287,6 +289,19 @@ fn main() {
                             r#"{"jsonrpc":"2.0","id":"srv-1","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Summarize Q3"}}],"maxTokens":100,"_meta":{"x-origin":"report"}}}"#,
                         );
                         awaiting_sampling = Some((id, token));
+                    }
+                    // Two requests of its own at once, written together (one write): an
+                    // elicitation and a sampling request; the call ends with both answers.
+                    "ask_two" => {
+                        send(
+                            &mut out,
+                            concat!(
+                                r#"{"jsonrpc":"2.0","id":"srv-e","method":"elicitation/create","params":{"mode":"form","message":"Go on?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}"#,
+                                "\n",
+                                r#"{"jsonrpc":"2.0","id":"srv-s","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Say hi"}}],"maxTokens":10}}"#
+                            ),
+                        );
+                        asking_two = Some((id, Vec::new()));
                     }
                     "slow" => {} // answered only by cancellation, below
                     "ticking" => {
@@ -537,6 +552,17 @@ fn main() {
                     r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"Method not found: {other}"}}}}"#
                 ),
             ),
+            (None, Some(id)) if id == "\"srv-e\"" || id == "\"srv-s\"" => {
+                if let Some((call, answers)) = asking_two.as_mut() {
+                    answers.push(format!("{id}: {}", message["result"]));
+                    if answers.len() == 2 {
+                        answers.sort();
+                        let text = answers.join("; ");
+                        send(&mut out, &text_result(call, text));
+                        asking_two = None;
+                    }
+                }
+            }
             (None, Some(id)) if id == "\"srv-1\"" => {
                 // The client's answer to our sampling request: finish the `report` call.
                 if let Some((call, token)) = awaiting_sampling.take() {

@@ -236,7 +236,14 @@ struct Parked {
     /// The server's requests that came after the client was answered (method, params,
     /// server request id): the retry gets them as the next `input_required`.
     extra: Vec<(String, String, Id)>,
+    /// The round's requests (input key, method, params) while its `input_required` is not
+    /// sent yet: the server's requests already read join it (a server asking several things
+    /// at once asks them in one round); see [`Relay::release_rounds`].
+    unsent: Option<Vec<(String, String, String)>>,
 }
+
+/// A round is sent once no server message is waiting to be read, or after this many more.
+const ROUND_HOLD_EVENTS: usize = 64;
 
 /// At most this many calls are parked per session; a server request past it is refused.
 const MAX_PARKED: usize = 64;
@@ -452,6 +459,9 @@ pub struct Relay {
     bridge_on: bool,
     /// The one era of clients served (`--client-era`), when one is forced.
     client_era: Option<Era>,
+    /// How many server messages were handled since a round of input was held unsent (0:
+    /// none is; see [`Relay::release_rounds`]).
+    rounds_held: std::sync::atomic::AtomicUsize,
     /// How long a parked MRTR call waits for its client's retry.
     input_timeout: Duration,
     /// Signalled when a request with a deadline goes in flight.
@@ -513,6 +523,7 @@ impl Relay {
             input_timeout: DEFAULT_INPUT_TIMEOUT,
             bridge_on: false,
             client_era: None,
+            rounds_held: std::sync::atomic::AtomicUsize::new(0),
             deadline_added: tokio::sync::Notify::new(),
         }
     }
@@ -2659,7 +2670,6 @@ impl Relay {
         line: &[u8],
         related: Option<&Id>,
     ) -> Option<Option<(Id, Vec<u8>)>> {
-        let key = self.interceptor.cursor_key();
         let mut state = self.state();
         // Parked calls that ended otherwise (the server restarted, the answer was unreadable)
         // are forgotten.
@@ -2721,11 +2731,22 @@ impl Relay {
             }
         };
         if let Some(n) = parked {
-            // The client has its input_required already: this one goes with the next round.
             let entry = state.bridge.parked.get_mut(&n)?;
-            if entry.extra.len() >= MAX_INPUTS {
+            if entry.asked.len() + entry.extra.len() >= MAX_INPUTS {
                 return None;
             }
+            // Its round is not sent yet: this one joins it.
+            if let Some(unsent) = entry.unsent.as_mut() {
+                let input_key = format!("mcp-budget-{n}-{}", entry.asked.len());
+                unsent.push((
+                    input_key.clone(),
+                    method.to_string(),
+                    bridge::params_of(line),
+                ));
+                entry.asked.push((input_key, server_id.clone()));
+                return Some(None);
+            }
+            // The client has its input_required already: this one goes with the next round.
             entry.extra.push((
                 method.to_string(),
                 bridge::params_of(line),
@@ -2735,11 +2756,11 @@ impl Relay {
         }
         state.bridge.parked_seq += 1;
         let n = state.bridge.parked_seq;
-        let nonce = state.bridge.nonce.clone();
         let deadline = Instant::now() + self.input_timeout;
         let flight = state.pending.get_mut(&upstream_key)?;
         let client = flight.id.clone();
-        let digest = flight.digest?;
+        // Only a call that can take input (a modern call, its digest kept) is parked.
+        flight.digest?;
         let capability = bridge::capability_of(method);
         let declared = flight.caps.as_deref().is_some_and(|caps| {
             caps.split(';')
@@ -2788,14 +2809,8 @@ impl Relay {
         flight.parked = Some(n);
         flight.deadline = Some(deadline);
         state.aliases.remove(client.key());
-        let token = key.mint(
-            &crate::budget::page::Position {
-                offset: usize::try_from(n).unwrap_or(usize::MAX),
-                key: Some(format!("mrtr.{nonce}")),
-            },
-            &digest,
-        );
         let input_key = format!("mcp-budget-{n}");
+        let params = bridge::params_of(line);
         state.bridge.parked.insert(
             n,
             Parked {
@@ -2803,20 +2818,69 @@ impl Relay {
                 asked: vec![(input_key.clone(), server_id.clone())],
                 done: None,
                 extra: Vec::new(),
+                unsent: Some(vec![(input_key, method.to_string(), params)]),
             },
         );
         drop(state);
+        self.rounds_held
+            .store(1, std::sync::atomic::Ordering::Relaxed);
         self.deadline_added.notify_one();
         tracing::info!(
             method,
             "a legacy server asks for input: the modern client gets input_required, the call waits for its retry"
         );
-        let params = bridge::params_of(line);
-        let result = bridge::input_required(&[(input_key, method.to_string(), params)], &token);
-        Some(Some((
-            client.clone(),
-            jsonrpc::result_response(&client, &result),
-        )))
+        Some(None)
+    }
+
+    /// Sends the `input_required` of every round not sent yet: `now` when no server message
+    /// waits to be read (what the server asked at once is in its round), or anyway once
+    /// [`ROUND_HOLD_EVENTS`] more messages were handled. The answers go to
+    /// [`Relay::take_later`].
+    pub fn release_rounds(&self, now: bool) {
+        use std::sync::atomic::Ordering;
+        let age = self.rounds_held.load(Ordering::Relaxed);
+        if age == 0 {
+            return;
+        }
+        if !now && age <= ROUND_HOLD_EVENTS {
+            self.rounds_held.store(age + 1, Ordering::Relaxed);
+            return;
+        }
+        self.rounds_held.store(0, Ordering::Relaxed);
+        let key = self.interceptor.cursor_key();
+        let mut state = self.state();
+        let nonce = state.bridge.nonce.clone();
+        let mut answers = Vec::new();
+        let fields = &mut *state;
+        for (n, parked) in fields.bridge.parked.iter_mut() {
+            let Some(requests) = parked.unsent.take() else {
+                continue;
+            };
+            let Some(flight) = fields.pending.get(&parked.upstream_key) else {
+                continue;
+            };
+            let Some(digest) = flight.digest else {
+                continue;
+            };
+            let token = key.mint(
+                &crate::budget::page::Position {
+                    offset: usize::try_from(*n).unwrap_or(usize::MAX),
+                    key: Some(format!("mrtr.{nonce}")),
+                },
+                &digest,
+            );
+            let result = bridge::input_required(&requests, &token);
+            let client = flight.id.clone();
+            answers.push((client.clone(), jsonrpc::result_response(&client, &result)));
+        }
+        for (client, answer) in answers {
+            self.record_answers(std::slice::from_ref(&answer));
+            let kind = Kind::Response {
+                id: Some(client),
+                result: None,
+            };
+            state.later.to_client.push((answer, Some(kind), None));
+        }
     }
 
     /// A modern client's retry of a parked call: its answers go to the server's requests, and
@@ -2915,6 +2979,7 @@ impl Relay {
                     asked,
                     done: parked.done,
                     extra: Vec::new(),
+                    unsent: None,
                 },
             );
             let result = bridge::input_required(&requests, &token);
@@ -2943,7 +3008,6 @@ impl Relay {
         Forward::Rewritten(bytes.into_bytes())
     }
 
-    /// Whether the proxy opened (or is opening) a legacy session for modern clients.
     /// Serves a modern client's `subscriptions/listen` in front of a legacy server: the part
     /// of its filter the server's `InitializeResult` (`init`) can honor is granted and
     /// acknowledged, and the URIs no other listen names are subscribed to upstream. The
@@ -3199,6 +3263,7 @@ impl Relay {
         Delivery::Rewritten(first)
     }
 
+    /// Whether the proxy opened (or is opening) a legacy session for modern clients.
     fn bridging_legacy_server(&self) -> bool {
         if !self.bridge_on {
             return false;

@@ -151,6 +151,9 @@ pub async fn server_to_client(
                 if !handle_event(event, relay, client).await {
                     return None;
                 }
+                // A round of input the era bridge holds goes out once nothing the server
+                // wrote waits to be read: what it asked at once, it asked in one round.
+                relay.release_rounds(events.is_empty());
                 // What the era bridge sent or answered on the way (see `Relay::take_later`).
                 if !send_later(relay, client, to_server).await {
                     return None;

@@ -1322,3 +1322,42 @@ async fn a_legacy_clients_subscriptions_are_served_from_a_listen_at_a_modern_ser
         .await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
 }
+
+#[tokio::test]
+async fn a_legacy_servers_requests_written_together_reach_a_modern_client_in_one_round() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let call = json!({"name": "ask_two", "arguments": {}});
+    let first = client.request("tools/call", call.clone()).await;
+    let asked = &first["result"];
+    assert_eq!(asked["resultType"], "input_required", "{first}");
+    let requests = asked["inputRequests"].as_object().unwrap();
+    let mut methods: Vec<&str> = requests
+        .values()
+        .map(|r| r["method"].as_str().unwrap())
+        .collect();
+    methods.sort();
+    assert_eq!(
+        methods,
+        ["elicitation/create", "sampling/createMessage"],
+        "{first}"
+    );
+    // One retry answers both; the server gets each answer and ends the call.
+    let mut responses = serde_json::Map::new();
+    for (key, request) in requests {
+        let answer = match request["method"].as_str() {
+            Some("elicitation/create") => json!({"action": "accept", "content": {"ok": true}}),
+            _ => sampled(),
+        };
+        responses.insert(key.clone(), answer);
+    }
+    let mut retry = call;
+    retry["inputResponses"] = Value::Object(responses);
+    retry["requestState"] = asked["requestState"].clone();
+    let done = client.request("tools/call", retry).await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains(r#""srv-e": {"action":"accept""#) && text.contains(r#""srv-s": {"#),
+        "{done}"
+    );
+}

@@ -130,7 +130,8 @@ bridge_cannot() {
     # The scenario expects the server's own input key ("user_name"): a legacy server's
     # requests have no keys, the bridge names them.
     2026-07-28:input-required-result-basic-elicitation) return 0 ;;
-    # A legacy server's three concurrent requests reach the client in two rounds, not one.
+    # The legacy server writes its three concurrent requests in three writes; the proxy sends
+    # a round once nothing more waits to be read, and never waits for more: two rounds.
     2026-07-28:input-required-result-multiple-input-requests) return 0 ;;
   esac
   return 1
