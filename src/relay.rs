@@ -3095,10 +3095,15 @@ impl Relay {
         let uris = &mut state.bridge.legacy_uris;
         let changed = match method {
             "resources/subscribe" if uris.contains(&uri) => false,
-            "resources/subscribe" if uris.len() >= crate::subscriptions::MAX_URIS => {
+            "resources/subscribe"
+                if uris.len() >= crate::subscriptions::MAX_URIS
+                    || uris.iter().map(String::len).sum::<usize>() + uri.len()
+                        > crate::subscriptions::MAX_SESSION_URI_BYTES =>
+            {
                 return Err(format!(
-                    "mcp-budget holds at most {} resource subscriptions per session; unsubscribe one first",
-                    crate::subscriptions::MAX_URIS
+                    "mcp-budget holds at most {} resource subscriptions ({} bytes of URIs) per session; unsubscribe one first",
+                    crate::subscriptions::MAX_URIS,
+                    crate::subscriptions::MAX_SESSION_URI_BYTES
                 ));
             }
             "resources/subscribe" => {

@@ -34,6 +34,12 @@ pub const MAX_LISTENS: usize = 64;
 pub const MAX_URIS: usize = 256;
 /// A URI is at most this long.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// The URIs of one session's listens (or one legacy client's subscriptions) hold at most this
+/// many bytes in all.
+pub const MAX_SESSION_URI_BYTES: usize = 1024 * 1024;
+/// One server notification is copied to the listens that asked for it up to this many bytes
+/// in all (a larger fan-out is cut, and the cut logged).
+pub const MAX_FANOUT_BYTES: usize = 16 * 1024 * 1024;
 
 /// The notification kinds a listen asks for (or is granted).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,7 +69,7 @@ pub enum Refused {
     )]
     TooManyUris,
     #[error(
-        "mcp-budget holds at most {MAX_LISTENS} subscriptions/listen open per session; cancel one (notifications/cancelled) before opening another"
+        "mcp-budget holds at most {MAX_LISTENS} subscriptions/listen open per session, naming at most {MAX_SESSION_URI_BYTES} bytes of URIs in all; cancel one (notifications/cancelled) before opening another"
     )]
     TooManyListens,
 }
@@ -239,14 +245,18 @@ pub struct Listens {
     open: Vec<(Id, Filter)>,
     /// URI → how many open listens name it (subscribed upstream while above zero).
     upstream: HashMap<String, usize>,
+    /// The bytes of the open listens' URIs.
+    bytes: usize,
 }
 
 impl Listens {
     /// Opens a listen; the URIs to subscribe to upstream now (named by no other listen).
     pub fn open(&mut self, id: Id, granted: Filter) -> Result<Vec<String>, Refused> {
-        if self.open.len() >= MAX_LISTENS {
+        let bytes: usize = granted.uris.iter().map(String::len).sum();
+        if self.open.len() >= MAX_LISTENS || self.bytes + bytes > MAX_SESSION_URI_BYTES {
             return Err(Refused::TooManyListens);
         }
+        self.bytes += bytes;
         let mut new = Vec::new();
         for uri in &granted.uris {
             let count = self.upstream.entry(uri.clone()).or_insert(0);
@@ -268,6 +278,7 @@ impl Listens {
     pub fn close(&mut self, key: &str) -> Option<Vec<String>> {
         let at = self.open.iter().position(|(id, _)| id.key() == key)?;
         let (_, filter) = self.open.remove(at);
+        self.bytes -= filter.uris.iter().map(String::len).sum::<usize>();
         let mut gone = Vec::new();
         for uri in filter.uris {
             if let Some(count) = self.upstream.get_mut(&uri) {
@@ -285,6 +296,7 @@ impl Listens {
     pub fn clear(&mut self) {
         self.open.clear();
         self.upstream.clear();
+        self.bytes = 0;
     }
 
     /// The server's notification as each listen that asked for it receives it: tagged with
@@ -297,11 +309,27 @@ impl Listens {
             "notifications/resources/updated" => updated_uri(notification),
             _ => None,
         };
-        self.open
+        let wanted = self
+            .open
             .iter()
-            .filter(|(_, filter)| filter.wants(method, uri.as_deref()))
-            .filter_map(|(id, _)| tagged(notification, id))
-            .collect()
+            .filter(|(_, filter)| filter.wants(method, uri.as_deref()));
+        let mut copies = Vec::new();
+        let mut bytes = 0;
+        for (id, _) in wanted {
+            if bytes + notification.len() > MAX_FANOUT_BYTES {
+                tracing::warn!(
+                    method,
+                    bytes = notification.len(),
+                    "a server notification too large to copy to every listen that asked for it: the later listens do not get it"
+                );
+                break;
+            }
+            if let Some(copy) = tagged(notification, id) {
+                bytes += copy.len();
+                copies.push(copy);
+            }
+        }
+        copies
     }
 }
 
@@ -462,6 +490,34 @@ mod tests {
         assert_eq!(listens.close("1").unwrap(), ["a://2"]);
         assert_eq!(listens.close("2").unwrap(), ["a://1"]);
         assert_eq!(listens.close("2"), None);
+    }
+
+    #[test]
+    fn a_sessions_uris_are_bounded_in_bytes_and_the_bytes_come_back() {
+        let mut listens = Listens::default();
+        let long = |n: usize| format!("a://{n}/{}", "x".repeat(MAX_URI_BYTES - 16));
+        let half: Vec<String> = (0..MAX_SESSION_URI_BYTES / MAX_URI_BYTES / 2)
+            .map(long)
+            .collect();
+        let filter = |uris: &[String]| Filter {
+            uris: uris.to_vec(),
+            ..Filter::default()
+        };
+        listens
+            .open(Id::from_json_text("1"), filter(&half))
+            .unwrap();
+        listens
+            .open(Id::from_json_text("2"), filter(&half))
+            .unwrap();
+        let more = vec![long(9999), long(9998)];
+        assert_eq!(
+            listens.open(Id::from_json_text("3"), filter(&more)),
+            Err(Refused::TooManyListens)
+        );
+        listens.close("1").unwrap();
+        listens
+            .open(Id::from_json_text("3"), filter(&more))
+            .unwrap();
     }
 
     #[test]
