@@ -1195,6 +1195,19 @@ async fn over_http_a_forced_client_era_refuses_the_other_era_before_any_session(
     let answer = modern_post(&http, &url, 7, "tools/list", json!({}), None).await;
     assert_eq!(answer["id"], 7, "{answer}");
     assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    // A modern notification alone opens no session either.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "_meta": meta("claude-ai")}});
+    let response = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "notifications/cancelled")
+        .body(cancel.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
     let session = common::mcp_initialize(&http, &url).await;
     assert!(!session.is_empty());
 

@@ -765,6 +765,16 @@ async fn handle_post(
                 ));
             }
         }
+        // A modern notification alone (no request to answer under) opens nothing either.
+        if forced == crate::bridge::Era::Legacy && stateless {
+            return Err(rpc_refusal(
+                StatusCode::BAD_REQUEST,
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid Request: this mcp-budget serves 2025-11-25 and earlier only (--client-era legacy): send initialize first",
+                None,
+            ));
+        }
     }
     if stateless && let Some(id) = &initialize {
         // 2026-07-28 has no initialize: a modern client that sends one is told so.
