@@ -293,15 +293,26 @@ fn main() {
                     // Two requests of its own at once, written together (one write): an
                     // elicitation and a sampling request; the call ends with both answers.
                     "ask_two" => {
+                        // One write_all of both lines: stdout's line buffering writes what
+                        // ends with a newline in one system call.
+                        let both = concat!(
+                            r#"{"jsonrpc":"2.0","id":"srv-e","method":"elicitation/create","params":{"mode":"form","message":"Go on?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}"#,
+                            "\n",
+                            r#"{"jsonrpc":"2.0","id":"srv-s","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Say hi"}}],"maxTokens":10}}"#,
+                            "\n"
+                        );
+                        if out.write_all(both.as_bytes()).and_then(|()| out.flush()).is_err() {
+                            std::process::exit(0);
+                        }
+                        asking_two = Some((id, Vec::new()));
+                    }
+                    // Asks the client for input and exits before any answer.
+                    "ask_and_crash" => {
                         send(
                             &mut out,
-                            concat!(
-                                r#"{"jsonrpc":"2.0","id":"srv-e","method":"elicitation/create","params":{"mode":"form","message":"Go on?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}"#,
-                                "\n",
-                                r#"{"jsonrpc":"2.0","id":"srv-s","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Say hi"}}],"maxTokens":10}}"#
-                            ),
+                            r#"{"jsonrpc":"2.0","id":"srv-c","method":"elicitation/create","params":{"mode":"form","message":"Go on?","requestedSchema":{"type":"object","properties":{}}}}"#,
                         );
-                        asking_two = Some((id, Vec::new()));
+                        std::process::exit(3);
                     }
                     "slow" => {} // answered only by cancellation, below
                     "ticking" => {

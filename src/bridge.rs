@@ -404,14 +404,18 @@ impl LegacyClient {
 /// rest as written; `params` and `_meta` are made when absent. `None`: its `params` is not an
 /// object, or its `_meta` is not one.
 pub fn with_meta_members(line: &[u8], members: &str) -> Option<Vec<u8>> {
+    // A member written `null` is there (`Some("null")`): a second one is never added.
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+        <&RawValue>::deserialize(d).map(Some)
+    }
     #[derive(Deserialize)]
     struct Top<'a> {
-        #[serde(borrow)]
+        #[serde(borrow, default, deserialize_with = "present")]
         params: Option<&'a RawValue>,
     }
     #[derive(Deserialize)]
     struct ParamsMeta<'a> {
-        #[serde(borrow, rename = "_meta")]
+        #[serde(borrow, default, rename = "_meta", deserialize_with = "present")]
         meta: Option<&'a RawValue>,
     }
     let top: Top<'_> = serde_json::from_slice(line).ok()?;
@@ -1015,6 +1019,32 @@ fn without_member(object: &str, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meta_members_are_never_added_beside_a_null() {
+        let added = with_meta_members(br#"{"jsonrpc":"2.0","method":"m"}"#, r#""k":1"#).unwrap();
+        assert_eq!(
+            added,
+            br#"{"params":{"_meta":{"k":1}},"jsonrpc":"2.0","method":"m"}"#
+        );
+        let added = with_meta_members(
+            br#"{"method":"m","params":{"a":1,"_meta":{"x":2}}}"#,
+            r#""k":1"#,
+        )
+        .unwrap();
+        assert_eq!(
+            added,
+            br#"{"method":"m","params":{"a":1,"_meta":{"k":1,"x":2}}}"#
+        );
+        assert_eq!(
+            with_meta_members(br#"{"method":"m","params":null}"#, r#""k":1"#),
+            None
+        );
+        assert_eq!(
+            with_meta_members(br#"{"method":"m","params":{"_meta":null}}"#, r#""k":1"#),
+            None
+        );
+    }
 
     #[test]
     fn a_modern_request_goes_into_a_legacy_session_without_its_meta_revision() {

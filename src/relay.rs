@@ -95,8 +95,8 @@ enum Pending {
         served: bool,
     },
     /// The proxy's own `resources/subscribe` / `resources/unsubscribe` for the listens it
-    /// serves: its answer is the proxy's.
-    Subscription,
+    /// serves, of this URI: its answer is the proxy's.
+    Subscription(Box<str>),
     /// The listen the proxy holds at a modern server for a legacy client: its answer (the
     /// server ended it) is the proxy's.
     HeldListen,
@@ -247,6 +247,8 @@ const ROUND_HOLD_EVENTS: usize = 64;
 
 /// At most this many calls are parked per session; a server request past it is refused.
 const MAX_PARKED: usize = 64;
+/// At most this many listens the proxy cancelled keep delivering to a legacy client.
+const RETIRING_LISTENS: usize = 4;
 /// How long a parked call waits for its retry by default (`--input-timeout-secs`).
 pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -354,6 +356,15 @@ struct Bridge {
     legacy_uris: Vec<String>,
     held_listen: Option<Id>,
     replaced_listen: Option<Id>,
+    /// Whether the server acknowledged `held_listen`.
+    held_acked: bool,
+    /// The last listens the proxy cancelled: what they still deliver (written before the
+    /// server read the cancellation) reaches the client; a repeat does no harm, a loss would.
+    retiring: VecDeque<Id>,
+    /// The URIs whose `resources/subscribe` or `resources/unsubscribe` is in flight, and what
+    /// to send for each once it is answered: one after the other, so that over HTTP (where
+    /// each goes in its own POST) the server reads them in the order they were meant.
+    subscribing: HashMap<String, Option<&'static str>>,
 }
 
 /// A modern client's request as it goes into the proxy's legacy session: without the modern
@@ -413,6 +424,32 @@ impl Later {
     pub fn is_empty(&self) -> bool {
         self.to_server.is_empty() && self.to_client.is_empty()
     }
+}
+
+/// Every request in flight, finished; those whose client still waits for their answer: not
+/// the proxy's own, and not a parked call whose client has its `input_required` already (one
+/// whose round is still held is waited for).
+fn finish_waiting(state: &mut State) -> Vec<InFlight> {
+    let unsent: HashSet<u64> = state
+        .bridge
+        .parked
+        .iter()
+        .filter(|(_, p)| p.unsent.is_some())
+        .map(|(n, _)| *n)
+        .collect();
+    state
+        .finish_all()
+        .into_iter()
+        .filter(|f| {
+            !matches!(
+                f.pending,
+                Pending::Probe
+                    | Pending::BridgeInitialize
+                    | Pending::Subscription(_)
+                    | Pending::HeldListen
+            ) && f.parked.is_none_or(|n| unsent.contains(&n))
+        })
+        .collect()
 }
 
 /// A listen the proxy serves ([`Relay::serve_listen`]): whether it is open, its
@@ -761,8 +798,9 @@ impl Relay {
     pub fn fail_pending(&self, reason: &str) -> Vec<Vec<u8>> {
         // The new server is asked again who it is.
         self.interceptor.server_restarted();
-        {
+        let waiting = {
             let mut state = self.state();
+            let waiting = finish_waiting(&mut state);
             state.probed = false;
             // The new server is asked its era again, and a legacy one gets a new session.
             let bridge = &mut state.bridge;
@@ -776,6 +814,9 @@ impl Relay {
                 bridge.listens.clear();
                 bridge.held_listen = None;
                 bridge.replaced_listen = None;
+                bridge.held_acked = false;
+                bridge.retiring.clear();
+                bridge.subscribing.clear();
                 bridge.parked.clear();
                 bridge.rounds.clear();
                 bridge.inputs.clear();
@@ -786,20 +827,10 @@ impl Relay {
                     }
                 }
             }
-        }
-        let errors: Vec<Vec<u8>> = self
-            .state()
-            .finish_all()
+            waiting
+        };
+        let errors: Vec<Vec<u8>> = waiting
             .into_iter()
-            .filter(|f| {
-                !matches!(
-                    f.pending,
-                    Pending::Probe
-                        | Pending::BridgeInitialize
-                        | Pending::Subscription
-                        | Pending::HeldListen
-                ) && f.parked.is_none()
-            })
             .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
             .collect();
         self.record_answers(&errors);
@@ -957,6 +988,12 @@ impl Relay {
             Era::Modern => {
                 let held = still_in_flight(&mut state);
                 state.later.to_server.extend(held);
+                // A modern server serves its listens itself: their filters are not kept.
+                for flight in state.pending.values_mut() {
+                    if let Pending::Listen { filter, .. } = &mut flight.pending {
+                        *filter = None;
+                    }
+                }
             }
             Era::Legacy => {
                 if matches!(state.bridge.session, LegacySession::Closed)
@@ -1329,15 +1366,21 @@ impl Relay {
                     "server/discover" => (Pending::Discover, Forward::Unchanged),
                     // Held while the server's era is learned: should it be a legacy one, the
                     // proxy serves the listen when the server refuses it.
-                    "subscriptions/listen" if modern.is_some() && self.bridge_on => (
-                        Pending::Listen {
-                            filter: crate::subscriptions::Filter::requested(bytes)
-                                .ok()
-                                .map(Box::new),
-                            served: false,
-                        },
-                        task_forward,
-                    ),
+                    "subscriptions/listen"
+                        if modern.is_some()
+                            && self.bridge_on
+                            && state.bridge.server != Some(Era::Modern) =>
+                    {
+                        (
+                            Pending::Listen {
+                                filter: crate::subscriptions::Filter::requested(bytes)
+                                    .ok()
+                                    .map(Box::new),
+                                served: false,
+                            },
+                            task_forward,
+                        )
+                    }
                     "initialize" if self.bridge_on => {
                         self.interceptor.initialize_request(bytes);
                         let client = LegacyClient::of(bytes);
@@ -1607,7 +1650,7 @@ impl Relay {
                                 "resources/unsubscribe",
                                 &uri,
                             );
-                            routed.also_to_server.push(unsubscribe);
+                            routed.also_to_server.extend(unsubscribe);
                         }
                         return Forward::Drop;
                     }
@@ -2474,10 +2517,11 @@ impl Relay {
                 changed(rewritten)
             }
             Ok(Pending::Other) => changed(None),
-            Ok(Pending::Subscription) => {
+            Ok(Pending::Subscription(uri)) => {
                 if bridge::is_error(bytes) {
                     tracing::warn!(excerpt = %jsonrpc::excerpt(bytes, 200), "the server refused a resource subscription a listen asked for: its updates will not come");
                 }
+                self.subscribed(&uri);
                 Delivery::Drop
             }
             // A listen held while the server's era was learned, refused by a legacy server:
@@ -2493,7 +2537,9 @@ impl Relay {
                     return changed(None);
                 };
                 let init = init.clone();
-                let served = self.serve_listen(&mut state, client_id, None, Ok(*filter), &init);
+                // Kept under the id the server saw (a fresh one when the client's was used).
+                let upstream = (id.key() != client_id.key()).then(|| id.clone());
+                let served = self.serve_listen(&mut state, client_id, upstream, Ok(*filter), &init);
                 let kind = message::parse(&served.to_client)
                     .ok()
                     .and_then(message::Parsed::single);
@@ -2504,6 +2550,7 @@ impl Relay {
             Ok(Pending::Listen { .. }) => changed(None),
             Ok(Pending::HeldListen) => {
                 let mut state = self.state();
+                state.bridge.retiring.retain(|r| r.key() != id.key());
                 if state
                     .bridge
                     .held_listen
@@ -3068,7 +3115,7 @@ impl Relay {
         state.pending.insert(key, flight);
         let to_server = new
             .iter()
-            .map(|uri| self.subscription_request(state, "resources/subscribe", uri))
+            .filter_map(|uri| self.subscription_request(state, "resources/subscribe", uri))
             .collect();
         ServedListen {
             open: true,
@@ -3124,21 +3171,30 @@ impl Relay {
     }
 
     /// Opens the listen the proxy holds at a modern server for a legacy client, with what it
-    /// should now ask for; the one it replaces is cancelled once the server acknowledges the
-    /// new one (an older one still waiting for that is cancelled now).
+    /// should now ask for. The acknowledged listen keeps serving until the server acknowledges
+    /// the new one, and is cancelled then; one never acknowledged is cancelled at once (nothing
+    /// came on it).
     fn relisten(&self, state: &mut State) -> Vec<Outgoing> {
         let Some(discovered) = state.bridge.discovered.clone() else {
             return Vec::new();
         };
+        let filter = crate::subscriptions::held_filter(&discovered, &state.bridge.legacy_uris);
         let mut out = Vec::new();
-        if let Some(older) = state.bridge.replaced_listen.take() {
-            out.push(self.cancel_held(state, &older));
-        }
         let current = state.bridge.held_listen.take();
-        let Some(filter) =
-            crate::subscriptions::held_filter(&discovered, &state.bridge.legacy_uris)
-        else {
-            out.extend(current.map(|current| self.cancel_held(state, &current)));
+        let acked = std::mem::take(&mut state.bridge.held_acked);
+        match current {
+            Some(current) if acked && filter.is_some() => {
+                if let Some(older) = state.bridge.replaced_listen.replace(current) {
+                    out.push(self.cancel_held(state, &older));
+                }
+            }
+            Some(current) => out.push(self.cancel_held(state, &current)),
+            None => {}
+        }
+        let Some(filter) = filter else {
+            if let Some(older) = state.bridge.replaced_listen.take() {
+                out.push(self.cancel_held(state, &older));
+            }
             return out;
         };
         state.fresh += 1;
@@ -3174,13 +3230,17 @@ impl Relay {
             ..Outgoing::default()
         });
         state.bridge.held_listen = Some(id);
-        state.bridge.replaced_listen = current;
         out
     }
 
-    /// The cancellation of a listen the proxy held for a legacy client.
+    /// The cancellation of a listen the proxy held for a legacy client (what it still
+    /// delivers reaches the client: see `retiring`).
     fn cancel_held(&self, state: &mut State, listen: &Id) -> Outgoing {
         state.finish(listen.key());
+        if state.bridge.retiring.len() >= RETIRING_LISTENS {
+            state.bridge.retiring.pop_front();
+        }
+        state.bridge.retiring.push_back(listen.clone());
         let bytes = jsonrpc::cancelled(listen, "mcp-budget: the client's subscriptions changed");
         let bytes = match &state.bridge.legacy_client {
             Some(client) => client.modern_request(&bytes).unwrap_or(bytes),
@@ -3199,10 +3259,10 @@ impl Relay {
     }
 
     /// A modern server's notification on a listen the proxy holds for a legacy client: the
-    /// acknowledgement of a new one cancels the one it replaces (dropped: the client asked
-    /// for no listen); a list change or resource update on the current listen (or the one it
-    /// replaces, until the new one is acknowledged) goes to the client, on any other of the
-    /// proxy's listens nowhere. `None`: not one of these listens' (routed as before).
+    /// acknowledgement of the current one cancels the one it replaces (dropped: the client
+    /// asked for no listen); a list change or resource update on the current listen, the one
+    /// it replaces, or one cancelled lately goes to the client, on any other of the proxy's
+    /// listens nowhere. `None`: not one of these listens' (routed as before).
     fn on_held_listen(&self, method: &str, line: &[u8]) -> Option<Delivery> {
         if !self.bridge_on {
             return None;
@@ -3215,57 +3275,85 @@ impl Relay {
         let ours = tag.raw().starts_with("\"mcp-budget-listen-");
         let is = |listen: &Option<Id>| listen.as_ref().is_some_and(|l| l.key() == tag.key());
         let current = is(&state.bridge.held_listen);
-        let replaced = is(&state.bridge.replaced_listen);
         if method == "notifications/subscriptions/acknowledged" {
-            if current && let Some(older) = state.bridge.replaced_listen.take() {
-                let cancel = self.cancel_held(&mut state, &older);
-                state.later.to_server.push(cancel);
+            if current {
+                state.bridge.held_acked = true;
+                if let Some(older) = state.bridge.replaced_listen.take() {
+                    let cancel = self.cancel_held(&mut state, &older);
+                    state.later.to_server.push(cancel);
+                }
             }
             return ours.then_some(Delivery::Drop);
         }
-        match current || replaced {
+        let known = current
+            || is(&state.bridge.replaced_listen)
+            || state.bridge.retiring.iter().any(|r| r.key() == tag.key());
+        match known {
             true => Some(Delivery::Unchanged),
             false => ours.then_some(Delivery::Drop),
         }
     }
 
     /// The proxy's own `resources/subscribe` or `resources/unsubscribe` (`method`) for a URI
-    /// of the listens it serves, in flight.
-    fn subscription_request(&self, state: &mut State, method: &str, uri: &str) -> Outgoing {
+    /// of the listens it serves, in flight; `None` while one for that URI is in flight (it
+    /// goes once that one is answered: [`Relay::subscribed`]).
+    fn subscription_request(
+        &self,
+        state: &mut State,
+        method: &'static str,
+        uri: &str,
+    ) -> Option<Outgoing> {
+        if let Some(next) = state.bridge.subscribing.get_mut(uri) {
+            *next = Some(method);
+            return None;
+        }
+        state.bridge.subscribing.insert(uri.to_string(), None);
         state.fresh += 1;
         let id = Id::from_json_text(&format!("\"mcp-budget-subscribe-{}\"", state.fresh));
         let bytes = crate::subscriptions::upstream_request(&id, method, uri);
         state.pending.insert(
             id.key().into(),
-            InFlight::own(id.clone(), method, Pending::Subscription, None),
+            InFlight::own(id.clone(), method, Pending::Subscription(uri.into()), None),
         );
-        Outgoing {
+        Some(Outgoing {
             requests: vec![id],
             bytes,
             ..Outgoing::default()
+        })
+    }
+
+    /// A `resources/subscribe` or `resources/unsubscribe` of the proxy's own for `uri` is
+    /// over: the one asked for since, if any, goes now.
+    fn subscribed(&self, uri: &str) {
+        let mut state = self.state();
+        if let Some(Some(next)) = state.bridge.subscribing.remove(uri)
+            && let Some(request) = self.subscription_request(&mut state, next, uri)
+        {
+            state.later.to_server.push(request);
         }
     }
 
     /// A legacy server's list change or resource update, for modern clients: each listen that
-    /// asked for it gets it, tagged with its id (the first here, the others after it); none
-    /// asked, nobody gets it (2026-07-28 sends nothing a client did not ask for).
+    /// asked for it gets it, tagged with its id (by [`Relay::take_later`]); none asked, nobody
+    /// gets it (2026-07-28 sends nothing a client did not ask for).
     fn to_listens(&self, method: &str, line: &[u8]) -> Delivery {
         let mut state = self.state();
-        let mut deliveries = state.bridge.listens.deliveries(method, line).into_iter();
-        let Some(first) = deliveries.next() else {
+        let deliveries = state.bridge.listens.deliveries(method, line);
+        if deliveries.is_empty() {
             tracing::debug!(
                 method,
                 "a legacy server's notification no listen asked for; dropped"
             );
-            return Delivery::Drop;
-        };
-        for other in deliveries {
+        }
+        // Every copy goes by its listen's id alone (over HTTP, not to the stream of a request
+        // the server's message came with).
+        for copy in deliveries {
             let kind = Kind::Notification {
                 method: method.to_string(),
             };
-            state.later.to_client.push((other, Some(kind), None));
+            state.later.to_client.push((copy, Some(kind), None));
         }
-        Delivery::Rewritten(first)
+        Delivery::Drop
     }
 
     /// Whether the proxy opened (or is opening) a legacy session for modern clients.
@@ -3387,7 +3475,15 @@ impl Relay {
                 self.legacy_session_answer(&refusal);
                 None
             }
-            Pending::Subscription | Pending::HeldListen => {
+            Pending::Subscription(uri) => {
+                tracing::warn!(
+                    why,
+                    "the server's answer to a resource subscription of the proxy's own could not be read"
+                );
+                self.subscribed(&uri);
+                None
+            }
+            Pending::HeldListen => {
                 tracing::warn!(
                     why,
                     "the server's answer to a request of the proxy's own for a listen could not be read"
@@ -3531,18 +3627,8 @@ impl Relay {
         let errors: Vec<Vec<u8>> = {
             let mut state = self.state();
             state.closed = Some(reason.to_string());
-            state
-                .finish_all()
+            finish_waiting(&mut state)
                 .into_iter()
-                .filter(|f| {
-                    !matches!(
-                        f.pending,
-                        Pending::Probe
-                            | Pending::BridgeInitialize
-                            | Pending::Subscription
-                            | Pending::HeldListen
-                    ) && f.parked.is_none()
-                })
                 .map(|f| jsonrpc::error_response(Some(&f.id), UPSTREAM_ERROR, reason, None))
                 .collect()
         };

@@ -185,7 +185,7 @@ impl Filter {
             "notifications/prompts/list_changed" => self.prompts,
             "notifications/resources/list_changed" => self.resources,
             "notifications/resources/updated" => {
-                uri.is_some_and(|uri| self.uris.iter().any(|u| u == uri))
+                uri.is_some_and(|uri| self.uris.iter().any(|u| covers(u, uri)))
             }
             _ => false,
         }
@@ -225,6 +225,17 @@ pub fn listen_request(id: &Id, filter: &Filter) -> Vec<u8> {
         filter.json()
     )
     .into_bytes()
+}
+
+/// Whether a subscription to `subscribed` covers an update of `uri`: the same URI, or one of
+/// its sub-resources (the schema: the updated URI "might be a sub-resource of the one that the
+/// client actually subscribed to"), below a path, fragment or query boundary.
+fn covers(subscribed: &str, uri: &str) -> bool {
+    match uri.strip_prefix(subscribed) {
+        Some("") => true,
+        Some(rest) => subscribed.ends_with('/') || rest.starts_with(['/', '#', '?']),
+        None => false,
+    }
 }
 
 /// Whether a legacy server's notification is one a modern client gets only on a listen.
@@ -316,7 +327,7 @@ impl Listens {
         let mut copies = Vec::new();
         let mut bytes = 0;
         for (id, _) in wanted {
-            if bytes + notification.len() > MAX_FANOUT_BYTES {
+            if !copies.is_empty() && bytes + notification.len() > MAX_FANOUT_BYTES {
                 tracing::warn!(
                     method,
                     bytes = notification.len(),
@@ -485,6 +496,20 @@ mod tests {
         assert!(
             listens
                 .deliveries("notifications/prompts/list_changed", b"{}")
+                .is_empty()
+        );
+        // A sub-resource of a subscribed URI is covered; a longer name is not.
+        let below = br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a://1/x.json"}}"#;
+        assert_eq!(
+            listens
+                .deliveries("notifications/resources/updated", below)
+                .len(),
+            2
+        );
+        let other = br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"a://10"}}"#;
+        assert!(
+            listens
+                .deliveries("notifications/resources/updated", other)
                 .is_empty()
         );
         assert_eq!(listens.close("1").unwrap(), ["a://2"]);

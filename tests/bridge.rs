@@ -1374,3 +1374,21 @@ async fn a_legacy_servers_requests_written_together_reach_a_modern_client_in_one
         "{done}"
     );
 }
+
+#[tokio::test]
+async fn a_call_whose_round_of_input_is_held_gets_an_error_when_the_server_exits() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let answer = client
+        .request(
+            "tools/call",
+            json!({"name": "ask_and_crash", "arguments": {}}),
+        )
+        .await;
+    // The server asked and exited in one breath: the call is answered (never left waiting):
+    // with why, or with its round of input when it went out before the exit was read.
+    assert!(
+        answer["error"]["message"].is_string()
+            || answer["result"]["resultType"] == "input_required",
+        "{answer}"
+    );
+}
