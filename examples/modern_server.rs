@@ -15,8 +15,9 @@
 //!   offered; `subscriptions/listen` acknowledged (its filter as asked) and kept open until
 //!   `notifications/cancelled` names it; tools `touch` (`notifications/resources/updated` of
 //!   `arguments.uri` to each listen subscribed to it, `notifications/resources/list_changed`
-//!   to each that asked, every one tagged with its listen's id) and `listens` (the open
-//!   listens' `resourceSubscriptions`, as JSON text).
+//!   to each that asked, every one tagged with its listen's id), `listens` (the open
+//!   listens' `resourceSubscriptions`, as JSON text) and `end_listens` (each open listen
+//!   ended with its completion result, as a server shutting down ends them).
 
 use std::io::{BufRead, Write};
 
@@ -147,6 +148,7 @@ fn resource_tool(out: &mut impl Write, params: &Value, listens: &Listens) -> Opt
             }
             Some(json!({"content": []}))
         }
+        "end_listens" => None,
         "listens" => {
             let open: Vec<Value> = listens
                 .iter()
@@ -228,6 +230,15 @@ fn main() {
                 send(&mut out, &ack);
                 listens.push((id.clone(), filter));
                 continue;
+            }
+            // Ends every open listen gracefully (its completion result), as a server shutting
+            // down does.
+            "tools/call" if resources && params["name"] == "end_listens" => {
+                for (listen, _) in listens.drain(..) {
+                    let meta = json!({"io.modelcontextprotocol/subscriptionId": listen});
+                    send(&mut out, &result(&listen, json!({"_meta": meta})));
+                }
+                result(id, json!({"content": []}))
             }
             "tools/call"
                 if resources && let Some(value) = resource_tool(&mut out, params, &listens) =>

@@ -301,7 +301,11 @@ fn main() {
                             r#"{"jsonrpc":"2.0","id":"srv-s","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Say hi"}}],"maxTokens":10}}"#,
                             "\n"
                         );
-                        if out.write_all(both.as_bytes()).and_then(|()| out.flush()).is_err() {
+                        if out
+                            .write_all(both.as_bytes())
+                            .and_then(|()| out.flush())
+                            .is_err()
+                        {
                             std::process::exit(0);
                         }
                         asking_two = Some((id, Vec::new()));

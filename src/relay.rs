@@ -247,6 +247,8 @@ const ROUND_HOLD_EVENTS: usize = 64;
 
 /// At most this many calls are parked per session; a server request past it is refused.
 const MAX_PARKED: usize = 64;
+/// A listen the server ends is opened again at most this many times a session.
+const REOPEN_LISTEN: u8 = 3;
 /// At most this many listens the proxy cancelled keep delivering to a legacy client.
 const RETIRING_LISTENS: usize = 4;
 /// How long a parked call waits for its retry by default (`--input-timeout-secs`).
@@ -358,6 +360,8 @@ struct Bridge {
     replaced_listen: Option<Id>,
     /// Whether the server acknowledged `held_listen`.
     held_acked: bool,
+    /// How many times a listen the server ended was opened again.
+    reopened: u8,
     /// The last listens the proxy cancelled: what they still deliver (written before the
     /// server read the cancellation) reaches the client; a repeat does no harm, a loss would.
     retiring: VecDeque<Id>,
@@ -2558,12 +2562,23 @@ impl Relay {
                     .is_some_and(|h| h.key() == id.key())
                 {
                     state.bridge.held_listen = None;
+                    state.bridge.held_acked = false;
                     match bridge::is_error(bytes) {
                         true => {
                             tracing::warn!(excerpt = %jsonrpc::excerpt(bytes, 200), "the server refused the listen mcp-budget holds for a legacy client: its list changes and resource updates will not come")
                         }
-                        false => tracing::info!(
-                            "the server ended the listen mcp-budget holds for a legacy client"
+                        // Ended by the server (a graceful end): opened again, a few times a
+                        // session at most (a server that keeps ending it is not asked forever).
+                        false if state.bridge.reopened < REOPEN_LISTEN => {
+                            state.bridge.reopened += 1;
+                            tracing::info!(
+                                "the server ended the listen mcp-budget holds for a legacy client; opening it again"
+                            );
+                            let listen = self.relisten(&mut state);
+                            state.later.to_server.extend(listen);
+                        }
+                        false => tracing::warn!(
+                            "the server ended the listen mcp-budget holds for a legacy client again: not opened again until the client's subscriptions change"
                         ),
                     }
                 }

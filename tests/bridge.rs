@@ -1334,6 +1334,14 @@ async fn a_legacy_clients_subscriptions_are_served_from_a_listen_at_a_modern_ser
         .request("resources/subscribe", json!({"uri": 7}))
         .await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    // The server ends its listens (as one shutting down does): the proxy opens its own again.
+    client
+        .request(
+            "tools/call",
+            json!({"name": "end_listens", "arguments": {}}),
+        )
+        .await;
+    until_listens(&mut client, json!([null])).await;
 }
 
 #[tokio::test]
