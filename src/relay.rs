@@ -430,6 +430,25 @@ impl Later {
     }
 }
 
+/// A message of the proxy's own for a modern server on a legacy client's behalf: the client's
+/// `_meta` (from its `initialize`) added, and the headers a 2026-07-28 POST carries.
+fn for_modern_server(state: &State, method: &str, message: Vec<u8>) -> Outgoing {
+    let bytes = match &state.bridge.legacy_client {
+        Some(client) => client.modern_request(&message).unwrap_or(message),
+        None => message,
+    };
+    Outgoing {
+        modern: Some(Box::new(crate::era::Headers::of(
+            crate::era::MODERN,
+            method,
+            None,
+            &bytes,
+            &[],
+        ))),
+        ..Outgoing::notification(bytes)
+    }
+}
+
 /// Every request in flight, finished; those whose client still waits for their answer: not
 /// the proxy's own, and not a parked call whose client has its `input_required` already (one
 /// whose round is still held is waited for).
@@ -3214,11 +3233,7 @@ impl Relay {
         };
         state.fresh += 1;
         let id = Id::from_json_text(&format!("\"mcp-budget-listen-{}\"", state.fresh));
-        let bytes = crate::subscriptions::listen_request(&id, &filter);
-        let bytes = match &state.bridge.legacy_client {
-            Some(client) => client.modern_request(&bytes).unwrap_or(bytes),
-            None => bytes,
-        };
+        let request = crate::subscriptions::listen_request(&id, &filter);
         state.pending.insert(
             id.key().into(),
             InFlight::own(
@@ -3233,16 +3248,8 @@ impl Relay {
             "a listen held for a legacy client"
         );
         out.push(Outgoing {
-            modern: Some(Box::new(crate::era::Headers::of(
-                crate::era::MODERN,
-                "subscriptions/listen",
-                None,
-                &bytes,
-                &[],
-            ))),
             requests: vec![id.clone()],
-            bytes,
-            ..Outgoing::default()
+            ..for_modern_server(state, "subscriptions/listen", request)
         });
         state.bridge.held_listen = Some(id);
         out
@@ -3256,21 +3263,8 @@ impl Relay {
             state.bridge.retiring.pop_front();
         }
         state.bridge.retiring.push_back(listen.clone());
-        let bytes = jsonrpc::cancelled(listen, "mcp-budget: the client's subscriptions changed");
-        let bytes = match &state.bridge.legacy_client {
-            Some(client) => client.modern_request(&bytes).unwrap_or(bytes),
-            None => bytes,
-        };
-        Outgoing {
-            modern: Some(Box::new(crate::era::Headers::of(
-                crate::era::MODERN,
-                "notifications/cancelled",
-                None,
-                &bytes,
-                &[],
-            ))),
-            ..Outgoing::notification(bytes)
-        }
+        let cancel = jsonrpc::cancelled(listen, "mcp-budget: the client's subscriptions changed");
+        for_modern_server(state, "notifications/cancelled", cancel)
     }
 
     /// A modern server's notification on a listen the proxy holds for a legacy client: the

@@ -561,18 +561,22 @@ async fn modern_post(
     let mut params = params;
     params["_meta"] = meta("claude-ai");
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let mut request = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", method)
-        .body(body.to_string());
+    let mut request = modern_request(http, url, &body);
     if let Some(name) = name {
         request = request.header("mcp-name", name);
     }
     let text = request.send().await.unwrap().text().await.unwrap();
     last_message(&text)
+}
+
+/// A 2026-07-28 POST of `message` (its `method` in the header) to the proxy's listener.
+fn modern_request(http: &reqwest::Client, url: &str, message: &Value) -> reqwest::RequestBuilder {
+    http.post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", message["method"].as_str().unwrap_or(""))
+        .body(message.to_string())
 }
 
 #[tokio::test]
@@ -875,10 +879,22 @@ async fn listen_on(client: &mut Client, id: u64, notifications: Value) -> Value 
     }
 }
 
-/// What the server says it is subscribed to (quirky's `subscribed` tool).
-async fn subscribed(client: &mut Client) -> Value {
+/// Calls the server's `touch` tool (an update of `uri`, and a resource list change).
+async fn touch(client: &mut Client, uri: &str) {
     let answer = client
-        .request("tools/call", json!({"name": "subscribed", "arguments": {}}))
+        .request(
+            "tools/call",
+            json!({"name": "touch", "arguments": {"uri": uri}}),
+        )
+        .await;
+    assert!(answer["result"].is_object(), "{answer}");
+}
+
+/// The JSON a tool of the server answers with, as its text (quirky's `subscribed`: the URIs it
+/// is subscribed to; modern_server's `listens`: the `resourceSubscriptions` of its open listens).
+async fn json_of(client: &mut Client, tool: &str) -> Value {
+    let answer = client
+        .request("tools/call", json!({"name": tool, "arguments": {}}))
         .await;
     let text = answer["result"]["content"][0]["text"]
         .as_str()
@@ -930,20 +946,14 @@ async fn a_modern_clients_listen_is_served_in_front_of_a_legacy_server() {
         json!({"resourcesListChanged": true, "resourceSubscriptions": ["file:///a", "file:///b"]})
     );
     assert_eq!(
-        subscribed(&mut client).await,
+        json_of(&mut client, "subscribed").await,
         json!(["file:///a", "file:///b"])
     );
     client.notes.clear();
 
     // An update of a URI both listen to reaches both, each tagged with its own id, as the
     // server wrote it otherwise; the list change only the listen that asked for it.
-    let touch = client
-        .request(
-            "tools/call",
-            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
-        )
-        .await;
-    assert!(touch["result"].is_object(), "{touch}");
+    touch(&mut client, "file:///a").await;
     let updated = "notifications/resources/updated".to_string();
     assert_eq!(
         brought(&mut client),
@@ -977,14 +987,12 @@ async fn a_modern_clients_listen_is_served_in_front_of_a_legacy_server() {
         .peer
         .send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":101}}"#)
         .await;
-    assert_eq!(subscribed(&mut client).await, json!(["file:///a"]));
+    assert_eq!(
+        json_of(&mut client, "subscribed").await,
+        json!(["file:///a"])
+    );
     client.notes.clear();
-    client
-        .request(
-            "tools/call",
-            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
-        )
-        .await;
+    touch(&mut client, "file:///a").await;
     assert_eq!(
         brought(&mut client),
         vec![(updated.clone(), json!(100), json!("file:///a"))]
@@ -1022,16 +1030,7 @@ async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_s
     let mut params = json!({"notifications": {"resourceSubscriptions": ["file:///x"]}});
     params["_meta"] = meta("claude-ai");
     let body = json!({"jsonrpc": "2.0", "id": "watch", "method": "subscriptions/listen", "params": params});
-    let response = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = modern_request(&http, &url, &body).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let mut stream = response.bytes_stream();
     let mut seen = String::new();
@@ -1176,53 +1175,32 @@ async fn a_forced_modern_client_era_refuses_initialize_naming_the_version_it_ser
     assert_eq!(list["result"]["resultType"], "complete", "{list:.300}");
 }
 
+/// `--listen` in front of `server`, serving clients of `era` only.
+async fn serving(server: &str, era: &str) -> (tokio::process::Child, String) {
+    common::listen(
+        &["--client-era", era, "--policy", "none", "--", server],
+        &[],
+    )
+    .await
+}
+
 #[tokio::test]
 async fn over_http_a_forced_client_era_refuses_the_other_era_before_any_session() {
     let quirky = example("quirky_server");
     let http = http_client();
-    let (_legacy_only, url) = common::listen(
-        &[
-            "--client-era",
-            "legacy",
-            "--policy",
-            "none",
-            "--",
-            quirky.to_str().unwrap(),
-        ],
-        &[],
-    )
-    .await;
+    let quirky = quirky.to_str().unwrap();
+    let (_legacy_only, url) = serving(quirky, "legacy").await;
     let answer = modern_post(&http, &url, 7, "tools/list", json!({}), None).await;
     assert_eq!(answer["id"], 7, "{answer}");
     assert_eq!(answer["error"]["code"], -32600, "{answer}");
     // A modern notification alone opens no session either.
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "_meta": meta("claude-ai")}});
-    let response = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", "notifications/cancelled")
-        .body(cancel.to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = modern_request(&http, &url, &cancel).send().await.unwrap();
     assert_eq!(response.status(), 400);
     let session = common::mcp_initialize(&http, &url).await;
     assert!(!session.is_empty());
 
-    let (_modern_only, url) = common::listen(
-        &[
-            "--client-era",
-            "modern",
-            "--policy",
-            "none",
-            "--",
-            quirky.to_str().unwrap(),
-        ],
-        &[],
-    )
-    .await;
+    let (_modern_only, url) = serving(quirky, "modern").await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
     let response = http
         .post(&url)
@@ -1244,29 +1222,18 @@ async fn over_http_a_forced_client_era_refuses_the_other_era_before_any_session(
     assert_eq!(list["result"]["resultType"], "complete", "{list:.300}");
 }
 
-/// The `resourceSubscriptions` of the listens open at the modern server (its `listens` tool).
-async fn listens_open(client: &mut Client) -> Value {
-    let answer = client
-        .request("tools/call", json!({"name": "listens", "arguments": {}}))
-        .await;
-    let text = answer["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or("null");
-    serde_json::from_str(text).unwrap_or_else(|_| panic!("{answer}"))
-}
-
 /// Asks until the server holds exactly `expected` (the proxy cancels a replaced listen once the
 /// new one is acknowledged, which may come after the next call).
 async fn until_listens(client: &mut Client, expected: Value) {
     for _ in 0..200 {
-        if listens_open(client).await == expected {
+        if json_of(client, "listens").await == expected {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     panic!(
         "the server never held {expected}: {}",
-        listens_open(client).await
+        json_of(client, "listens").await
     );
 }
 
@@ -1286,13 +1253,7 @@ async fn a_legacy_clients_subscriptions_are_served_from_a_listen_at_a_modern_ser
     assert_eq!(subscribe["result"], json!({}), "{subscribe}");
     until_listens(&mut client, json!([["file:///a"]])).await;
     client.notes.clear();
-    let touch = client
-        .request(
-            "tools/call",
-            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
-        )
-        .await;
-    assert!(touch["result"].is_object(), "{touch}");
+    touch(&mut client, "file:///a").await;
     let methods: Vec<String> = client
         .notes
         .drain(..)
@@ -1318,12 +1279,7 @@ async fn a_legacy_clients_subscriptions_are_served_from_a_listen_at_a_modern_ser
     assert_eq!(unsubscribe["result"], json!({}), "{unsubscribe}");
     until_listens(&mut client, json!([null])).await;
     client.notes.clear();
-    client
-        .request(
-            "tools/call",
-            json!({"name": "touch", "arguments": {"uri": "file:///a"}}),
-        )
-        .await;
+    touch(&mut client, "file:///a").await;
     let methods: Vec<Value> = client
         .notes
         .drain(..)
