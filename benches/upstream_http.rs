@@ -544,7 +544,13 @@ async fn run() {
                 figure.push(value);
             }
         }
-        for (k, (_, bin)) in builds.iter().enumerate() {
+        // Which build goes first alternates by round: the first of a pair ran slower on a
+        // busy VM (session 15 saw it on stdio→stdio, a path the change measured did not touch).
+        let order: Vec<usize> = (0..builds.len())
+            .map(|i| (i + round) % builds.len())
+            .collect();
+        for k in order {
+            let bin = &builds[k].1;
             let stdio = stdio_cpu_per_call(bin, &[], &me);
             let http = stdio_cpu_per_call(bin, &["--upstream", &upstream], &me);
             let (mut through, proxy) = http_to_http(bin, &upstream).await;
