@@ -117,7 +117,9 @@ fn main() {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut secret))
         .expect("random bytes");
-    std::fs::write(&key, secret).expect("the cursor key");
+    // As hex: raw bytes could begin or end with one the key reader trims as white space.
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&key, hex).expect("the cursor key");
     // The proxy refuses a key file others can read.
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .expect("the cursor key's mode");

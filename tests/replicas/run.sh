@@ -102,7 +102,9 @@ node "$here/server.mjs" --port "$server_port" --bytes "$bytes" 2>"$work/server.l
 pids+=($!)
 wait_http "http://127.0.0.1:$server_port/count" "$!" "the counting server"
 
-head -c 32 /dev/urandom >"$work/cursor.key"
+# 32 random bytes as hex: raw bytes could begin or end with a byte the key reader trims as
+# white space, leaving fewer than 32.
+od -An -N32 -tx1 /dev/urandom | tr -d " \n" >"$work/cursor.key"
 chmod 600 "$work/cursor.key"
 
 # Every request reaches the replicas from HAProxy's address: one principal, so one rate limit

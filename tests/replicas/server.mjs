@@ -147,7 +147,12 @@ async function handle(req, res) {
   await writeWebResponse(res, await handler.fetch(await toWebRequest(req, res)));
 }
 
-const server = http.createServer((req, res) => {
+// The proxies keep their connections for the whole scenario, and results are large: no
+// header or request timeout. Node checks those every 30 s on every connection and, on a
+// kept-alive one, counts from before its current request (nodejs/node#58140): a connection
+// older than the 60 s default was reset mid-call, for every such call at once (seen in a CI
+// rehearsal: "could not reach the upstream server … connection error" on 6 calls, 16 ms apart).
+const server = http.createServer({ requestTimeout: 0, headersTimeout: 0, keepAliveTimeout: 60_000 }, (req, res) => {
   handle(req, res).catch((err) => {
     log('request error:', err?.stack ?? err);
     if (!res.headersSent) {
@@ -158,9 +163,6 @@ const server = http.createServer((req, res) => {
     }
   });
 });
-// The proxies keep their connections; results are large.
-server.keepAliveTimeout = 60_000;
-server.requestTimeout = 0;
 
 await new Promise((resolve, reject) => {
   server.once('error', reject);
