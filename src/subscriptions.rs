@@ -79,11 +79,6 @@ impl Filter {
     /// nothing). Members the proxy does not know are not granted (a legacy server has none).
     pub fn requested(request: &[u8]) -> Result<Filter, Refused> {
         #[derive(Deserialize)]
-        struct Top<'a> {
-            #[serde(borrow)]
-            params: Option<&'a RawValue>,
-        }
-        #[derive(Deserialize)]
         struct Params<'a> {
             #[serde(borrow)]
             notifications: Option<&'a RawValue>,
@@ -96,12 +91,11 @@ impl Filter {
             resources_list_changed: Option<serde_json::Value>,
             resource_subscriptions: Option<serde_json::Value>,
         }
-        let top: Top<'_> = serde_json::from_slice(request).map_err(|_| Refused::NotAnObject)?;
-        let Some(params) = top.params else {
+        // (The envelope reader read the message already: no `params` means none were asked.)
+        let Some(params) = message::params_of(request) else {
             return Ok(Filter::default());
         };
-        let params: Params<'_> =
-            serde_json::from_str(params.get()).map_err(|_| Refused::NotAnObject)?;
+        let params: Params<'_> = serde_json::from_str(params).map_err(|_| Refused::NotAnObject)?;
         let Some(asked) = params.notifications else {
             return Ok(Filter::default());
         };
@@ -347,16 +341,11 @@ impl Listens {
 /// The `params.uri` of a message (`notifications/resources/updated`, `resources/subscribe`).
 fn updated_uri(notification: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
-    struct Top {
-        params: Option<Params>,
-    }
-    #[derive(Deserialize)]
     struct Params {
         uri: Option<String>,
     }
-    serde_json::from_slice::<Top>(notification)
+    serde_json::from_str::<Params>(message::params_of(notification)?)
         .ok()?
-        .params?
         .uri
 }
 
