@@ -102,9 +102,11 @@ def metric(port, name, labels):
     return 0.0
 
 
-def wait_ready(port, path, deadline=30.0):
+def wait_ready(port, path, deadline=30.0, process=None):
     end = time.time() + deadline
     while time.time() < end:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the process for port {port} exited ({process.returncode}) before answering {path}")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             conn.request("GET", path)
@@ -158,15 +160,24 @@ def main():
     replicas = []
     try:
         for n in range(3):
-            port, metrics = free_port(), free_port()
-            process = subprocess.Popen(
-                [options.proxy, "--listen", f"http://127.0.0.1:{port}/mcp", "--rate-limit", "0", "--policy", policy, "--metrics", f"127.0.0.1:{metrics}", "--", options.server],
-                env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"replica-{n + 1}.log"), "w"),
-            )
+            # A free port can be taken again before the replica binds it (another replica's, or
+            # an outgoing connection's): a replica that exits at once is started on new ports.
+            for attempt in range(5):
+                port, metrics = free_port(), free_port()
+                process = subprocess.Popen(
+                    [options.proxy, "--listen", f"http://127.0.0.1:{port}/mcp", "--rate-limit", "0", "--policy", policy, "--metrics", f"127.0.0.1:{metrics}", "--", options.server],
+                    env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"replica-{n + 1}.log"), "w"),
+                )
+                try:
+                    wait_ready(port, "/healthz", process=process)
+                    break
+                except RuntimeError:
+                    process.kill()
+                    process.wait()
+                    if attempt == 4:
+                        raise
             processes.append(process)
             replicas.append({"name": f"r{n + 1}", "port": port, "metrics": metrics, "process": process})
-        for replica in replicas:
-            wait_ready(replica["port"], "/healthz")
         front = free_port()
         haproxy_env = dict(os.environ, FRONT_PORT=str(front), REPLICA_1=str(replicas[0]["port"]), REPLICA_2=str(replicas[1]["port"]), REPLICA_3=str(replicas[2]["port"]))
         haproxy = subprocess.Popen(["haproxy", "-db", "-f", options.config], env=haproxy_env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "haproxy.log"), "w"))
