@@ -76,10 +76,27 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("mcp-budget: {err:#}");
+            eprintln!("mcp-budget: {}", chain(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes, each cause once: many of our errors already name their source in
+/// their own text, and anyhow's `{:#}` would print it a second time.
+fn chain(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 /// How many threads `--listen` serves on: `--threads`, else one per core.

@@ -12,26 +12,60 @@
 //! its connection. The exchange drives its connection itself, in the task that waits for the
 //! answer, so a call costs no hop to a connection task and back; an idle connection is driven
 //! by no one, and one the server closed meanwhile is found out (and replaced) on its next use.
+//!
+//! A server closes a connection that stayed idle too long, and if a request is sent on it just
+//! then, the request is lost with it (a reset, with no answer: nothing tells whether the tool
+//! ran, so it cannot be sent again). A busy server widens that window: Node checks its timers
+//! before it reads the request that arrived meanwhile. So an idle connection is reused only
+//! well within the server's idle limit: a second short of the `Keep-Alive: timeout=N` it
+//! announced (what Node's own agent does), or [`IDLE_WITHOUT_HINT`] when it announced none.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::Stream;
 use http_body_util::Full;
 use hyper::body::{Body as _, Incoming};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{HOST, HeaderMap, HeaderValue};
+use hyper::header::{HOST, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use url::Url;
 
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
 /// Idle connections kept for reuse; more may be open while requests are in flight.
 const MAX_IDLE: usize = 64;
+
+/// How long an idle connection is reused when its server announced no `Keep-Alive` timeout:
+/// within the 5 s that common servers allow (uvicorn's default, Node's).
+const IDLE_WITHOUT_HINT: Duration = Duration::from_secs(4);
+
+/// How long a connection may stay idle and still be reused, from a response's `Keep-Alive`
+/// header (`timeout=N`, in seconds): a second less, for the server's clock and its busy loop.
+fn reuse_within(headers: &HeaderMap) -> Duration {
+    let hint = headers
+        .get_all(KEEP_ALIVE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .find_map(|param| {
+            let (name, value) = param.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("timeout") {
+                return None;
+            }
+            value.trim().trim_matches('"').parse::<u64>().ok()
+        });
+    match hint {
+        Some(secs) => Duration::from_secs(secs.saturating_sub(1)),
+        None => IDLE_WITHOUT_HINT,
+    }
+}
 
 /// Why an exchange failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +101,10 @@ struct Conn {
     /// `None` once the connection closed. Dropping the finished driver matters: it is what
     /// tells a request waiting on this connection that it never went out, and hands it back.
     driver: Option<Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>>,
+    /// How long it may stay idle and still be reused, from its last response.
+    reuse_within: Duration,
+    /// When it was last given back to the pool.
+    idle_since: Instant,
 }
 
 /// Does a connection's pending I/O; never waits.
@@ -125,18 +163,20 @@ struct Pool {
 impl Pool {
     fn take(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         while let Some(conn) = idle.pop() {
-            if !conn.closed() {
+            if now.duration_since(conn.idle_since) < conn.reuse_within && !conn.closed() {
                 return Some(conn);
             }
         }
         None
     }
 
-    fn give_back(&self, sender: Conn) {
+    fn give_back(&self, mut sender: Conn) {
         if sender.closed() {
             return;
         }
+        sender.idle_since = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
             idle.push(sender);
@@ -251,8 +291,9 @@ impl Client {
         }
     }
 
-    fn lease(&self, conn: Conn, response: Response<Incoming>) -> ClientResponse {
+    fn lease(&self, mut conn: Conn, response: Response<Incoming>) -> ClientResponse {
         let (head, body) = response.into_parts();
+        conn.reuse_within = reuse_within(&head.headers);
         ClientResponse {
             status: head.status,
             headers: head.headers,
@@ -295,6 +336,8 @@ impl Client {
         Ok(Conn {
             sender,
             driver: Some(Box::pin(connection)),
+            reuse_within: IDLE_WITHOUT_HINT,
+            idle_since: Instant::now(),
         })
     }
 }
@@ -364,5 +407,118 @@ impl Stream for Body {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[test]
+    fn the_keep_alive_hint_is_read_with_a_second_to_spare() {
+        let hint = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(KEEP_ALIVE, HeaderValue::from_str(value).unwrap());
+            reuse_within(&headers)
+        };
+        assert_eq!(hint("timeout=5, max=1000"), Duration::from_secs(4));
+        assert_eq!(hint("max=3,Timeout = 60"), Duration::from_secs(59));
+        assert_eq!(hint("timeout=0"), Duration::ZERO);
+        assert_eq!(hint("max=3"), IDLE_WITHOUT_HINT);
+        assert_eq!(hint("timeout=soon"), IDLE_WITHOUT_HINT);
+        assert_eq!(reuse_within(&HeaderMap::new()), IDLE_WITHOUT_HINT);
+    }
+
+    /// A server that announces `Keep-Alive: timeout=2` and, like a busy Node server whose
+    /// timer fired before it read the request, drops a request that arrives on a connection
+    /// idle for a second or more, unanswered. Returns its URL and its count of connections.
+    async fn strict_server() -> (Url, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut answered: Option<Instant> = None;
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = socket.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if buf.len() < end + 4 + length {
+                            continue;
+                        }
+                        buf.drain(..end + 4 + length);
+                        if answered.is_some_and(|at| at.elapsed() >= Duration::from_secs(1)) {
+                            return; // closed with the request unread: a reset
+                        }
+                        let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\
+                                      Keep-Alive: timeout=2\r\n\r\nok";
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        answered = Some(Instant::now());
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    async fn call(client: &Client) -> Result<Vec<u8>, ConnError> {
+        let mut response = client
+            .send(Method::POST, HeaderMap::new(), Bytes::from_static(b"{}"))
+            .await?;
+        let mut body = Vec::new();
+        while let Some(chunk) = response.body.next().await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok(body)
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_reused_within_the_servers_hint() {
+        let (url, accepted) = strict_server().await;
+        let client = Client::new(&url, Duration::from_secs(5)).unwrap();
+        for _ in 0..3 {
+            assert_eq!(call(&client).await.unwrap(), b"ok");
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_servers_hint_is_not_reused() {
+        let (url, accepted) = strict_server().await;
+        let client = Client::new(&url, Duration::from_secs(5)).unwrap();
+        assert_eq!(call(&client).await.unwrap(), b"ok");
+        // Idle past the announced 2 s less the spare second: the server drops a request
+        // sent on it now, so it must go out on a new connection.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(call(&client).await.unwrap(), b"ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 }

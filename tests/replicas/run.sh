@@ -68,8 +68,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# A port free now, and not one this script handed out before (a closed port is often the next
+# one the kernel picks; a CI rehearsal of the HAProxy scenario saw 'Address already in use').
+# Sets $port: a command substitution would run it in a subshell, which forgets $given.
+given=" "
 free_port() {
-  node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+  for _ in $(seq 1 20); do
+    port="$(node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')"
+    case "$given" in *" $port "*) continue ;; esac
+    given+="$port "
+    return 0
+  done
+  fail "no free port found in 20 tries"
 }
 
 # Waits until a URL answers 200 (the process of pid $2 still running).
@@ -85,7 +95,7 @@ wait_http() {
 
 started="$(date +%s)"
 
-redis_port="$(free_port)"
+free_port; redis_port="$port"
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save '' --appendonly no \
   --maxmemory 1gb --maxmemory-policy allkeys-lru >"$work/redis.log" 2>&1 &
 pids+=($!)
@@ -97,7 +107,7 @@ for _ in $(seq 1 100); do
 done
 [ "$(redis-cli -p "$redis_port" ping 2>/dev/null || true)" = PONG ] || fail "redis-server does not answer PING on port $redis_port"
 
-server_port="$(free_port)"
+free_port; server_port="$port"
 node "$here/server.mjs" --port "$server_port" --bytes "$bytes" 2>"$work/server.log" >/dev/null &
 pids+=($!)
 wait_http "http://127.0.0.1:$server_port/count" "$!" "the counting server"
@@ -110,25 +120,44 @@ chmod 600 "$work/cursor.key"
 # Every request reaches the replicas from HAProxy's address: one principal, so one rate limit
 # (off here) and one shared-cache quota (raised above the scenario's ~400 MB).
 replica_ports=() replica_pids=() replica_metrics=()
-for n in 1 2 3; do
-  port="$(free_port)"
-  metrics="$(free_port)"
+start_replica() { # $1: its index (0-2)
+  local metrics
+  free_port; metrics="$port"
+  free_port
   # shellcheck disable=SC2086
   "$proxy" --listen "http://127.0.0.1:$port/mcp" --policy none --rate-limit 0 --metrics "127.0.0.1:$metrics" \
     --cursor-key-file "$work/cursor.key" --cache "redis://127.0.0.1:$redis_port/0" --cache-quota-bytes 1073741824 --cache-timeout-ms 5000 \
-    ${REPLICAS_PROXY_ARGS:-} --upstream "http://127.0.0.1:$server_port/mcp" >"$work/replica-$n.log" 2>&1 </dev/null &
+    ${REPLICAS_PROXY_ARGS:-} --upstream "http://127.0.0.1:$server_port/mcp" >"$work/replica-$(($1 + 1)).log" 2>&1 </dev/null &
   pids+=($!)
-  replica_pids+=($!)
   # clients.mjs kills one: out of the job table, so that bash does not report it "Killed".
   disown $!
-  replica_ports+=("$port")
-  replica_metrics+=("http://127.0.0.1:$metrics/metrics")
-done
+  replica_pids[$1]=$!
+  replica_ports[$1]="$port"
+  replica_metrics[$1]="http://127.0.0.1:$metrics/metrics"
+}
+for n in 0 1 2; do start_replica "$n"; done
+# A replica that exits at start with 'Address already in use' lost a port to another process
+# between free_port and its bind: it is started again on new ports, up to 5 times.
 for n in 0 1 2; do
-  wait_http "http://127.0.0.1:${replica_ports[$n]}/healthz" "${replica_pids[$n]}" "replica r$((n + 1))"
+  for attempt in 1 2 3 4 5; do
+    log="$work/replica-$((n + 1)).log"
+    for _ in $(seq 1 200); do
+      curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${replica_ports[$n]}/healthz" 2>/dev/null && break 2
+      kill -0 "${replica_pids[$n]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "${replica_pids[$n]}" 2>/dev/null; then
+      fail "replica r$((n + 1)) did not answer 200 on /healthz within 20 s"
+    fi
+    if [ "$attempt" = 5 ] || ! grep -q "Address already in use" "$log"; then
+      fail "replica r$((n + 1)) exited at start: $(tail -n 3 "$log")"
+    fi
+    echo "replicas: r$((n + 1)) exited at start ($(tail -n 1 "$log")); started again on new ports"
+    start_replica "$n"
+  done
 done
 
-front="$(free_port)"
+free_port; front="$port"
 FRONT_PORT="$front" REPLICA_1="${replica_ports[0]}" REPLICA_2="${replica_ports[1]}" REPLICA_3="${replica_ports[2]}" \
   haproxy -db -f "$root/deploy/haproxy.cfg" >"$work/haproxy.log" 2>&1 &
 pids+=($!)

@@ -152,7 +152,12 @@ async function handle(req, res) {
 // kept-alive one, counts from before its current request (nodejs/node#58140): a connection
 // older than the 60 s default was reset mid-call, for every such call at once (seen in a CI
 // rehearsal: "could not reach the upstream server … connection error" on 6 calls, 16 ms apart).
-const server = http.createServer({ requestTimeout: 0, headersTimeout: 0, keepAliveTimeout: 60_000 }, (req, res) => {
+// The idle limit outlasts the scenario: with 60 s, the connections left idle after phase a's
+// first pages timed out just as phase b began, while this server's loop was busy building 10 MB
+// results, so it read the timer before the requests already sent on them and reset 6 of them
+// (CI, stop 39). The proxy now reuses a connection only a second short of the announced
+// `Keep-Alive: timeout`, but a loop busy for longer than that second still loses the race.
+const server = http.createServer({ requestTimeout: 0, headersTimeout: 0, keepAliveTimeout: 600_000 }, (req, res) => {
   handle(req, res).catch((err) => {
     log('request error:', err?.stack ?? err);
     if (!res.headersSent) {
