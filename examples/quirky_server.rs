@@ -290,22 +290,33 @@ fn main() {
                         );
                         awaiting_sampling = Some((id, token));
                     }
-                    // Two requests of its own at once, written together (one write): an
-                    // elicitation and a sampling request; the call ends with both answers.
+                    // Two requests of its own at once: an elicitation and a sampling
+                    // request; the call ends with both answers. Written together (one write),
+                    // or, with `arguments.gap_ms`, in two writes that far apart (as a server
+                    // whose writes reach the proxy in separate reads).
                     "ask_two" => {
-                        // One write_all of both lines: stdout's line buffering writes what
-                        // ends with a newline in one system call.
-                        let both = concat!(
+                        let elicit = concat!(
                             r#"{"jsonrpc":"2.0","id":"srv-e","method":"elicitation/create","params":{"mode":"form","message":"Go on?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}}"#,
-                            "\n",
+                            "\n"
+                        );
+                        let sample = concat!(
                             r#"{"jsonrpc":"2.0","id":"srv-s","method":"sampling/createMessage","params":{"messages":[{"role":"user","content":{"type":"text","text":"Say hi"}}],"maxTokens":10}}"#,
                             "\n"
                         );
-                        if out
-                            .write_all(both.as_bytes())
-                            .and_then(|()| out.flush())
-                            .is_err()
-                        {
+                        // One write_all of both lines: stdout's line buffering writes what
+                        // ends with a newline in one system call.
+                        let written = match params["arguments"]["gap_ms"].as_u64() {
+                            None => out
+                                .write_all(format!("{elicit}{sample}").as_bytes())
+                                .and_then(|()| out.flush()),
+                            Some(gap) => out.write_all(elicit.as_bytes()).and_then(|()| {
+                                out.flush()?;
+                                std::thread::sleep(std::time::Duration::from_millis(gap));
+                                out.write_all(sample.as_bytes())?;
+                                out.flush()
+                            }),
+                        };
+                        if written.is_err() {
                             std::process::exit(0);
                         }
                         asking_two = Some((id, Vec::new()));

@@ -130,20 +130,38 @@ pub async fn server_to_client(
         reloads.mark_unchanged();
     }
     loop {
-        let event = match &mut reloads {
-            None => events.recv().await,
-            Some(reloads) => tokio::select! {
-                biased;
-                event = events.recv() => event,
-                Ok(()) = reloads.changed() => {
-                    if relay.initialized()
-                        && !deliver_own(client, crate::jsonrpc::tools_list_changed()).await
-                    {
-                        return None;
-                    }
-                    continue;
+        // A round of input the era bridge holds goes out once the server wrote nothing more
+        // for a moment: what it asked at once, it asked in one round.
+        let window = async {
+            if relay.rounds_waiting() {
+                tokio::time::sleep(crate::relay::ROUND_WINDOW).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let event = tokio::select! {
+            biased;
+            event = events.recv() => event,
+            Some(()) = async {
+                match &mut reloads {
+                    Some(reloads) => reloads.changed().await.ok(),
+                    None => std::future::pending().await,
                 }
-            },
+            } => {
+                if relay.initialized()
+                    && !deliver_own(client, crate::jsonrpc::tools_list_changed()).await
+                {
+                    return None;
+                }
+                continue;
+            }
+            () = window => {
+                relay.release_rounds(true);
+                if !send_later(relay, client, to_server).await {
+                    return None;
+                }
+                continue;
+            }
         };
         match event? {
             Event::Ended { reason, stopped } => return Some((reason, stopped)),
@@ -151,9 +169,8 @@ pub async fn server_to_client(
                 if !handle_event(event, relay, client).await {
                     return None;
                 }
-                // A round of input the era bridge holds goes out once nothing the server
-                // wrote waits to be read: what it asked at once, it asked in one round.
-                relay.release_rounds(events.is_empty());
+                // (A round held past many more server messages goes out anyway.)
+                relay.release_rounds(false);
                 // What the era bridge sent or answered on the way (see `Relay::take_later`).
                 if !send_later(relay, client, to_server).await {
                     return None;

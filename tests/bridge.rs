@@ -1302,8 +1302,19 @@ async fn a_legacy_clients_subscriptions_are_served_from_a_listen_at_a_modern_ser
 
 #[tokio::test]
 async fn a_legacy_servers_requests_written_together_reach_a_modern_client_in_one_round() {
+    one_round_of_two(json!({})).await;
+}
+
+/// Two writes 2 ms apart are two reads for the proxy: the round waits a moment for more
+/// (the conformance suite's three elicitations through `--listen --upstream` were split so).
+#[tokio::test]
+async fn a_legacy_servers_requests_written_apart_in_one_turn_reach_a_modern_client_in_one_round() {
+    one_round_of_two(json!({"gap_ms": 2})).await;
+}
+
+async fn one_round_of_two(arguments: Value) {
     let mut client = Client::over(proxy("quirky_server", &[]), true);
-    let call = json!({"name": "ask_two", "arguments": {}});
+    let call = json!({"name": "ask_two", "arguments": arguments});
     let first = client.request("tools/call", call.clone()).await;
     let asked = &first["result"];
     assert_eq!(asked["resultType"], "input_required", "{first}");

@@ -130,10 +130,6 @@ bridge_cannot() {
     # The scenario expects the server's own input key ("user_name"): a legacy server's
     # requests have no keys, the bridge names them.
     2026-07-28:input-required-result-basic-elicitation) return 0 ;;
-    # The legacy server writes its three concurrent requests in three writes; the proxy sends
-    # a round once nothing more waits to be read, and never waits for more: one round when the
-    # three were read together (1 run of 3 in session 15), two when not. Reported when it passes.
-    2026-07-28:input-required-result-multiple-input-requests) return 0 ;;
   esac
   return 1
 }
