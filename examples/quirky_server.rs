@@ -23,7 +23,7 @@
 
 use std::io::{BufRead, Write};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn send(out: &mut impl Write, line: &str) {
     // The test server may die with its client; a failed write just ends it.
@@ -86,6 +86,8 @@ fn main() {
     let resources = std::env::var("QUIRKY_RESOURCES").is_ok_and(|v| v == "1");
     let mut subscribed: std::collections::BTreeSet<String> = Default::default();
     let mut task_count = 0u64;
+    // What the client declared in `initialize` (the `declared` tool tells it, and the pid).
+    let mut declared = Value::Null;
     while let Some(Ok(line)) = lines.next() {
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
             send(
@@ -108,6 +110,7 @@ fn main() {
         let params = message.get("params").cloned().unwrap_or(Value::Null);
         match (method, id) {
             (Some("initialize"), Some(id)) => {
+                declared = params["capabilities"].clone();
                 let version = params["protocolVersion"].as_str().unwrap_or("2025-06-18");
                 let offered = match resources {
                     true => r#""resources":{"subscribe":true,"listChanged":true},"#,
@@ -220,6 +223,16 @@ fn main() {
                     continue;
                 }
                 match name {
+                    "declared" => {
+                        let who = json!({"pid": std::process::id(), "capabilities": declared});
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{who}}}}}"#,
+                                Value::String(who.to_string())
+                            ),
+                        );
+                    }
                     "executions" => {
                         let counts = serde_json::to_string(&executions).unwrap_or_default();
                         send(

@@ -629,10 +629,24 @@ async fn proxy(
         ExitCode::SUCCESS
     } else {
         let upstream = Upstream::start(&spec, options.max_message_bytes).await?;
-        let mut relay = options.relay(Interceptor::reloadable(budget));
-        if let Some(recorder) = recorder {
-            relay = relay.with_recorder(recorder);
-        }
+        let make_relay = {
+            let (options, budget, recorder) = (options.clone(), budget.clone(), recorder.clone());
+            move || {
+                let relay = options.relay(Interceptor::reloadable(budget.clone()));
+                match &recorder {
+                    Some(recorder) => relay.with_recorder(recorder.clone()),
+                    None => relay,
+                }
+            }
+        };
+        let relay = make_relay();
+        // The era bridge may need more servers: one per capability set (see `stdio::Lanes`).
+        let lanes = options.bridge.then(|| stdio::LaneMaker {
+            spec: spec.clone(),
+            max_message_bytes: options.max_message_bytes,
+            relay: Box::new(make_relay),
+        });
+        drop(recorder);
         let (client_in, client_out) = stdio::client_stdio();
         let outcome = stdio::serve(
             client_in,
@@ -640,6 +654,7 @@ async fn proxy(
             upstream,
             Arc::new(relay),
             &options,
+            lanes,
             shutdown_signal(),
         )
         .await;

@@ -328,6 +328,9 @@ struct Bridge {
     /// Whether the proxy's `server/discover` is in flight to learn it.
     asking: bool,
     session: LegacySession,
+    /// What the legacy session declared, from the modern request that opened it (see
+    /// [`bridge::capability_profile`]).
+    profile: Option<Box<str>>,
     /// Modern client messages held until the server's era is known and, for a legacy server,
     /// its session is open; and their bytes.
     held: Vec<Outgoing>,
@@ -839,6 +842,7 @@ impl Relay {
                 bridge.asking = false;
                 bridge.reprobed = false;
                 bridge.session = LegacySession::Closed;
+                bridge.profile = None;
                 // The new server holds no subscription: every listen ends with an error.
                 bridge.listens.clear();
                 bridge.held_listen = None;
@@ -891,6 +895,67 @@ impl Relay {
     /// Number of client requests waiting for a response.
     pub fn in_flight(&self) -> usize {
         self.state().pending.len()
+    }
+
+    /// What a modern request that may take input declares (sampling, elicitation, roots) when
+    /// it is not what the legacy session this relay opened for modern clients declared: such
+    /// a request needs a legacy session of its own (see `stdio`'s lanes). `None` for any other
+    /// message, and while the server is not known to be legacy or no session was opened.
+    pub fn other_capabilities(&self, frame: &Frame) -> Option<String> {
+        if !self.bridge_on {
+            return None;
+        }
+        let Frame::Read {
+            line,
+            parsed:
+                Parsed::Single(Kind::Request {
+                    method,
+                    modern: Some(modern),
+                    ..
+                }),
+        } = frame
+        else {
+            return None;
+        };
+        if !crate::era::is_modern(&modern.version) || !bridge::takes_input(method) {
+            return None;
+        }
+        let session = {
+            let state = self.state();
+            if state.bridge.server != Some(Era::Legacy) {
+                return None;
+            }
+            state.bridge.profile.clone()?
+        };
+        let profile = bridge::capability_profile(line);
+        (*profile != *session).then_some(profile)
+    }
+
+    /// Whether this relay serves modern clients from a legacy session it opened (so that a
+    /// request may need another: [`Relay::other_capabilities`]).
+    pub fn in_legacy_session(&self) -> bool {
+        if !self.bridge_on {
+            return false;
+        }
+        let state = self.state();
+        state.bridge.server == Some(Era::Legacy) && state.bridge.profile.is_some()
+    }
+
+    /// Whether `id` names a client request this relay has in flight: a call (or its held round
+    /// of input) or a listen.
+    pub fn holds(&self, id: &Id) -> bool {
+        let state = self.state();
+        let key = state.aliases.get(id.key()).map_or(id.key(), |k| &**k);
+        state
+            .pending
+            .get(key)
+            .is_some_and(|f| f.id.key() == id.key())
+            || state.bridge.listens.is_open(id.key())
+            || state
+                .bridge
+                .rounds
+                .values()
+                .any(|r| r.client.key() == id.key())
     }
 
     /// A frame from the client.
@@ -982,6 +1047,7 @@ impl Relay {
             "the server speaks a legacy revision: mcp-budget opens its session (initialize) for modern clients"
         );
         state.bridge.session = LegacySession::Opening;
+        state.bridge.profile = Some(bridge::capability_profile(request).into());
         state.pending.insert(
             id.key().into(),
             InFlight::own(

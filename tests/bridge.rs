@@ -1367,3 +1367,83 @@ async fn a_call_whose_round_of_input_is_held_gets_an_error_when_the_server_exits
         "{answer}"
     );
 }
+
+/// Over stdio the proxy has one server process, whose legacy session declared what the first
+/// modern request declared: a call that declares other capabilities gets a process (and a
+/// session) of its own, reused by the next call that declares the same.
+#[tokio::test]
+async fn over_stdio_a_call_declaring_other_capabilities_gets_a_legacy_session_of_its_own() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let declared = |caps: Value| {
+        json!({"name": "declared", "arguments": {},
+            "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}})
+    };
+    let mut seen = Vec::new();
+    for caps in [
+        json!({"elicitation": {}}),
+        json!({"sampling": {}}),
+        json!({"elicitation": {}}),
+        json!({"sampling": {}}),
+    ] {
+        let answer = client.request("tools/call", declared(caps.clone())).await;
+        let who = answer["result"]["structuredContent"].clone();
+        assert_eq!(who["capabilities"], caps, "{answer}");
+        seen.push(who["pid"].as_u64().unwrap());
+    }
+    assert_ne!(
+        seen[0], seen[1],
+        "another process for another capability set"
+    );
+    assert_eq!((seen[0], seen[1]), (seen[2], seen[3]), "each reused");
+    // The first session declared no sampling; quirky's report asks for it: in the session
+    // that declared it, the round trip works (the retry, declaring the same, finds its call).
+    let asked = report_asks(&mut client).await;
+    let key = asked["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let retry = json!({"name": "report", "arguments": {"quarter": "Q3"},
+        "inputResponses": {key: sampled()}, "requestState": asked["requestState"]});
+    let answer = client.request("tools/call", retry).await;
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    assert!(answer.to_string().contains("Q3 was fine"), "{answer}");
+}
+
+/// A lane's server that exits answers its call with an error; the session goes on, and the
+/// next call declaring those capabilities gets a new process.
+#[tokio::test]
+async fn over_stdio_a_lane_whose_server_exits_is_started_again() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let call = |name: &str, caps: Value| {
+        json!({"name": name, "arguments": {},
+            "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}})
+    };
+    let first = client
+        .request("tools/call", call("declared", json!({})))
+        .await;
+    let first = first["result"]["structuredContent"]["pid"]
+        .as_u64()
+        .unwrap();
+    let lane = client
+        .request("tools/call", call("declared", json!({"roots": {}})))
+        .await;
+    let lane = lane["result"]["structuredContent"]["pid"].as_u64().unwrap();
+    let crashed = client
+        .request("tools/call", call("crash", json!({"roots": {}})))
+        .await;
+    assert!(crashed["error"]["message"].is_string(), "{crashed}");
+    let again = client
+        .request("tools/call", call("declared", json!({"roots": {}})))
+        .await;
+    let again = again["result"]["structuredContent"]["pid"]
+        .as_u64()
+        .unwrap();
+    assert_ne!(again, lane, "a new process for the lane");
+    let still = client
+        .request("tools/call", call("declared", json!({})))
+        .await;
+    assert_eq!(still["result"]["structuredContent"]["pid"], first);
+}
