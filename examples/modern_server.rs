@@ -16,8 +16,9 @@
 //!   `notifications/cancelled` names it; tools `touch` (`notifications/resources/updated` of
 //!   `arguments.uri` to each listen subscribed to it, `notifications/resources/list_changed`
 //!   to each that asked, every one tagged with its listen's id), `listens` (the open
-//!   listens' `resourceSubscriptions`, as JSON text) and `end_listens` (each open listen
-//!   ended with its completion result, as a server shutting down ends them).
+//!   listens' `resourceSubscriptions`, as JSON text), `end_listens` (each open listen
+//!   ended with its completion result, as a server shutting down ends them) and `crash` (the
+//!   process exits, unanswered).
 
 use std::io::{BufRead, Write};
 
@@ -149,6 +150,7 @@ fn resource_tool(out: &mut impl Write, params: &Value, listens: &Listens) -> Opt
             Some(json!({"content": []}))
         }
         "end_listens" => None,
+        "crash" => std::process::exit(3),
         "listens" => {
             let open: Vec<Value> = listens
                 .iter()

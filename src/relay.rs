@@ -853,11 +853,21 @@ impl Relay {
                 bridge.parked.clear();
                 bridge.rounds.clear();
                 bridge.inputs.clear();
-                if !bridge.forced {
+                // A legacy client's session stays bridged to the same command, modern again:
+                // its requests are not held for a verdict (only a modern client's request
+                // asks for one, so they waited for ever).
+                if !bridge.forced && !bridge.serving_legacy {
                     bridge.server = None;
                     if let Some(origin) = self.interceptor.origin() {
                         bridge::forget(origin);
                     }
+                }
+                // A legacy client's subscriptions live in the listen the proxy holds: the new
+                // server gets it again, naming the same URIs (the client is not told of the
+                // restart, so nothing else would make them again).
+                if bridge.serving_legacy && state.initialized {
+                    let listen = self.relisten(&mut state);
+                    state.later.to_server.extend(listen);
                 }
             }
             waiting

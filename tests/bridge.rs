@@ -1447,3 +1447,112 @@ async fn over_stdio_a_lane_whose_server_exits_is_started_again() {
         .await;
     assert_eq!(still["result"]["structuredContent"]["pid"], first);
 }
+
+/// A legacy client's subscriptions live in the listen the proxy holds at the modern server:
+/// after the server crashed and `--restart on-failure` started it again, the new process gets
+/// that listen again, and its updates reach the client, which was never told of the restart.
+#[tokio::test]
+async fn a_legacy_clients_subscriptions_are_made_again_at_a_restarted_modern_server() {
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--policy", "none", "--restart", "on-failure", "--"])
+        .arg(example("modern_server"))
+        .env("MODERN_RESOURCES", "1");
+    let mut client = Client::over(Peer::from_command(command), false);
+    client.initialize("2025-11-25").await;
+    let subscribe = client
+        .request("resources/subscribe", json!({"uri": "file:///a"}))
+        .await;
+    assert_eq!(subscribe["result"], json!({}), "{subscribe}");
+    until_listens(&mut client, json!([["file:///a"]])).await;
+    let crashed = client
+        .request("tools/call", json!({"name": "crash", "arguments": {}}))
+        .await;
+    assert!(crashed["error"]["message"].is_string(), "{crashed}");
+    // Requests while the server restarts are answered with an error naming it: asked again.
+    let mut open = Value::Null;
+    for _ in 0..200 {
+        let answer = client
+            .request("tools/call", json!({"name": "listens", "arguments": {}}))
+            .await;
+        if let Some(text) = answer["result"]["content"][0]["text"].as_str() {
+            open = serde_json::from_str(text).unwrap();
+            if open == json!([["file:///a"]]) {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        open,
+        json!([["file:///a"]]),
+        "the new server holds the listen"
+    );
+    client.notes.clear();
+    touch(&mut client, "file:///a").await;
+    let updated: Vec<&Value> = client
+        .notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/resources/updated")
+        .collect();
+    assert_eq!(updated.len(), 1, "{:?}", client.notes);
+    assert_eq!(updated[0]["params"]["uri"], "file:///a");
+}
+
+/// A legacy client's resource subscriptions at a legacy server that crashed are made again
+/// in the server `--restart on-failure` started (its `initialize` is replayed, and so are
+/// they): the client is told only to list its tools again.
+#[tokio::test]
+async fn a_legacy_clients_subscriptions_are_made_again_at_a_restarted_legacy_server() {
+    let mut command = tokio::process::Command::new(common::proxy_bin());
+    command
+        .args(["--policy", "none", "--restart", "on-failure", "--"])
+        .arg(example("quirky_server"))
+        .env("QUIRKY_RESOURCES", "1");
+    let mut client = Client::over(Peer::from_command(command), false);
+    client.initialize("2025-11-25").await;
+    for uri in ["file:///a", "file:///b"] {
+        let subscribe = client
+            .request("resources/subscribe", json!({"uri": uri}))
+            .await;
+        assert_eq!(subscribe["result"], json!({}), "{subscribe}");
+    }
+    let unsubscribe = client
+        .request("resources/unsubscribe", json!({"uri": "file:///b"}))
+        .await;
+    assert_eq!(unsubscribe["result"], json!({}), "{unsubscribe}");
+    assert_eq!(
+        json_of(&mut client, "subscribed").await,
+        json!(["file:///a"])
+    );
+    let crashed = client
+        .request("tools/call", json!({"name": "crash", "arguments": {}}))
+        .await;
+    assert!(crashed["error"]["message"].is_string(), "{crashed}");
+    // Requests while the server restarts are answered with an error naming it: asked again.
+    let mut held = Value::Null;
+    for _ in 0..200 {
+        let answer = client
+            .request("tools/call", json!({"name": "subscribed", "arguments": {}}))
+            .await;
+        if let Some(text) = answer["result"]["content"][0]["text"].as_str() {
+            held = serde_json::from_str(text).unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        held,
+        json!(["file:///a"]),
+        "the new server is subscribed again"
+    );
+    // The proxy's own subscribe answers never reach the client.
+    assert!(
+        !client
+            .notes
+            .iter()
+            .any(|n| n.to_string().contains("resubscribe")),
+        "{:?}",
+        client.notes
+    );
+}

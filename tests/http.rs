@@ -874,7 +874,31 @@ mod upstream {
             ))
             .mount(&server)
             .await;
+        // Subscribed to a and b, then not to b: the renewed session is subscribed to a again.
+        let subscriptions = [
+            (3, "resources/subscribe", "file:///a"),
+            (4, "resources/subscribe", "file:///b"),
+            (6, "resources/unsubscribe", "file:///b"),
+        ];
+        for session in ["s1", "s2"] {
+            for (id, method_name, uri) in subscriptions {
+                Mock::given(method("POST"))
+                    .and(header("mcp-session-id", session))
+                    .and(body_partial_json(
+                        json!({"method": method_name, "params": {"uri": uri}}),
+                    ))
+                    .respond_with(json_reply(id, json!({})))
+                    .mount(&server)
+                    .await;
+            }
+        }
         let mut peer = proxy_to(&server).await;
+        for (id, method_name, uri) in subscriptions {
+            let request =
+                json!({"jsonrpc": "2.0", "id": id, "method": method_name, "params": {"uri": uri}});
+            peer.send(&request.to_string()).await;
+            assert_eq!(peer.recv_json().await["result"], json!({}));
+        }
         peer.send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"t","arguments":{}}}"#).await;
         let mut got = [peer.recv_json().await, peer.recv_json().await];
         got.sort_by_key(|m| m.get("id").is_some());
@@ -898,6 +922,17 @@ mod upstream {
             .filter(|r| String::from_utf8_lossy(&r.body).contains("\"initialize\""))
             .count();
         assert_eq!(inits, 2);
+        let again: Vec<Value> = server
+            .received_requests()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.headers.get("mcp-session-id").is_some_and(|v| v == "s2"))
+            .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+            .filter(|m| m["method"] == "resources/subscribe")
+            .collect();
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert_eq!(again[0]["params"]["uri"], "file:///a");
     }
 
     #[tokio::test]

@@ -60,6 +60,8 @@ struct SessionState {
     /// The client's `initialize` request, replayed when the session expires.
     initialize: Option<Vec<u8>>,
     get_stream: bool,
+    /// The resources the session subscribed to, made again in a renewed session.
+    subscribed: super::Subscribed,
 }
 
 struct Shared {
@@ -402,6 +404,9 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
         state.initialize = Some(bytes.clone());
         state.id = None;
         state.protocol = None;
+        state.subscribed.clear();
+    } else if requests.len() == 1 {
+        shared.state().subscribed.track(&bytes);
     }
     let session = shared.session();
     // Shared, not copied, between the first attempt and a retry.
@@ -814,7 +819,43 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
         "upstream session re-initialized"
     );
     open_get_stream(shared);
+    resubscribe(shared, session.as_deref()).await;
     Ok(())
+}
+
+/// Makes the old session's resource subscriptions again in the new one: the client made them
+/// and was not told they are gone. Each answer is read and kept to the proxy; a refusal is
+/// logged (the client's next subscribe gets the server's own answer).
+async fn resubscribe(shared: &Arc<Shared>, session: Option<&str>) {
+    let again = shared.state().subscribed.requests();
+    for (uri, request) in &again {
+        let sent = shared.post(request.clone().into(), session).await;
+        let outcome = match sent {
+            Ok(response) if response.status.is_success() => {
+                body::read_limited(response.body, shared.max_message_bytes, shared.read_timeout)
+                    .await
+                    .map(|answer| String::from_utf8_lossy(&answer).contains("\"error\""))
+                    .map_err(|e| e.to_string())
+            }
+            Ok(response) => Err(format!("HTTP {}", response.status)),
+            Err(err) => Err(err.to_string()),
+        };
+        match outcome {
+            Ok(false) => tracing::debug!(%uri, "resource subscription made again"),
+            Ok(true) => {
+                tracing::warn!(%uri, "the renewed session refused a resource subscription made again")
+            }
+            Err(why) => {
+                tracing::warn!(%uri, %why, "a resource subscription could not be made again in the renewed session")
+            }
+        }
+    }
+    if !again.is_empty() {
+        tracing::info!(
+            subscriptions = again.len(),
+            "resource subscriptions made again in the renewed upstream session"
+        );
+    }
 }
 
 /// Opens the GET stream for server-initiated messages (once per session).

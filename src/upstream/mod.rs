@@ -344,3 +344,84 @@ pub(crate) async fn write_lines<W: AsyncWrite + Unpin, M: AsRef<[u8]> + Weigh>(
     let _ = out.flush().await;
     let _ = out.shutdown().await;
 }
+
+/// The resources a session subscribed to (`resources/subscribe` sent, and no
+/// `resources/unsubscribe` since), made again in the session that replaces it (a renewed HTTP
+/// session, a restarted child): the client made them and is not told they are gone.
+#[derive(Default)]
+pub struct Subscribed {
+    uris: std::collections::BTreeSet<String>,
+    bytes: usize,
+}
+
+impl Subscribed {
+    /// At most this many bytes of URIs are kept.
+    const MAX_BYTES: usize = 1 << 20;
+
+    /// Notes a request sent in the session, when it subscribes or unsubscribes.
+    pub fn track(&mut self, request: &[u8]) {
+        let Some((on, uri)) = subscription(request) else {
+            return;
+        };
+        if !on {
+            if self.uris.remove(&uri) {
+                self.bytes -= uri.len();
+            }
+        } else if self.bytes + uri.len() <= Self::MAX_BYTES {
+            let len = uri.len();
+            if self.uris.insert(uri) {
+                self.bytes += len;
+            }
+        } else {
+            tracing::warn!(
+                "over 1 MiB of subscribed resource URIs: this one is not made again if the server's session is replaced"
+            );
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.uris.clear();
+        self.bytes = 0;
+    }
+
+    /// The `resources/subscribe` requests that make them again (ids the proxy's own:
+    /// `mcp-budget-resubscribe-N`), with their URIs.
+    pub fn requests(&self) -> Vec<(String, Vec<u8>)> {
+        self.uris
+            .iter()
+            .enumerate()
+            .map(|(n, uri)| {
+                let request = serde_json::json!({"jsonrpc": "2.0",
+                    "id": format!("{RESUBSCRIBE_ID}{n}"),
+                    "method": "resources/subscribe", "params": {"uri": uri}});
+                (uri.clone(), request.to_string().into_bytes())
+            })
+            .collect()
+    }
+}
+
+/// The prefix of the ids of [`Subscribed::requests`].
+pub const RESUBSCRIBE_ID: &str = "mcp-budget-resubscribe-";
+
+/// The URI of a `resources/subscribe` (`true`) or `resources/unsubscribe` (`false`) request.
+fn subscription(bytes: &[u8]) -> Option<(bool, String)> {
+    if !crate::holds!(bytes, b"resources/") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        method: std::borrow::Cow<'a, str>,
+        params: Params,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        uri: String,
+    }
+    let request: Request = serde_json::from_slice(bytes).ok()?;
+    match &*request.method {
+        "resources/subscribe" => Some((true, request.params.uri)),
+        "resources/unsubscribe" => Some((false, request.params.uri)),
+        _ => None,
+    }
+}

@@ -49,6 +49,7 @@ async fn supervise(
     } = link;
     let mut initialize: Option<Outgoing> = None;
     let mut initialized = false;
+    let mut subscribed = super::Subscribed::default();
     let mut crashes: VecDeque<Instant> = VecDeque::new();
     let mut stopper = current.stopper();
     tokio::pin!(stop);
@@ -63,6 +64,9 @@ async fn supervise(
                 };
                 if message.initialize && initialize.is_none() {
                     initialize = Some(message.clone());
+                }
+                if message.requests.len() == 1 {
+                    subscribed.track(&message);
                 }
                 initialized |= message.initialized;
                 let _ = current.to_server.send(message).await;
@@ -96,7 +100,7 @@ async fn supervise(
                     let _ = events.send(Event::Restarting { reason: reason.clone() }).await;
                     let backoff = Duration::from_millis(250 * (1 << (crashes.len() - 1).min(5)));
                     tokio::time::sleep(backoff).await;
-                    match restart(&command, max_message_bytes, initialize.as_ref(), initialized).await {
+                    match restart(&command, max_message_bytes, initialize.as_ref(), initialized, &subscribed).await {
                         Ok(fresh) => {
                             current = fresh;
                             stopper = current.stopper();
@@ -139,6 +143,7 @@ async fn restart(
     max_message_bytes: usize,
     initialize: Option<&Outgoing>,
     initialized: bool,
+    subscribed: &super::Subscribed,
 ) -> Result<Upstream, String> {
     let mut fresh = Upstream::child(command, max_message_bytes).map_err(|e| e.to_string())?;
     let Some(initialize) = initialize else {
@@ -174,6 +179,57 @@ async fn restart(
             .send(Outgoing::notification(jsonrpc::initialized()))
             .await
             .map_err(|_| "the new server closed its input".to_string())?;
+        resubscribe(&mut fresh, subscribed).await?;
     }
     Ok(fresh)
+}
+
+/// Makes the crashed server's resource subscriptions again in the new one (the client made
+/// them, and is told only to list its tools again); their answers are the proxy's.
+async fn resubscribe(fresh: &mut Upstream, subscribed: &super::Subscribed) -> Result<(), String> {
+    let again = subscribed.requests();
+    if again.is_empty() {
+        return Ok(());
+    }
+    let mut waiting = std::collections::HashSet::new();
+    for (n, (_, request)) in again.into_iter().enumerate() {
+        let id = message::Id::from_json_text(&format!("\"{}{n}\"", super::RESUBSCRIBE_ID));
+        waiting.insert(id.key().to_string());
+        fresh
+            .to_server
+            .send(Outgoing {
+                bytes: request,
+                requests: vec![id],
+                ..Outgoing::default()
+            })
+            .await
+            .map_err(|_| "the new server closed its input".to_string())?;
+    }
+    let made = waiting.len();
+    let answered = tokio::time::timeout(INIT_TIMEOUT, async {
+        while !waiting.is_empty() {
+            match fresh.events.recv().await {
+                Some(Event::Frame(Frame::Line(line) | Frame::Read { line, .. })) => {
+                    if let Some(Kind::Response { id: Some(id), .. }) = kind(&line) {
+                        if line.windows(8).any(|w| w == b"\"error\":") {
+                            tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 200), "the restarted server refused a resource subscription made again");
+                        }
+                        waiting.remove(id.key());
+                    }
+                }
+                Some(Event::Ended { reason, .. }) => return Err(reason),
+                Some(_) => {}
+                None => return Err("the new server ended".to_string()),
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|_| format!("the new server did not answer resources/subscribe within {} s", INIT_TIMEOUT.as_secs()))?;
+    answered?;
+    tracing::info!(
+        subscriptions = made,
+        "resource subscriptions made again in the restarted server"
+    );
+    Ok(())
 }
