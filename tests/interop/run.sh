@@ -4,7 +4,9 @@
 # in every transport combination (client.py, the 1.x SDK); then the v2 clients, each in the
 # legacy, auto and pinned-2026-07-28 modes, against those servers and the dual-era conformance
 # target (tests/conformance/target.mjs): the official TypeScript SDK v2 client (v2/client.mjs,
-# pinned with v2/package-lock.json) and the Python SDK 2.x (client2.py, a venv of its own).
+# pinned with v2/package-lock.json) and the Python SDK 2.x (client2.py, a venv of its own);
+# last, the TypeScript SDK 1.x client (the same client.mjs with --sdk 1, pinned beside v2): the
+# legacy client of the era bridge's matrix, in its one mode.
 # Pinned versions are installed into a cache folder that later runs reuse. A setup failure fails
 # this script with a clear message: it never reports success without having run. The last line
 # is the total, "N passed, M failed"; the exit status is non-zero on any failure.
@@ -49,7 +51,7 @@ node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)
   || fail "node $(node --version) is too old for the TypeScript SDK v2 (it needs node >= 20)"
 stamp2="$cache/installed-v2-$(cat "$here/v2/package-lock.json" <(echo "$python_mcp2") | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp2" ]; then
-  echo "interop: installing the v2 clients (v2/package-lock.json: @modelcontextprotocol/client, @modelcontextprotocol/server; $python_mcp2) into $cache"
+  echo "interop: installing the v2 clients (v2/package-lock.json: @modelcontextprotocol/client, @modelcontextprotocol/server, @modelcontextprotocol/sdk 1.x; $python_mcp2) into $cache"
   rm -rf "$cache/v2" "$cache/venv2"
   mkdir -p "$cache/v2"
   cp "$here/v2/package.json" "$here/v2/package-lock.json" "$cache/v2/"
@@ -67,6 +69,8 @@ filesystem="$cache/npm/node_modules/@modelcontextprotocol/server-filesystem/dist
 [ -f "$filesystem" ] || fail "server-filesystem is missing from $cache/npm (delete $stamp to reinstall)"
 [ -f "$cache/v2/node_modules/@modelcontextprotocol/client/package.json" ] \
   || fail "the TypeScript SDK v2 is missing from $cache/v2 (delete $stamp2 to reinstall)"
+[ -f "$cache/v2/node_modules/@modelcontextprotocol/sdk/package.json" ] \
+  || fail "the TypeScript SDK 1.x is missing from $cache/v2 (delete $stamp2 to reinstall)"
 [ -f "$cache/v2/node_modules/@modelcontextprotocol/server/package.json" ] \
   || fail "the server SDK v2 (for the conformance target) is missing from $cache/v2 (delete $stamp2 to reinstall)"
 "$cache/venv2/bin/python" -c 'import mcp, mcp_types' 2>/dev/null \
@@ -120,6 +124,7 @@ run_client() {
 run_client "python-sdk-1.x" "$cache/venv/bin/python" "$here/client.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 run_client "typescript-sdk-v2" node "$cache/v2/client.mjs" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 run_client "python-sdk-2.x" "$cache/venv2/bin/python" "$here/client2.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
+run_client "typescript-sdk-1.x" node "$cache/v2/client.mjs" --sdk 1 --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 
 echo
 printf '%s\n' "${summary[@]}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Interop: the official TypeScript SDK v2 client (@modelcontextprotocol/client, pinned in
 // package.json) against real servers, directly and through mcp-budget, in the three ways a v2
-// client connects:
+// client connects; with `--sdk 1`, the TypeScript SDK 1.x client (@modelcontextprotocol/sdk,
+// pinned beside it), which speaks only the legacy era, through the same checks:
 //
 //   legacy   the 2025-11-25 initialize handshake (the SDK's default);
 //   auto     probe with server/discover, fall back to initialize (a 2025-only server answers
@@ -45,9 +46,7 @@ import readline from 'node:readline';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/client/stdio';
 
-const CLIENT = 'ts-v2';
 const MODERN = '2026-07-28';
-const MODES = { legacy: 'legacy', auto: 'auto', pinned: { pin: MODERN } };
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -57,8 +56,8 @@ function options() {
   const argv = process.argv.slice(2);
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '');
-    if (!['proxy', 'everything', 'filesystem', 'target'].includes(key) || argv[i + 1] === undefined) {
-      console.error('usage: node client.mjs --proxy BIN --everything JS --filesystem JS --target MJS');
+    if (!['proxy', 'everything', 'filesystem', 'target', 'sdk'].includes(key) || argv[i + 1] === undefined) {
+      console.error('usage: node client.mjs --proxy BIN --everything JS --filesystem JS --target MJS [--sdk 1|2]');
       process.exit(2);
     }
     out[key] = argv[i + 1];
@@ -73,6 +72,37 @@ function options() {
 }
 
 const opts = options();
+// The TypeScript SDK 1.x (`--sdk 1`): a legacy-only client, in the one mode it has.
+const sdk1 = opts.sdk === '1' ? await loadSdk1() : null;
+const CLIENT = sdk1 ? 'ts-v1' : 'ts-v2';
+const MODES = sdk1 ? { legacy: 'legacy' } : { legacy: 'legacy', auto: 'auto', pinned: { pin: MODERN } };
+
+async function loadSdk1() {
+  const [{ Client }, { StdioClientTransport }, { StreamableHTTPClientTransport }, types] = await Promise.all([
+    import('@modelcontextprotocol/sdk/client/index.js'),
+    import('@modelcontextprotocol/sdk/client/stdio.js'),
+    import('@modelcontextprotocol/sdk/client/streamableHttp.js'),
+    import('@modelcontextprotocol/sdk/types.js'),
+  ]);
+  const schemas = {
+    'sampling/createMessage': types.CreateMessageRequestSchema,
+    'elicitation/create': types.ElicitRequestSchema,
+    'notifications/resources/updated': types.ResourceUpdatedNotificationSchema,
+  };
+  // A 1.x Client with the v2 calls the checks make: handlers by method name, and callTool's
+  // options second (1.x takes a result schema there).
+  const client = (info, capabilities) => {
+    const c = new Client(info, { capabilities });
+    const [onRequest, onNotification, callTool] = [c.setRequestHandler.bind(c), c.setNotificationHandler.bind(c), c.callTool.bind(c)];
+    c.setRequestHandler = (method, fn) => onRequest(schemas[method], fn);
+    c.setNotificationHandler = (method, fn) => onNotification(schemas[method], fn);
+    c.callTool = (params, options) => callTool(params, undefined, options);
+    c.getProtocolEra = () => 'legacy';
+    c.getNegotiatedProtocolVersion = () => undefined;
+    return c;
+  };
+  return { client, StdioClientTransport, StreamableHTTPClientTransport };
+}
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-budget-interop-v2-'));
 
 // ---------------------------------------------------------------------------------------------
@@ -218,7 +248,9 @@ function evidence(tap) {
 async function openSession(spec) {
   const { target, mode, name = 'mcp-budget-interop' } = spec;
   const capabilities = { elicitation: { form: {} }, ...(spec.sampling ? { sampling: {} } : {}) };
-  const client = new Client({ name, version: '1.0.0' }, { capabilities, versionNegotiation: { mode: MODES[mode] } });
+  const client = sdk1
+    ? sdk1.client({ name, version: '1.0.0' }, capabilities)
+    : new Client({ name, version: '1.0.0' }, { capabilities, versionNegotiation: { mode: MODES[mode] } });
   const session = { client, elicitations: [], samplings: [], answerName: 'octocat', tap: null, note: spec.note ?? '' };
   if (spec.sampling) {
     client.setRequestHandler('sampling/createMessage', async (request) => {
@@ -234,10 +266,12 @@ async function openSession(spec) {
     return { action: 'accept', content: { name: session.answerName } };
   });
   let transport;
+  const Http = sdk1?.StreamableHTTPClientTransport ?? StreamableHTTPClientTransport;
+  const Stdio = sdk1?.StdioClientTransport ?? StdioClientTransport;
   if (target.url) {
-    transport = new StreamableHTTPClientTransport(new URL(target.url));
+    transport = new Http(new URL(target.url));
   } else {
-    transport = new StdioClientTransport({ command: target.command, args: target.args, env: childEnv(), stderr: 'ignore' });
+    transport = new Stdio({ command: target.command, args: target.args, env: childEnv(), stderr: 'ignore' });
   }
   session.tap = tapTransport(transport);
   try {
