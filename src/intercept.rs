@@ -34,8 +34,9 @@ pub struct Interceptor {
     chosen: Mutex<Chosen>,
     /// This session's scope in the result cache.
     scope: u64,
-    /// What this session's `tools/list` said about each tool.
-    tools: Mutex<HashMap<String, ToolInfo>>,
+    /// What this session's `tools/list` said about each tool (shared with the sessions that
+    /// serve other capability sets of one client over stdio: [`Interceptor::sharing_tools_of`]).
+    tools: Arc<Mutex<HashMap<String, ToolInfo>>>,
     /// The server's origin (its command line or URL), under which who it said it is is kept
     /// for every session of this process (see [`Interceptor::for_origin`]).
     origin: Option<String>,
@@ -503,7 +504,7 @@ impl Interceptor {
             base: shared,
             chosen: Mutex::new(Chosen::default()),
             scope,
-            tools: Mutex::new(HashMap::new()),
+            tools: Arc::new(Mutex::new(HashMap::new())),
             fitted: Mutex::new((0, HashMap::new())),
             origin: None,
             tasks: Mutex::new(TaskTable::default()),
@@ -883,6 +884,14 @@ impl Interceptor {
             .get(tool)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// This session knows the tools as `other`'s `tools/list` said, now and after: another
+    /// process of the same server, serving the same client's calls that declare other
+    /// capabilities (the client lists the tools once).
+    pub fn sharing_tools_of(mut self, other: &Interceptor) -> Self {
+        self.tools = other.tools.clone();
+        self
     }
 
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.

@@ -941,6 +941,13 @@ impl Relay {
         (*profile != *session).then_some(profile)
     }
 
+    /// This relay knows the tools as `other`'s client listed them (see
+    /// [`Interceptor::sharing_tools_of`]).
+    pub fn sharing_tools_of(mut self, other: &Relay) -> Self {
+        self.interceptor = self.interceptor.sharing_tools_of(&other.interceptor);
+        self
+    }
+
     /// Whether this relay serves modern clients from a legacy session it opened (so that a
     /// request may need another: [`Relay::other_capabilities`]).
     pub fn in_legacy_session(&self) -> bool {

@@ -380,7 +380,7 @@ impl Lanes {
             }
             return None;
         }
-        match self.start(profile).await {
+        match self.start(profile, first).await {
             Ok(lane) => Some(lane),
             Err(err) => {
                 tracing::warn!(%err, "could not start another server for a capability set; the request goes to the first");
@@ -396,13 +396,18 @@ impl Lanes {
             .cloned()
     }
 
-    async fn start(&self, profile: String) -> Result<Arc<Lane>, crate::upstream::StartError> {
+    async fn start(
+        &self,
+        profile: String,
+        first: &Relay,
+    ) -> Result<Arc<Lane>, crate::upstream::StartError> {
         let mut upstream = Upstream::start(&self.maker.spec, self.maker.max_message_bytes).await?;
         tracing::info!(
             capabilities = %profile,
             "a modern request declares other capabilities than the legacy session: another server process serves them"
         );
-        let relay = Arc::new((self.maker.relay)());
+        // The client listed the tools through the first: this one knows them as it does.
+        let relay = Arc::new((self.maker.relay)().sharing_tools_of(first));
         let stopper = upstream.stopper();
         let upstream_task = upstream.take_task();
         let ended = Arc::new(AtomicBool::new(false));

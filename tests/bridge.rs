@@ -1556,3 +1556,27 @@ async fn a_legacy_clients_subscriptions_are_made_again_at_a_restarted_legacy_ser
         client.notes
     );
 }
+
+/// A lane knows the tools as the client listed them through the first session: `history` has
+/// an `after` of its own, which the lane passes to the server as the first would (it is not
+/// the proxy's cursor there).
+#[tokio::test]
+async fn over_stdio_a_lane_knows_the_tools_the_client_listed() {
+    let mut client = Client::over(proxy("quirky_server", &[]), true);
+    let listed = client.request("tools/list", json!({})).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let call = |caps: Value| {
+        json!({"name": "history", "arguments": {"after": 40, "lines": 2},
+            "_meta": {"io.modelcontextprotocol/clientCapabilities": caps}})
+    };
+    for caps in [
+        json!({"elicitation": {}, "sampling": {}}),
+        json!({"roots": {}}),
+    ] {
+        let answer = client.request("tools/call", call(caps)).await;
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("");
+        assert!(text.starts_with("history run 1 line 000041\n"), "{answer}");
+    }
+}
