@@ -1448,6 +1448,26 @@ async fn over_stdio_a_lane_whose_server_exits_is_started_again() {
     assert_eq!(still["result"]["structuredContent"]["pid"], first);
 }
 
+/// The JSON a tool answers once the server is back, asked until it is `expected` (requests
+/// while the server restarts are answered with an error naming it; a subscription made again
+/// may still be on its way): the last answer.
+async fn after_restart(client: &mut Client, tool: &str, expected: Value) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..200 {
+        let answer = client
+            .request("tools/call", json!({"name": tool, "arguments": {}}))
+            .await;
+        if let Some(text) = answer["result"]["content"][0]["text"].as_str() {
+            last = serde_json::from_str(text).unwrap_or(Value::Null);
+            if last == expected {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    last
+}
+
 /// A legacy client's subscriptions live in the listen the proxy holds at the modern server:
 /// after the server crashed and `--restart on-failure` started it again, the new process gets
 /// that listen again, and its updates reach the client, which was never told of the restart.
@@ -1469,20 +1489,7 @@ async fn a_legacy_clients_subscriptions_are_made_again_at_a_restarted_modern_ser
         .request("tools/call", json!({"name": "crash", "arguments": {}}))
         .await;
     assert!(crashed["error"]["message"].is_string(), "{crashed}");
-    // Requests while the server restarts are answered with an error naming it: asked again.
-    let mut open = Value::Null;
-    for _ in 0..200 {
-        let answer = client
-            .request("tools/call", json!({"name": "listens", "arguments": {}}))
-            .await;
-        if let Some(text) = answer["result"]["content"][0]["text"].as_str() {
-            open = serde_json::from_str(text).unwrap();
-            if open == json!([["file:///a"]]) {
-                break;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let open = after_restart(&mut client, "listens", json!([["file:///a"]])).await;
     assert_eq!(
         open,
         json!([["file:///a"]]),
@@ -1529,18 +1536,7 @@ async fn a_legacy_clients_subscriptions_are_made_again_at_a_restarted_legacy_ser
         .request("tools/call", json!({"name": "crash", "arguments": {}}))
         .await;
     assert!(crashed["error"]["message"].is_string(), "{crashed}");
-    // Requests while the server restarts are answered with an error naming it: asked again.
-    let mut held = Value::Null;
-    for _ in 0..200 {
-        let answer = client
-            .request("tools/call", json!({"name": "subscribed", "arguments": {}}))
-            .await;
-        if let Some(text) = answer["result"]["content"][0]["text"].as_str() {
-            held = serde_json::from_str(text).unwrap();
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let held = after_restart(&mut client, "subscribed", json!(["file:///a"])).await;
     assert_eq!(
         held,
         json!(["file:///a"]),

@@ -450,11 +450,8 @@ async function modernOnlyChecks(routes, mode, transport, prefix) {
   const route = routes.modernOnly[transport];
   if (!route) return;
   if (mode !== 'legacy') {
-    // Modern and auto clients speak its era: connecting is the dual-era target's checks.
-    const label = `${prefix}: modern-only target connects in the 2026-07-28 era`;
-    await withSession([label], { target: route, mode, transport }, async (session) => {
-      check(label, session.era === 'modern', `era ${session.era}`);
-    });
+    // Modern and auto clients speak its era: the dual-era target's checks, against it.
+    await targetChecks(routes, mode, transport, prefix, 'modernOnly');
     return;
   }
   if (!isProxy(transport)) {
@@ -745,13 +742,40 @@ async function filesystemChecks(routes, mode, transport, prefix) {
   });
 }
 
-// 1, 2, 4 and 5 against the dual-era target.
-async function targetChecks(routes, mode, transport, prefix) {
-  const route = routes.target[transport];
+// A resource subscription with the target: a legacy client subscribes (resources/subscribe),
+// a modern one listens (subscriptions/listen); test_trigger_resource_update's update of the
+// watched resource must then reach the client's notification handler.
+async function targetSubscription(session) {
+  const uri = 'test://watched-resource';
+  let update = null;
+  session.client.setNotificationHandler('notifications/resources/updated', (notification) => {
+    if (notification.params?.uri === uri) update = notification;
+  });
+  let subscription = null;
+  if (session.era === 'modern') subscription = await session.client.listen({ resourceSubscriptions: [uri] });
+  else await session.client.subscribeResource({ uri });
+  // Over HTTP the trigger may overtake the subscription upstream: asked again until an
+  // update arrives (bounded).
+  for (let i = 0; i < 40 && update === null; i += 1) {
+    await session.client.callTool({ name: 'test_trigger_resource_update', arguments: {} });
+    if (update === null) await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  const honored = subscription?.honoredFilter?.resourceSubscriptions ?? null;
+  if (subscription) await subscription.close();
+  else await session.client.unsubscribeResource({ uri });
+  const ok = update !== null && (session.era !== 'modern' || Boolean(honored?.includes(uri)));
+  return [ok, `era ${session.era}, honored ${clip(honored)}, update ${clip(update, 200)}`];
+}
+
+// 1, 2, 4, 5 and 6 against the dual-era target (`server` 'target'), or against the target
+// serving 2026-07-28 only ('modernOnly', for the clients that speak it).
+async function targetChecks(routes, mode, transport, prefix, server = 'target') {
+  const route = routes[server][transport];
   const spec = { target: route, mode, transport };
   const modern = expectedEra('target', mode) === 'modern';
-  const refSpec = { target: routes.target[referenceOf(transport)], mode };
-  const ref = await reference(`target ${referenceOf(transport)} ${mode}`, refSpec, 'test_input_required_result_elicitation', {}, (s) => {
+  const who = server === 'target' ? '' : 'modern-only target: ';
+  const refSpec = { target: routes[server][referenceOf(transport)], mode };
+  const ref = await reference(`${server} ${referenceOf(transport)} ${mode}`, refSpec, 'test_input_required_result_elicitation', {}, (s) => {
     s.answerName = bigName;
   });
   const whole = ref.result ? textsOf(ref.result).join('') : null;
@@ -759,17 +783,21 @@ async function targetChecks(routes, mode, transport, prefix) {
   // 5: MRTR (legacy: the same tools fulfilled with real elicitation requests).
   const how = modern ? 'input_required, retried' : 'legacy: a server-to-client elicitation request';
   const labels = {
-    era: `${prefix}: target connects in the ${modern ? '2026-07-28' : '2025-11-25'} era`,
-    elicit: `${prefix}: MRTR elicitation round trip (${how})`,
-    rounds: `${prefix}: MRTR two rounds with requestState (${how})`,
-    forged: `${prefix}: refusal: a forged after cursor is a tool error the client parses`,
-    limit: `${prefix}: refusal: limit out of range is a tool error the client parses`,
-    line: `${prefix}: refusal: a line no page can hold is a tool error the client parses`,
-    paging: `${prefix}: automatic paging of a result reached through ${modern ? 'input_required' : 'elicitation'}`,
-    search: `${prefix}: mcp_budget_search over that chain finds the lines a RegExp finds in the direct text`,
+    era: `${prefix}: ${who || 'target '}connects in the ${modern ? '2026-07-28' : '2025-11-25'} era`,
+    elicit: `${prefix}: ${who}MRTR elicitation round trip (${how})`,
+    rounds: `${prefix}: ${who}MRTR two rounds with requestState (${how})`,
+    subscribe: `${prefix}: ${who}resource subscription (${modern ? 'subscriptions/listen' : 'resources/subscribe'}), an update delivered`,
+    forged: `${prefix}: ${who}refusal: a forged after cursor is a tool error the client parses`,
+    limit: `${prefix}: ${who}refusal: limit out of range is a tool error the client parses`,
+    line: `${prefix}: ${who}refusal: a line no page can hold is a tool error the client parses`,
+    paging: `${prefix}: ${who}automatic paging of a result reached through ${modern ? 'input_required' : 'elicitation'}`,
+    search: `${prefix}: ${who}mcp_budget_search over that chain finds the lines a RegExp finds in the direct text`,
   };
   const proxied = isProxy(transport);
-  await withSession(Object.values(labels).filter((l) => proxied || !/refusal|paging/.test(l)), spec, async (session) => {
+  // (The limit refusal needs the policy with a rule for test_simple_text: the dual-era
+  // target's routes have it.)
+  const asked = Object.values(labels).filter((l) => (proxied || !/refusal|paging|search/.test(l)) && (server === 'target' || l !== labels.limit));
+  await withSession(asked, spec, async (session) => {
     check(labels.era, session.era === (modern ? 'modern' : 'legacy') && (!modern || session.client.getNegotiatedProtocolVersion() === MODERN), `era ${session.era}, version ${session.client.getNegotiatedProtocolVersion()}`);
     await attempt(labels.elicit, session, async () => {
       session.elicitations = [];
@@ -789,6 +817,7 @@ async function targetChecks(routes, mode, transport, prefix) {
       const ok = modern ? text === expected && session.elicitations.length === 2 : !result.isError && session.elicitations.length >= 1;
       return [ok, `text ${clip(text, 200)}, elicitations ${session.elicitations.length}`];
     });
+    await attempt(labels.subscribe, session, () => targetSubscription(session));
     if (!proxied) return;
 
     // 4: refusals.
@@ -800,7 +829,9 @@ async function targetChecks(routes, mode, transport, prefix) {
       return [result.isError === true && pattern.test(text) && typed, `isError ${result.isError}, resultType on the wire ${raw?.resultType}, text ${clip(text, 250)}`];
     };
     await attempt(labels.forged, session, () => refusal('test_input_required_result_elicitation', { after: 'bm90LWEtY3Vyc29y' }, /after/));
-    await attempt(labels.limit, session, () => refusal('test_simple_text', { limit: 500 }, /limit must be an integer between 1 and 10/));
+    if (asked.includes(labels.limit)) {
+      await attempt(labels.limit, session, () => refusal('test_simple_text', { limit: 500 }, /limit must be an integer between 1 and 10/));
+    }
     await attempt(labels.line, session, async () => {
       session.answerName = oneLineName;
       return refusal('test_input_required_result_elicitation', {}, /result-too-large|cannot be paged/);
@@ -846,13 +877,13 @@ async function targetChecks(routes, mode, transport, prefix) {
     });
   });
   if (!proxied) {
-    check(`${prefix}: target's greeting with a ~300 KB name is ${whole ? Buffer.byteLength(whole) : '?'} bytes in one result (the reference)`, Boolean(whole) && Buffer.byteLength(whole) > 200_000, ref.error ? describe(ref.error) : 'too small');
+    check(`${prefix}: ${who || "target's "}greeting with a ~300 KB name is ${whole ? Buffer.byteLength(whole) : '?'} bytes in one result (the reference)`, Boolean(whole) && Buffer.byteLength(whole) > 200_000, ref.error ? describe(ref.error) : 'too small');
     return;
   }
 
   // 2: profiles, fitted per request in 2026-07-28 (clientInfo in _meta), per session before.
   for (const [name, limit, unit] of [['codex-mcp-client', 10 * 1024, '10 KiB'], ['claude-code', 50_000, '50,000 bytes']]) {
-    const label = `${prefix}: profile ${name}: target pages under ${unit}`;
+    const label = `${prefix}: ${who}profile ${name}: target pages under ${unit}`;
     await withSession([label], { ...spec, name }, async (session) => {
       await attempt(label, session, async () => {
         if (!whole) return [false, 'no direct reference'];
