@@ -842,7 +842,8 @@ impl Relay {
                 bridge.asking = false;
                 bridge.reprobed = false;
                 bridge.session = LegacySession::Closed;
-                bridge.profile = None;
+                // (`profile` stays until the session is opened again: the lanes beside this
+                // session keep serving their capability sets meanwhile.)
                 // The new server holds no subscription: every listen ends with an error.
                 bridge.listens.clear();
                 bridge.held_listen = None;
@@ -907,11 +908,11 @@ impl Relay {
         self.state().pending.len()
     }
 
-    /// What a modern request that may take input declares (sampling, elicitation, roots) when
-    /// it is not what the legacy session this relay opened for modern clients declared: such
-    /// a request needs a legacy session of its own (see `stdio`'s lanes). `None` for any other
+    /// What a modern request that may take input declares (sampling, elicitation, roots), and
+    /// whether it is what the legacy session this relay opened for modern clients declared:
+    /// another needs a legacy session of its own (see `stdio`'s lanes). `None` for any other
     /// message, and while the server is not known to be legacy or no session was opened.
-    pub fn other_capabilities(&self, frame: &Frame) -> Option<String> {
+    pub fn call_capabilities(&self, frame: &Frame) -> Option<(String, bool)> {
         if !self.bridge_on {
             return None;
         }
@@ -930,15 +931,17 @@ impl Relay {
         if !crate::era::is_modern(&modern.version) || !bridge::takes_input(method) {
             return None;
         }
+        // (While a restarted server's era is asked again, the session's profile stands.)
         let session = {
             let state = self.state();
-            if state.bridge.server != Some(Era::Legacy) {
+            if state.bridge.server == Some(Era::Modern) {
                 return None;
             }
             state.bridge.profile.clone()?
         };
         let profile = bridge::capability_profile(line);
-        (*profile != *session).then_some(profile)
+        let same = *profile == *session;
+        Some((profile, same))
     }
 
     /// This relay knows the tools as `other`'s client listed them (see
@@ -949,13 +952,13 @@ impl Relay {
     }
 
     /// Whether this relay serves modern clients from a legacy session it opened (so that a
-    /// request may need another: [`Relay::other_capabilities`]).
+    /// request may need another: [`Relay::call_capabilities`]).
     pub fn in_legacy_session(&self) -> bool {
         if !self.bridge_on {
             return false;
         }
         let state = self.state();
-        state.bridge.server == Some(Era::Legacy) && state.bridge.profile.is_some()
+        state.bridge.server != Some(Era::Modern) && state.bridge.profile.is_some()
     }
 
     /// Whether `id` names a client request this relay has in flight: a call (or its held round

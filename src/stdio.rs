@@ -217,7 +217,7 @@ async fn client_to_server<R: AsyncRead + Unpin>(
         };
         let frame = match (&lanes, frame) {
             // Read here, when a lane may need it, and not again by the relay.
-            (Some(_), Frame::Line(line)) if relay.in_legacy_session() => {
+            (Some(lanes), Frame::Line(line)) if lanes.any() || relay.in_legacy_session() => {
                 match crate::message::parse_from_client(&line) {
                     Ok(parsed) => Frame::Read { line, parsed },
                     Err(_) => Frame::Line(line),
@@ -358,9 +358,14 @@ impl Lanes {
             let id = crate::message::cancelled_request_id(line)?;
             return self.open().iter().find(|l| l.relay.holds(&id)).cloned();
         }
-        let profile = first.other_capabilities(frame)?;
+        let (profile, same) = first.call_capabilities(frame)?;
+        // A lane that serves these capabilities keeps them (its calls' retries find them),
+        // even once the first session, opened again after a restart, declares the same.
         if let Some(lane) = self.live(&profile) {
             return Some(lane);
+        }
+        if same {
+            return None;
         }
         let _one = self.starting.lock().await;
         if let Some(lane) = self.live(&profile) {
@@ -387,6 +392,11 @@ impl Lanes {
                 None
             }
         }
+    }
+
+    /// Whether any lane was started (and not found ended since).
+    fn any(&self) -> bool {
+        !self.open().is_empty()
     }
 
     fn live(&self, profile: &str) -> Option<Arc<Lane>> {
@@ -422,8 +432,12 @@ impl Lanes {
         let reader = tokio::spawn({
             let (relay, client, events) = (relay.clone(), self.to_client.clone(), upstream.events);
             let (ended, closing) = (ended.clone(), self.closing.clone());
+            // The lane's sweeper ends with it: dropped from `open`, nothing else would stop
+            // it, and it holds the client's writer open (the proxy would never exit).
+            let sweeping = sweeper.abort_handle();
             async move {
                 let end = session::server_to_client(events, &relay, &client, &weak).await;
+                sweeping.abort();
                 ended.store(true, Ordering::SeqCst);
                 let reason = match end {
                     Some((reason, _)) => reason,

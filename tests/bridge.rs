@@ -1446,6 +1446,10 @@ async fn over_stdio_a_lane_whose_server_exits_is_started_again() {
         .request("tools/call", call("declared", json!({})))
         .await;
     assert_eq!(still["result"]["structuredContent"]["pid"], first);
+    // The replaced lane's tasks ended with it: the proxy exits once the client closes (it
+    // hung, the dropped lane's sweeper holding the client's writer open).
+    client.peer.close_stdin();
+    assert!(client.peer.wait().await.success());
 }
 
 /// The JSON a tool answers once the server is back, asked until it is `expected` (requests

@@ -7,7 +7,7 @@
 //! `notifications/tools/list_changed` so that it reads the tools again. Messages the client sends
 //! meanwhile wait in the queue. More than five crashes in a minute end the session.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::child::SpawnError;
@@ -50,6 +50,8 @@ async fn supervise(
     let mut initialize: Option<Outgoing> = None;
     let mut initialized = false;
     let mut subscribed = super::Subscribed::default();
+    // The ids of the resubscriptions whose answers are still to come (kept from the client).
+    let mut resubscribing: HashSet<String> = HashSet::new();
     let mut crashes: VecDeque<Instant> = VecDeque::new();
     let mut stopper = current.stopper();
     tokio::pin!(stop);
@@ -77,6 +79,7 @@ async fn supervise(
                 return;
             }
             event = current.events.recv() => match event {
+                Some(event) if resubscribe_answer(&event, &mut resubscribing) => {}
                 Some(event @ (Event::Frame(_) | Event::Large(..) | Event::Related { .. })) => {
                     if events.send(event).await.is_err() {
                         return;
@@ -100,11 +103,14 @@ async fn supervise(
                     let _ = events.send(Event::Restarting { reason: reason.clone() }).await;
                     let backoff = Duration::from_millis(250 * (1 << (crashes.len() - 1).min(5)));
                     tokio::time::sleep(backoff).await;
-                    match restart(&command, max_message_bytes, initialize.as_ref(), initialized, &subscribed).await {
+                    match restart(&command, max_message_bytes, initialize.as_ref(), initialized).await {
                         Ok(fresh) => {
                             current = fresh;
                             stopper = current.stopper();
                             tracing::info!("the server was restarted and re-initialized");
+                            if initialized {
+                                resubscribing = resubscribe(&current, &subscribed).await;
+                            }
                             let _ = events.send(Event::Frame(Frame::Line(jsonrpc::tools_list_changed()))).await;
                         }
                         Err(why) => {
@@ -143,7 +149,6 @@ async fn restart(
     max_message_bytes: usize,
     initialize: Option<&Outgoing>,
     initialized: bool,
-    subscribed: &super::Subscribed,
 ) -> Result<Upstream, String> {
     let mut fresh = Upstream::child(command, max_message_bytes).map_err(|e| e.to_string())?;
     let Some(initialize) = initialize else {
@@ -179,57 +184,59 @@ async fn restart(
             .send(Outgoing::notification(jsonrpc::initialized()))
             .await
             .map_err(|_| "the new server closed its input".to_string())?;
-        resubscribe(&mut fresh, subscribed).await?;
     }
     Ok(fresh)
 }
 
 /// Makes the crashed server's resource subscriptions again in the new one (the client made
-/// them, and is told only to list its tools again); their answers are the proxy's.
-async fn resubscribe(fresh: &mut Upstream, subscribed: &super::Subscribed) -> Result<(), String> {
-    let again = subscribed.requests();
-    if again.is_empty() {
-        return Ok(());
-    }
-    let mut waiting = std::collections::HashSet::new();
-    for (n, (_, request)) in again.into_iter().enumerate() {
+/// them, and is told only to list its tools again): the requests go now, and their ids are
+/// returned, so that their answers (the proxy's) are kept from the client. Nothing waits for
+/// them: what the new server sends meanwhile (a `roots/list`, say) reaches the client.
+async fn resubscribe(fresh: &Upstream, subscribed: &super::Subscribed) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for (n, (_, request)) in subscribed.requests().into_iter().enumerate() {
         let id = message::Id::from_json_text(&format!("\"{}{n}\"", super::RESUBSCRIBE_ID));
-        waiting.insert(id.key().to_string());
-        fresh
+        ids.insert(id.key().to_string());
+        let sent = fresh
             .to_server
             .send(Outgoing {
                 bytes: request,
                 requests: vec![id],
                 ..Outgoing::default()
             })
-            .await
-            .map_err(|_| "the new server closed its input".to_string())?;
-    }
-    let made = waiting.len();
-    let answered = tokio::time::timeout(INIT_TIMEOUT, async {
-        while !waiting.is_empty() {
-            match fresh.events.recv().await {
-                Some(Event::Frame(Frame::Line(line) | Frame::Read { line, .. })) => {
-                    if let Some(Kind::Response { id: Some(id), .. }) = kind(&line) {
-                        if line.windows(8).any(|w| w == b"\"error\":") {
-                            tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 200), "the restarted server refused a resource subscription made again");
-                        }
-                        waiting.remove(id.key());
-                    }
-                }
-                Some(Event::Ended { reason, .. }) => return Err(reason),
-                Some(_) => {}
-                None => return Err("the new server ended".to_string()),
-            }
+            .await;
+        if sent.is_err() {
+            break;
         }
-        Ok(())
-    })
-    .await
-    .map_err(|_| format!("the new server did not answer resources/subscribe within {} s", INIT_TIMEOUT.as_secs()))?;
-    answered?;
-    tracing::info!(
-        subscriptions = made,
-        "resource subscriptions made again in the restarted server"
-    );
-    Ok(())
+    }
+    if !ids.is_empty() {
+        tracing::info!(
+            subscriptions = ids.len(),
+            "resource subscriptions made again in the restarted server"
+        );
+    }
+    ids
+}
+
+/// Whether `event` answers one of the proxy's own `resubscribe` requests (taken from `ids`).
+fn resubscribe_answer(event: &Event, ids: &mut HashSet<String>) -> bool {
+    if ids.is_empty() {
+        return false;
+    }
+    let Event::Frame(Frame::Line(line) | Frame::Read { line, .. }) = event else {
+        return false;
+    };
+    if !crate::holds!(line, super::RESUBSCRIBE_ID.as_bytes()) {
+        return false;
+    }
+    let Some(Kind::Response { id: Some(id), .. }) = kind(line) else {
+        return false;
+    };
+    if !ids.remove(id.key()) {
+        return false;
+    }
+    if crate::holds!(line, b"\"error\"") {
+        tracing::warn!(excerpt = %jsonrpc::excerpt(line, 200), "the restarted server refused a resource subscription made again");
+    }
+    true
 }
