@@ -173,7 +173,8 @@ impl Pool {
     }
 
     fn give_back(&self, mut sender: Conn) {
-        if sender.closed() {
+        // (A server that allows no idle time at all: nothing to keep.)
+        if sender.closed() || sender.reuse_within.is_zero() {
             return;
         }
         sender.idle_since = Instant::now();

@@ -834,7 +834,7 @@ async fn resubscribe(shared: &Arc<Shared>, session: Option<&str>) {
             Ok(response) if response.status.is_success() => {
                 body::read_limited(response.body, shared.max_message_bytes, shared.read_timeout)
                     .await
-                    .map(|answer| String::from_utf8_lossy(&answer).contains("\"error\""))
+                    .map(|answer| crate::holds!(&answer, b"\"error\""))
                     .map_err(|e| e.to_string())
             }
             Ok(response) => Err(format!("HTTP {}", response.status)),
