@@ -252,6 +252,31 @@ pub fn name_member(method: &str) -> Option<&'static str> {
     }
 }
 
+/// `value` as a static string, when it is a revision or a method the proxy knows (a header
+/// made of it is not copied).
+pub fn static_header(value: &str) -> Option<&'static str> {
+    const METHODS: &[&str] = &[
+        "tools/call",
+        "tools/list",
+        "prompts/get",
+        "prompts/list",
+        "resources/read",
+        "resources/list",
+        "resources/templates/list",
+        "server/discover",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/result",
+        "tasks/cancel",
+        "ping",
+    ];
+    SUPPORTED
+        .iter()
+        .chain(METHODS)
+        .find(|known| **known == value)
+        .copied()
+}
+
 /// A header value for `text`: as it is when it is visible ASCII without leading or trailing
 /// space, else the `=?base64?…?=` form the revision defines.
 pub fn header_value(text: &str) -> std::borrow::Cow<'_, str> {

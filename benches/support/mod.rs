@@ -2,6 +2,8 @@
 //! server mode), a blocking line client for it, and the percentile report.
 #![allow(dead_code)]
 
+pub mod floors;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1042,7 +1042,7 @@ fn restore_id(answer: &[u8], fresh: &Id, client: &Id) -> Option<Vec<u8>> {
         return None;
     }
     let head = &answer[..answer.len().min(64 + needle.len())];
-    let at = match head.windows(needle.len()).position(|w| w == needle) {
+    let at = match memchr::memchr_iter(needle[0], head).find(|&at| head[at..].starts_with(needle)) {
         Some(at) => at,
         None => memchr::memmem::find(answer, needle)?,
     };
