@@ -83,18 +83,28 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
         command.env(BARE_ENV, "stdio");
         Session::start(command)
     };
+    // The async floor: the same relay on tokio's current-thread runtime (the proxy's stack in
+    // stdio mode), no protocol work.
+    let mut tokio_relay = {
+        let mut command = command_on(server_cpu, &me, &[]);
+        command.env(BARE_ENV, "tokio-stdio");
+        Session::start(command)
+    };
     for _ in 0..WARMUP {
         direct.call();
         proxied.call();
         recorded.call();
         bare.call();
+        tokio_relay.call();
     }
     let mut direct_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     let mut proxied_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     let mut recorded_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     let mut bare_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
+    let mut tokio_samples = Vec::with_capacity(ROUNDS * CALLS_PER_ROUND);
     // The relays' own CPU (their threads, not the server's), over the measured calls.
-    let (mut proxy_cpu, mut bare_cpu) = (Duration::ZERO, Duration::ZERO);
+    let (mut proxy_cpu, mut bare_cpu, mut tokio_cpu) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for _ in 0..ROUNDS {
         for _ in 0..CALLS_PER_ROUND {
             direct_samples.push(direct.call());
@@ -112,8 +122,14 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
             bare_samples.push(bare.call());
         }
         bare_cpu += cpu(bare.pid()) - before;
+        let before = cpu(tokio_relay.pid());
+        for _ in 0..CALLS_PER_ROUND {
+            tokio_samples.push(tokio_relay.call());
+        }
+        tokio_cpu += cpu(tokio_relay.pid()) - before;
     }
     direct.stop();
+    tokio_relay.stop();
     proxied.stop();
     recorded.stop();
     bare.stop();
@@ -123,11 +139,13 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
     let p = report("through mcp-budget", &mut proxied_samples);
     let r = report("…while recording", &mut recorded_samples);
     let b = report("through a bare relay", &mut bare_samples);
+    let t = report("through a tokio relay", &mut tokio_samples);
     let calls = (ROUNDS * CALLS_PER_ROUND) as f64;
     let added = |x: Duration| (x.as_secs_f64() - d.as_secs_f64()) * 1e6;
-    let (proxy_cpu, bare_cpu) = (
+    let (proxy_cpu, bare_cpu, tokio_cpu) = (
         proxy_cpu.as_secs_f64() * 1e6 / calls,
         bare_cpu.as_secs_f64() * 1e6 / calls,
+        tokio_cpu.as_secs_f64() * 1e6 / calls,
     );
     println!(
         "added by the proxy: p50 {:+.1} µs ({:.2}× direct); recording adds {:+.1} µs",
@@ -142,11 +160,22 @@ fn scenario(name: &str, client_cpu: Option<usize>, server_cpu: Option<usize>) {
         added(p) / added(b).max(0.1),
         proxy_cpu / bare_cpu.max(0.001)
     );
+    println!(
+        "against the async floor (a tokio relay, no protocol work): p50 added {:+.1} against {:+.1} µs ({:.2}×); own CPU {proxy_cpu:.1} against {tokio_cpu:.1} µs a call ({:.2}×); the async floor itself: CPU {:.2}× the bare one",
+        added(p),
+        added(t),
+        added(p) / added(t).max(0.1),
+        proxy_cpu / tokio_cpu.max(0.001),
+        tokio_cpu / bare_cpu.max(0.001)
+    );
 }
 
 fn main() {
-    if std::env::var_os(BARE_ENV).is_some() {
-        support::bare_stdio_relay();
+    if let Some(mode) = std::env::var_os(BARE_ENV) {
+        match mode.to_str() {
+            Some("tokio-stdio") => support::floors::tokio_stdio_relay(),
+            _ => support::bare_stdio_relay(),
+        }
         return;
     }
     if std::env::var_os(SERVE_ENV).is_some() {

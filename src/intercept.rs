@@ -300,7 +300,8 @@ impl CallContext {
 /// only when a result needs paging) or the digest itself, and where the page starts.
 #[derive(Debug)]
 struct AutoCall {
-    arguments: Option<Box<RawValue>>,
+    /// Their JSON text.
+    arguments: Option<Box<str>>,
     digest: Option<SelectionDigest>,
     at: Option<At>,
     /// The cursor said the tool may be run again on a miss (a replica that listed it knew it
@@ -392,6 +393,49 @@ struct ParamsParts<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     arguments: Option<&'a RawValue>,
+}
+
+/// The call's parts where the envelope reader found them in `text`, read as [`CallParts`]
+/// reads them; `None` when a place is not in `text` (then the call is read whole).
+fn found_parts<'a>(
+    text: &'a str,
+    at: &crate::message::CallAt,
+) -> Option<Result<Option<Parts<'a>>, String>> {
+    if at.bad_params {
+        // What reading the call whole says of it.
+        return None;
+    }
+    let name = match &at.name {
+        Some(range) => {
+            let raw = text.get(range.clone())?;
+            // Borrowed unless escaped (serde's own `Cow` always copies).
+            match serde_json::from_str::<Option<crate::message::Key<'a>>>(raw) {
+                Ok(name) => name.map(|key| key.0),
+                Err(err) => return Some(Err(err.to_string())),
+            }
+        }
+        None => None,
+    };
+    let arguments = match &at.arguments {
+        // JSON text the envelope reader read through: not read again.
+        Some(range) => Some(text.get(range.clone())?),
+        None => None,
+    };
+    Some(Ok(Some(Parts { name, arguments })))
+}
+
+/// A `tools/call`'s name and its arguments' JSON text.
+struct Parts<'a> {
+    name: Option<Cow<'a, str>>,
+    arguments: Option<&'a str>,
+}
+
+/// Whether the JSON object `arguments` may have a key twice: not when it has fewer than two
+/// `:` (every key is followed by one), which most calls are, and which needs no read.
+fn may_repeat_a_key(arguments: &str) -> bool {
+    memchr::memchr_iter(b':', arguments.as_bytes())
+        .nth(1)
+        .is_some()
 }
 
 /// What the servers of this process said of themselves, by origin (bounded: a gateway reaches
@@ -1042,14 +1086,16 @@ impl Interceptor {
     /// A client's `tools/call` request; `modern`: its `_meta` (2026-07-28), when it has one:
     /// it is budgeted for the client that names itself there, and every result the proxy
     /// writes for it is complete (`resultType`).
+    /// `call`: where the envelope reader found the call's name and arguments in `message`.
     pub fn tools_call_request(
         &self,
         id: &Id,
         message: &[u8],
         modern: Option<&Modern>,
+        call: Option<&crate::message::CallAt>,
     ) -> CallDecision {
         let budget = self.budget_for(modern);
-        match self.call_request(id, message, budget, true) {
+        match self.call_request_at(id, message, budget, true, call) {
             CallDecision::Answer(answer) if modern.is_some() => {
                 CallDecision::Answer(crate::era::completed_response(answer))
             }
@@ -1096,6 +1142,19 @@ impl Interceptor {
         budget: Arc<Budget>,
         counted: bool,
     ) -> CallDecision {
+        self.call_request_at(id, message, budget, counted, None)
+    }
+
+    /// [`Self::call_request`], with where the call's parts are when the envelope reader found
+    /// them (then the call is not read again).
+    fn call_request_at(
+        &self,
+        id: &Id,
+        message: &[u8],
+        budget: Arc<Budget>,
+        counted: bool,
+        at: Option<&crate::message::CallAt>,
+    ) -> CallDecision {
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
                 rewritten,
@@ -1113,11 +1172,19 @@ impl Interceptor {
         // string again.
         let read = std::str::from_utf8(message)
             .map_err(|err| err.to_string())
-            .and_then(|text| {
-                serde_json::from_str::<CallParts<'_>>(text).map_err(|err| err.to_string())
+            .and_then(|text| match at.and_then(|at| found_parts(text, at)) {
+                Some(found) => found,
+                None => serde_json::from_str::<CallParts<'_>>(text)
+                    .map(|parts| {
+                        parts.params.map(|p| Parts {
+                            name: p.name,
+                            arguments: p.arguments.map(RawValue::get),
+                        })
+                    })
+                    .map_err(|err| err.to_string()),
             });
         let parts = match read {
-            Ok(parts) => parts.params,
+            Ok(parts) => parts,
             Err(err) => {
                 // Never guess what the server will read: a call the proxy cannot read is
                 // refused, not passed.
@@ -1134,7 +1201,8 @@ impl Interceptor {
         if let Some(key) = parts
             .as_ref()
             .and_then(|p| p.arguments)
-            .and_then(|a| crate::budget::raw::duplicate_key(a.get()))
+            .filter(|a| may_repeat_a_key(a))
+            .and_then(crate::budget::raw::duplicate_key)
         {
             return CallDecision::Answer(crate::jsonrpc::error_response(
                 Some(id),
@@ -1191,11 +1259,11 @@ impl Interceptor {
                 "after" => b"\"after\"",
                 _ => b"\"mcp_budget_after\"",
             };
-            let mentions_after = arguments
-                .is_some_and(|a| memchr::memmem::find(a.get().as_bytes(), argument).is_some());
+            let mentions_after =
+                arguments.is_some_and(|a| memchr::memmem::find(a.as_bytes(), argument).is_some());
             if !mentions_after {
                 let auto = AutoCall {
-                    arguments: arguments.map(|a| a.to_owned()),
+                    arguments: arguments.map(Into::into),
                     digest: None,
                     at: None,
                     rerun: false,
@@ -1262,7 +1330,7 @@ impl Interceptor {
         budget: Arc<Budget>,
     ) -> CallDecision {
         let info = self.tool_info(&name);
-        let plain = |arguments: Option<Box<RawValue>>| CallDecision::Forward {
+        let plain = |arguments: Option<Box<str>>| CallDecision::Forward {
             rewritten: None,
             context: CallContext {
                 budget: budget.clone(),
@@ -1288,7 +1356,8 @@ impl Interceptor {
         // the tool's business and passes through untouched).
         let argument = self.continuation(&name);
         let after = arguments.get(argument).cloned();
-        let own = |arguments: &Map<String, Value>| serde_json::value::to_raw_value(arguments).ok();
+        let own =
+            |arguments: &Map<String, Value>| serde_json::to_string(arguments).ok().map(Into::into);
         let cursor = match after {
             Some(Value::String(cursor)) => cursor,
             // The name was only mentioned in a value.
@@ -1667,14 +1736,8 @@ impl Interceptor {
 
     /// A call to the search tool: its arguments are read here, the search runs on the
     /// heavy-work pool.
-    fn search_call(
-        &self,
-        id: &Id,
-        arguments: Option<&RawValue>,
-        budget: Arc<Budget>,
-    ) -> CallDecision {
-        let arguments = match arguments.map(|a| serde_json::from_str::<Map<String, Value>>(a.get()))
-        {
+    fn search_call(&self, id: &Id, arguments: Option<&str>, budget: Arc<Budget>) -> CallDecision {
+        let arguments = match arguments.map(serde_json::from_str::<Map<String, Value>>) {
             None => Map::new(),
             Some(Ok(arguments)) => arguments,
             Some(Err(_)) => {
@@ -2293,7 +2356,7 @@ impl Interceptor {
             let arguments = call
                 .arguments
                 .as_deref()
-                .and_then(|a| serde_json::from_str::<Map<String, Value>>(a.get()).ok())
+                .and_then(|a| serde_json::from_str::<Map<String, Value>>(a).ok())
                 .unwrap_or_default();
             auto_digest(tool, &arguments)
         });

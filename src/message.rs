@@ -16,12 +16,14 @@ use serde_json::value::RawValue;
 pub enum Kind {
     /// Has `method` and a non-null `id`; `progress`: its `params._meta.progressToken` (JSON
     /// text), and `modern`: what the 2026-07-28 era puts in its `_meta`, both read with the
-    /// envelope.
+    /// envelope; `call`: where a `tools/call`'s name and arguments are (read with the envelope,
+    /// so that the call is not read again).
     Request {
         id: Id,
         method: String,
         progress: Option<Box<str>>,
         modern: Option<Box<Modern>>,
+        call: Option<CallAt>,
     },
     /// Has `method` and no `id`.
     Notification { method: String },
@@ -38,6 +40,28 @@ pub enum Kind {
     Other,
     /// JSON that is not an object (a scalar, or an array inside a batch): never JSON-RPC.
     Invalid,
+}
+
+/// Where a `tools/call` request's `params.name` and `params.arguments` are in its line (their
+/// JSON text, as the envelope reader found them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CallAt {
+    /// `params` is there and is not an object: the call cannot be read.
+    pub bad_params: bool,
+    pub name: Option<std::ops::Range<usize>>,
+    pub arguments: Option<std::ops::Range<usize>>,
+}
+
+impl CallAt {
+    /// The line was changed at `at` (`removed` bytes there became `added`): what came after moves
+    /// with it.
+    pub fn shift_after(&mut self, at: usize, removed: usize, added: usize) {
+        for range in [&mut self.name, &mut self.arguments].into_iter().flatten() {
+            if range.start >= at {
+                *range = range.start + added - removed..range.end + added - removed;
+            }
+        }
+    }
 }
 
 /// What a request of the 2026-07-28 era ("modern") carries in its `_meta`: the era is decided
@@ -260,6 +284,8 @@ struct Envelope<'a> {
     result: Option<&'a RawValue>,
     error: bool,
     params: Params<'a>,
+    /// `params` was there (as any JSON value).
+    has_params: bool,
     duplicate: Option<&'static str>,
 }
 
@@ -275,6 +301,10 @@ struct Params<'a> {
     duplicate: Option<&'static str>,
     /// `name`, `uri`, `taskId` (decoded only for a modern request, where a header names one).
     named: [Option<&'a RawValue>; 3],
+    /// `arguments`, as it is.
+    arguments: Option<&'a RawValue>,
+    /// `params` is an object.
+    object: bool,
 }
 
 /// `Deserialize` for a type read from a JSON object by `$visit(map)`; any other JSON value
@@ -394,6 +424,7 @@ from_object!(Envelope, |map| {
                 once(&mut params, dup, "params");
                 let read: ParamsRead<'a> = map.next_value()?;
                 out.params = read.0;
+                out.has_params = true;
             }
             _ => {
                 map.next_value::<IgnoredAny>()?;
@@ -408,7 +439,10 @@ from_object!(Envelope, |map| {
 struct ParamsRead<'a>(Params<'a>, std::marker::PhantomData<&'a ()>);
 
 from_object!(ParamsRead, |map| {
-    let mut out = Params::default();
+    let mut out = Params {
+        object: true,
+        ..Params::default()
+    };
     let [mut name, mut arguments, mut meta, mut task] = [false; 4];
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         let dup = &mut out.duplicate;
@@ -426,7 +460,11 @@ from_object!(ParamsRead, |map| {
             continue;
         }
         match key.as_ref() {
-            "arguments" => once(&mut arguments, dup, "params.arguments"),
+            "arguments" => {
+                once(&mut arguments, dup, "params.arguments");
+                out.arguments = Some(map.next_value::<&'a RawValue>()?);
+                continue;
+            }
             "task" => once(&mut task, dup, "params.task"),
             "_meta" => {
                 once(&mut meta, dup, "params._meta");
@@ -545,6 +583,7 @@ impl Envelope<'_> {
             return Kind::Malformed { id, problem };
         }
         let method = method.and_then(Result::ok);
+        let has_params = self.has_params;
         let params = self.params;
         let at = |raw: &RawValue| {
             let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
@@ -569,6 +608,11 @@ impl Envelope<'_> {
                         named,
                         id_at: self.id.map(at).unwrap_or_default(),
                     })
+                }),
+                call: (method == "tools/call").then(|| CallAt {
+                    bad_params: has_params && !params.object,
+                    name: params.named[0].map(at),
+                    arguments: params.arguments.map(at),
                 }),
                 id,
                 method: method.into_owned(),
@@ -638,7 +682,19 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
                     return Kind::Invalid;
                 }
                 match serde_json::from_str::<Envelope<'_>>(raw.get()) {
-                    Ok(envelope) => envelope.kind(line),
+                    Ok(envelope) => {
+                        let mut kind = envelope.kind(line);
+                        // A call's parts are found in its element, as the relay reads it.
+                        if let Kind::Request {
+                            call: Some(call), ..
+                        } = &mut kind
+                        {
+                            let offset = (raw.get().as_ptr() as usize)
+                                .saturating_sub(line.as_ptr() as usize);
+                            call.shift_after(0, offset, 0);
+                        }
+                        kind
+                    }
                     Err(_) => Kind::Other,
                 }
             })
@@ -857,7 +913,8 @@ mod tests {
                 id: Id::from_json_text("7"),
                 method: "tools/list".into(),
                 progress: None,
-                modern: None
+                modern: None,
+                call: None,
             }
         );
         assert_eq!(
@@ -896,6 +953,79 @@ mod tests {
         );
     }
 
+    /// A call's name and arguments, where the envelope reader found them.
+    fn call_parts(line: &str) -> Vec<(bool, Option<String>, Option<String>)> {
+        let kinds = match parse(line.as_bytes()).unwrap() {
+            Parsed::Single(kind) => vec![kind],
+            Parsed::Batch(kinds) => kinds,
+        };
+        let elements: Vec<&str> = match line.starts_with('[') {
+            true => serde_json::from_str::<Vec<&RawValue>>(line)
+                .unwrap()
+                .into_iter()
+                .map(RawValue::get)
+                .collect(),
+            false => vec![line],
+        };
+        kinds
+            .into_iter()
+            .zip(elements)
+            .filter_map(|(kind, text)| match kind {
+                Kind::Request {
+                    call: Some(call), ..
+                } => Some((
+                    call.bad_params,
+                    call.name.map(|r| text[r].to_string()),
+                    call.arguments.map(|r| text[r].to_string()),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_calls_name_and_arguments_are_found_with_the_envelope() {
+        let line = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"a":[1,{"b":2}]},"name":"t\u0031"}}"#;
+        assert_eq!(
+            call_parts(line),
+            vec![(
+                false,
+                Some(r#""t\u0031""#.to_string()),
+                Some(r#"{"a":[1,{"b":2}]}"#.to_string())
+            )]
+        );
+        // In a batch, each element's places are its own.
+        let batch = r#"[{"id":1,"method":"ping"}, {"id":2,"method":"tools/call","params":{"name":"x","arguments":{}}}]"#;
+        assert_eq!(
+            call_parts(batch),
+            vec![(false, Some(r#""x""#.to_string()), Some("{}".to_string()))]
+        );
+        // `params` that is not an object: the call is read whole (and refused there).
+        assert_eq!(
+            call_parts(r#"{"id":1,"method":"tools/call","params":[1]}"#),
+            vec![(true, None, None)]
+        );
+        // Other methods carry nothing.
+        assert!(call_parts(r#"{"id":1,"method":"prompts/get","params":{"name":"x"}}"#).is_empty());
+    }
+
+    #[test]
+    fn a_calls_places_move_with_a_spliced_id() {
+        let line = r#"{"id":7,"method":"tools/call","params":{"name":"t","arguments":{"k":1}}}"#;
+        let Parsed::Single(Kind::Request {
+            call: Some(mut call),
+            ..
+        }) = parse(line.as_bytes()).unwrap()
+        else {
+            panic!("not a call");
+        };
+        let at = line.find('7').unwrap();
+        let spliced = format!("{}\"mcp-budget-s1\"{}", &line[..at], &line[at + 1..]);
+        call.shift_after(at + 1, 1, "\"mcp-budget-s1\"".len());
+        assert_eq!(&spliced[call.name.unwrap()], r#""t""#);
+        assert_eq!(&spliced[call.arguments.unwrap()], r#"{"k":1}"#);
+    }
+
     #[test]
     fn method_with_escapes_is_decoded() {
         assert_eq!(
@@ -904,7 +1034,8 @@ mod tests {
                 id: Id::from_json_text("1"),
                 method: "tools/call".into(),
                 progress: None,
-                modern: None
+                modern: None,
+                call: Some(CallAt::default()),
             }
         );
     }
@@ -974,7 +1105,8 @@ mod tests {
                     id: Id::from_json_text("1"),
                     method: "ping".into(),
                     progress: None,
-                    modern: None
+                    modern: None,
+                    call: None,
                 },
                 Kind::Notification { method: "n".into() },
                 Kind::Invalid,

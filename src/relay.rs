@@ -1307,6 +1307,7 @@ impl Relay {
                 method,
                 progress,
                 modern,
+                call,
             } => {
                 tracing::debug!(id = id.raw(), %method, "request");
                 if let Some(forced) = self.client_era
@@ -1524,10 +1525,12 @@ impl Relay {
                         (Pending::Initialize, Forward::Unchanged)
                     }
                     "tools/call" => {
-                        match self
-                            .interceptor
-                            .tools_call_request(&id, bytes, modern.as_deref())
-                        {
+                        match self.interceptor.tools_call_request(
+                            &id,
+                            bytes,
+                            modern.as_deref(),
+                            call.as_ref(),
+                        ) {
                             CallDecision::Answer(answer) => {
                                 // Written in the client's era (a legacy client's page of a
                                 // modern server's result has no resultType).
@@ -1880,6 +1883,7 @@ impl Relay {
                 method: request.method.clone(),
                 progress: None,
                 modern: None,
+                call: None,
             };
             state
                 .bridge

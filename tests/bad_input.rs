@@ -105,7 +105,14 @@ proptest! {
         };
         let parsed = message::parse(line.to_string().as_bytes()).unwrap();
         let expected = match kind {
-            0 => message::Kind::Request { id: message::Id::from_json_text(&id.to_string()), method: method.clone(), progress: None, modern: None },
+            0 => message::Kind::Request {
+                id: message::Id::from_json_text(&id.to_string()),
+                method: method.clone(),
+                progress: None,
+                modern: None,
+                // Where a call's parts are: a call's params here have neither.
+                call: (method == "tools/call").then(message::CallAt::default),
+            },
             1 => message::Kind::Notification { method: method.clone() },
             _ => {
                 // The result's range is where `"result":` puts it.

@@ -721,6 +721,7 @@ async fn handle_post(
                 method,
                 progress,
                 modern: meta,
+                ..
             } => {
                 if method == "initialize" {
                     initialize = Some(id.clone());
@@ -812,6 +813,7 @@ async fn handle_post(
                     method,
                     modern: meta,
                     progress,
+                    call,
                 } => {
                     let id = &id;
                     check_modern(headers, id, &method, meta.as_deref())?;
@@ -826,23 +828,32 @@ async fn handle_post(
                     let fresh = session.fresh_id();
                     // The id where the envelope reader found it: spliced, not read again.
                     let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
+                    let mut call = call;
                     let line = match body.get(id_at.clone()) {
                         Some(text) if !id_at.is_empty() && text == id.raw().as_bytes() => {
                             let mut line = Vec::with_capacity(body.len() + fresh.raw().len());
                             line.extend_from_slice(&body[..id_at.start]);
                             line.extend_from_slice(fresh.raw().as_bytes());
                             line.extend_from_slice(&body[id_at.end..]);
+                            // What follows the id moved with it.
+                            if let Some(call) = &mut call {
+                                call.shift_after(id_at.end, id_at.len(), fresh.raw().len());
+                            }
                             line
                         }
-                        _ => message::with_id(&body, fresh.raw()).ok_or_else(|| {
-                            rpc_refusal(
-                                StatusCode::BAD_REQUEST,
-                                Some(id),
-                                jsonrpc::INVALID_REQUEST,
-                                "Invalid Request: the request's id could not be read",
-                                None,
-                            )
-                        })?,
+                        _ => {
+                            // Written anew: where the call's parts are is read again.
+                            call = None;
+                            message::with_id(&body, fresh.raw()).ok_or_else(|| {
+                                rpc_refusal(
+                                    StatusCode::BAD_REQUEST,
+                                    Some(id),
+                                    jsonrpc::INVALID_REQUEST,
+                                    "Invalid Request: the request's id could not be read",
+                                    None,
+                                )
+                            })?
+                        }
                     };
                     ids = vec![fresh.clone()];
                     restore = Some((fresh.clone(), id.clone()));
@@ -851,6 +862,7 @@ async fn handle_post(
                         method,
                         progress,
                         modern: meta,
+                        call,
                     };
                     (session, line, message::Parsed::Single(kind))
                 }
