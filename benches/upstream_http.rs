@@ -460,7 +460,8 @@ async fn run() {
     // calls, its pid on stderr (attach `perf record -p` to it), and nothing else:
     // `UPSTREAM_HTTP_PROFILE_MODE` `http` (default: this build's stdio→HTTP proxy), `stdio`
     // (its stdio→stdio proxy), `listen` (its HTTP→HTTP proxy), `modern` (the same with a
-    // 2026-07-28 client) or `bare` (the bare stdio→HTTP
+    // 2026-07-28 client), `padded` (a legacy client whose requests are a modern one's size:
+    // the same `_meta` under a prefix of the same length, three more headers) or `bare` (the bare stdio→HTTP
     // relay); `UPSTREAM_HTTP_PROFILE_BIN` another build (one with frame pointers, say).
     if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
         .ok()
