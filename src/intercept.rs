@@ -397,10 +397,7 @@ struct ParamsParts<'a> {
 
 /// The call's parts where the envelope reader found them in `text`, read as [`CallParts`]
 /// reads them; `None` when a place is not in `text` (then the call is read whole).
-fn found_parts<'a>(
-    text: &'a str,
-    at: &crate::message::CallAt,
-) -> Option<Result<Option<Parts<'a>>, String>> {
+fn found_parts<'a>(text: &'a str, at: &crate::message::CallAt) -> Option<Option<Parts<'a>>> {
     if at.bad_params {
         // What reading the call whole says of it.
         return None;
@@ -409,19 +406,20 @@ fn found_parts<'a>(
         Some(range) => {
             let raw = text.get(range.clone())?;
             // Borrowed unless escaped (serde's own `Cow` always copies).
-            match serde_json::from_str::<Option<crate::message::Key<'a>>>(raw) {
-                Ok(name) => name.map(|key| key.0),
-                Err(err) => return Some(Err(err.to_string())),
-            }
+            // A name that is not a string: read whole, for the error the whole read gives.
+            serde_json::from_str::<Option<crate::message::Key<'a>>>(raw)
+                .ok()?
+                .map(|key| key.0)
         }
         None => None,
     };
     let arguments = match &at.arguments {
-        // JSON text the envelope reader read through: not read again.
-        Some(range) => Some(text.get(range.clone())?),
+        // JSON text the envelope reader read through: not read again (`null` is no arguments,
+        // as the whole read takes it).
+        Some(range) => Some(text.get(range.clone())?).filter(|raw| *raw != "null"),
         None => None,
     };
-    Some(Ok(Some(Parts { name, arguments })))
+    Some(Some(Parts { name, arguments }))
 }
 
 /// A `tools/call`'s name and its arguments' JSON text.
@@ -808,13 +806,15 @@ impl Interceptor {
     /// Whether this session's budget may still change when the server names itself (no
     /// `--policy`, and no name yet).
     pub fn unsettled(&self) -> bool {
-        self.base.get().choice().pick_policy
-            && self
-                .chosen
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .server
-                .is_none()
+        // The server's name first: once it is known (every call after `initialize`), the
+        // budget is not looked up.
+        let named = self
+            .chosen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .server
+            .is_some();
+        !named && self.base.get().choice().pick_policy
     }
 
     /// A call planned before the server named itself, planned again if it has since (by its
@@ -1173,7 +1173,7 @@ impl Interceptor {
         let read = std::str::from_utf8(message)
             .map_err(|err| err.to_string())
             .and_then(|text| match at.and_then(|at| found_parts(text, at)) {
-                Some(found) => found,
+                Some(found) => Ok(found),
                 None => serde_json::from_str::<CallParts<'_>>(text)
                     .map(|parts| {
                         parts.params.map(|p| Parts {
@@ -2660,6 +2660,64 @@ fn cursor_refusal(err: CursorError, tool: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call's name and arguments, as text.
+    type Read = (Option<String>, Option<String>);
+
+    /// A call's parts as the interceptor reads them: from where the envelope reader found
+    /// them, and by reading the call whole.
+    fn both_ways(line: &str) -> (Option<Read>, Option<Read>) {
+        let owned = |p: Option<Parts<'_>>| {
+            p.map(|p| {
+                (
+                    p.name.map(|n| n.to_string()),
+                    p.arguments.map(str::to_string),
+                )
+            })
+        };
+        let Ok(crate::message::Parsed::Single(crate::message::Kind::Request {
+            call: Some(at),
+            ..
+        })) = crate::message::parse(line.as_bytes())
+        else {
+            panic!("not a call: {line}");
+        };
+        let found = found_parts(line, &at).map(owned);
+        let whole = serde_json::from_str::<CallParts<'_>>(line)
+            .ok()
+            .map(|parts| {
+                owned(parts.params.map(|p| Parts {
+                    name: p.name,
+                    arguments: p.arguments.map(RawValue::get),
+                }))
+            });
+        (
+            found.map(|f| f.unwrap_or_default()),
+            whole.map(|w| w.unwrap_or_default()),
+        )
+    }
+
+    #[test]
+    fn a_calls_parts_read_where_found_are_what_the_whole_read_gives() {
+        for line in [
+            r#"{"id":1,"method":"tools/call","params":{"name":"t","arguments":{"a":1}}}"#,
+            r#"{"id":1,"method":"tools/call","params":{"arguments":{"a":[1,{"b":"}"}]},"name":"t\u0032"}}"#,
+            r#"{"id":1,"method":"tools/call","params":{"name":null,"arguments":null}}"#,
+            r#"{"id":1,"method":"tools/call","params":{"name":"t","arguments":"text"}}"#,
+            r#"{"id":1,"method":"tools/call","params":{}}"#,
+            r#"{"id":1,"method":"tools/call"}"#,
+        ] {
+            let (found, whole) = both_ways(line);
+            assert_eq!(found, whole, "{line}");
+        }
+        // What cannot be read where it was found is read whole (and refused there, as before).
+        for line in [
+            r#"{"id":1,"method":"tools/call","params":{"name":5}}"#,
+            r#"{"id":1,"method":"tools/call","params":[1]}"#,
+        ] {
+            assert_eq!(both_ways(line).0, None, "{line}");
+        }
+    }
 
     /// A task state's final result (see [`task_state`]).
     fn final_result(raw: &str) -> Option<&str> {

@@ -1601,11 +1601,11 @@ impl Relay {
                         }
                     }
                 };
-                let now = Instant::now();
+                // (The clock is read only for a deadline: most requests have none.)
                 let deadline = if method == "initialize" {
-                    Some(now + self.initialize_timeout)
+                    Some(Instant::now() + self.initialize_timeout)
                 } else {
-                    self.request_timeout.map(|t| now + t)
+                    self.request_timeout.map(|t| Instant::now() + t)
                 };
                 let progress_token = self.request_timeout.and(progress).map(String::from);
                 let by_discover = matches!(pending, Pending::InitializeByDiscover { .. });
@@ -1710,7 +1710,7 @@ impl Relay {
                         pending,
                         deadline,
                         progress_token,
-                        sent: crate::metrics::get().map(|_| now),
+                        sent: crate::metrics::get().map(|_| Instant::now()),
                         span,
                         modern: modern.is_some(),
                         log_level,
