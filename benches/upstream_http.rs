@@ -417,16 +417,9 @@ async fn relay_added(me: &Path, mode: &str, direct: &mut HttpClient) -> f64 {
     let mut command = tokio::process::Command::new(me);
     command.env(BARE_ENV, mode);
     let (mut relayed, relay) = through(command).await;
-    for _ in 0..WARMUP {
-        relayed.call().await;
-    }
-    let (mut d, mut t) = (Vec::new(), Vec::new());
-    for _ in 0..CALLS {
-        d.push(direct.call().await);
-        t.push(relayed.call().await);
-    }
+    let (added, _) = added_and_cpu(&mut relayed, direct, &relay).await;
     drop(relay);
-    (p50(&mut t).as_secs_f64() - p50(&mut d).as_secs_f64()) * 1e6
+    added
 }
 
 /// CPU per call of a bare relay (`mode` as in [`bare_relay`]).
@@ -606,25 +599,17 @@ async fn run() {
             let stdio = stdio_cpu_per_call(bin, &[], &me);
             let http = stdio_cpu_per_call(bin, &["--upstream", &upstream], &me);
             let (mut through, proxy) = http_to_http(bin, &upstream).await;
-            for _ in 0..WARMUP {
-                through.call().await;
-            }
-            let (mut d, mut t) = (Vec::new(), Vec::new());
-            for _ in 0..CALLS {
-                d.push(direct.call().await);
-                t.push(through.call().await);
-            }
+            let (added, _) = added_and_cpu(&mut through, &mut direct, &proxy).await;
             drop(proxy);
-            let added = p50(&mut t).as_secs_f64() - p50(&mut d).as_secs_f64();
             figures[k][0].push(stdio.as_secs_f64() * 1e6);
             figures[k][1].push(http.as_secs_f64() * 1e6);
-            figures[k][2].push(added * 1e6);
+            figures[k][2].push(added);
             eprintln!(
                 "round {round} {}: stdio→stdio {:.1} µs CPU/call, stdio→HTTP {:.1} µs CPU/call, HTTP→HTTP +{:.1} µs p50",
                 builds[k].0,
                 stdio.as_secs_f64() * 1e6,
                 http.as_secs_f64() * 1e6,
-                added * 1e6
+                added
             );
         }
     }

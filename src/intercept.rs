@@ -592,10 +592,7 @@ impl Interceptor {
 
     /// The server was restarted: it is asked again who it is (it may be another now).
     pub fn server_restarted(&self) {
-        self.chosen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .server = None;
+        self.chosen().server = None;
         if let Some(origin) = &self.origin {
             identities().forget(origin);
         }
@@ -713,12 +710,7 @@ impl Interceptor {
                 if profile.max_tokens.is_some() {
                     crate::tokens::preload();
                 }
-                let policy = self
-                    .chosen
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .policy
-                    .clone();
+                let policy = self.chosen().policy.clone();
                 tracing::debug!(client = %name, profile = %profile.name, "a modern request's client profile");
                 Arc::new(base.for_session(policy.as_ref(), Some(&profile)))
             }
@@ -742,10 +734,7 @@ impl Interceptor {
             .ok()
             .and_then(|m| m.params?.client_info?.name.map(Cow::into_owned));
         let Some(name) = name else { return };
-        self.chosen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .client = Some(name.clone());
+        self.chosen().client = Some(name.clone());
         match crate::client::find(&choice.profiles, &name) {
             Some(profile) => {
                 let budget = base.for_session(None, Some(&profile));
@@ -803,17 +792,17 @@ impl Interceptor {
         }
     }
 
+    /// What this session chose so far (its server's name, its client's, their policy).
+    fn chosen(&self) -> std::sync::MutexGuard<'_, Chosen> {
+        self.chosen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Whether this session's budget may still change when the server names itself (no
     /// `--policy`, and no name yet).
     pub fn unsettled(&self) -> bool {
         // The server's name first: once it is known (every call after `initialize`), the
         // budget is not looked up.
-        let named = self
-            .chosen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .server
-            .is_some();
+        let named = self.chosen().server.is_some();
         !named && self.base.get().choice().pick_policy
     }
 
@@ -865,10 +854,7 @@ impl Interceptor {
                 return;
             }
         }
-        self.chosen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .server = Some(name.to_string());
+        self.chosen().server = Some(name.to_string());
         self.remember_identity(name);
         let Some(builtin) = crate::builtin::for_server(name) else {
             tracing::info!(server = %name, "no built-in policy for this server: every tool is paged automatically");

@@ -55,35 +55,31 @@ pub fn tokio_stdio_relay() {
             .spawn()
             .expect("spawn the server");
         let mut to_child = child.stdin.take().expect("stdin");
-        let mut from_child = BufReader::new(child.stdout.take().expect("stdout"));
-        let (input, mut output) = stdio_pipes();
-        let answers = tokio::spawn(async move {
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                if from_child.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
-                    return;
-                }
-                if output.write_all(&line).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let mut input = BufReader::new(input);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            if input.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
-                break;
-            }
-            if to_child.write_all(&line).await.is_err() {
-                break;
-            }
-        }
+        let from_child = BufReader::new(child.stdout.take().expect("stdout"));
+        let (input, output) = stdio_pipes();
+        let answers = tokio::spawn(copy_lines(from_child, output));
+        copy_lines(BufReader::new(input), &mut to_child).await;
         drop(to_child);
         let _ = child.wait().await;
         answers.abort();
     });
+}
+
+/// Copies lines from `from` to `to`, each written as it is read, until either side ends.
+async fn copy_lines(
+    mut from: impl tokio::io::AsyncBufRead + Unpin,
+    mut to: impl tokio::io::AsyncWrite + Unpin,
+) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if from.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        if to.write_all(&line).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A hyper HTTP/1.1 client connection to `url` (`http://host:port/path`): the sender and the
