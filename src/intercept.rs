@@ -395,9 +395,28 @@ struct ParamsParts<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// A `tools/call`'s parts in `text` (the call's line): where the envelope reader found them
+/// (`at`), or by reading the call whole; `None` when it has no `params`.
+fn read_call<'a>(
+    text: &'a str,
+    at: Option<&crate::message::CallAt>,
+) -> Result<Option<Parts<'a>>, String> {
+    if let Some(found) = at.and_then(|at| found_parts(text, at)) {
+        return Ok(Some(found));
+    }
+    serde_json::from_str::<CallParts<'_>>(text)
+        .map(|parts| {
+            parts.params.map(|p| Parts {
+                name: p.name,
+                arguments: p.arguments.map(RawValue::get),
+            })
+        })
+        .map_err(|err| err.to_string())
+}
+
 /// The call's parts where the envelope reader found them in `text`, read as [`CallParts`]
 /// reads them; `None` when a place is not in `text` (then the call is read whole).
-fn found_parts<'a>(text: &'a str, at: &crate::message::CallAt) -> Option<Option<Parts<'a>>> {
+fn found_parts<'a>(text: &'a str, at: &crate::message::CallAt) -> Option<Parts<'a>> {
     if at.bad_params {
         // What reading the call whole says of it.
         return None;
@@ -419,7 +438,7 @@ fn found_parts<'a>(text: &'a str, at: &crate::message::CallAt) -> Option<Option<
         Some(range) => Some(text.get(range.clone())?).filter(|raw| *raw != "null"),
         None => None,
     };
-    Some(Some(Parts { name, arguments }))
+    Some(Parts { name, arguments })
 }
 
 /// A `tools/call`'s name and its arguments' JSON text.
@@ -1158,17 +1177,7 @@ impl Interceptor {
         // string again.
         let read = std::str::from_utf8(message)
             .map_err(|err| err.to_string())
-            .and_then(|text| match at.and_then(|at| found_parts(text, at)) {
-                Some(found) => Ok(found),
-                None => serde_json::from_str::<CallParts<'_>>(text)
-                    .map(|parts| {
-                        parts.params.map(|p| Parts {
-                            name: p.name,
-                            arguments: p.arguments.map(RawValue::get),
-                        })
-                    })
-                    .map_err(|err| err.to_string()),
-            });
+            .and_then(|text| read_call(text, at));
         let parts = match read {
             Ok(parts) => parts,
             Err(err) => {
@@ -2653,13 +2662,11 @@ mod tests {
     /// A call's parts as the interceptor reads them: from where the envelope reader found
     /// them, and by reading the call whole.
     fn both_ways(line: &str) -> (Option<Read>, Option<Read>) {
-        let owned = |p: Option<Parts<'_>>| {
-            p.map(|p| {
-                (
-                    p.name.map(|n| n.to_string()),
-                    p.arguments.map(str::to_string),
-                )
-            })
+        let owned = |p: Parts<'_>| {
+            (
+                p.name.map(|n| n.to_string()),
+                p.arguments.map(str::to_string),
+            )
         };
         let Ok(crate::message::Parsed::Single(crate::message::Kind::Request {
             call: Some(at),
@@ -2669,18 +2676,10 @@ mod tests {
             panic!("not a call: {line}");
         };
         let found = found_parts(line, &at).map(owned);
-        let whole = serde_json::from_str::<CallParts<'_>>(line)
+        let whole = read_call(line, None)
             .ok()
-            .map(|parts| {
-                owned(parts.params.map(|p| Parts {
-                    name: p.name,
-                    arguments: p.arguments.map(RawValue::get),
-                }))
-            });
-        (
-            found.map(|f| f.unwrap_or_default()),
-            whole.map(|w| w.unwrap_or_default()),
-        )
+            .map(|parts| parts.map(owned).unwrap_or_default());
+        (found, whole)
     }
 
     #[test]

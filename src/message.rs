@@ -284,8 +284,8 @@ struct Envelope<'a> {
     result: Option<&'a RawValue>,
     error: bool,
     params: Params<'a>,
-    /// `params` was there (as any JSON value).
-    has_params: bool,
+    /// `params` is there and is not an object.
+    bad_params: bool,
     duplicate: Option<&'static str>,
 }
 
@@ -423,8 +423,8 @@ from_object!(Envelope, |map| {
             "params" => {
                 once(&mut params, dup, "params");
                 let read: ParamsRead<'a> = map.next_value()?;
+                out.bad_params = !read.0.object;
                 out.params = read.0;
-                out.has_params = true;
             }
             _ => {
                 map.next_value::<IgnoredAny>()?;
@@ -583,7 +583,6 @@ impl Envelope<'_> {
             return Kind::Malformed { id, problem };
         }
         let method = method.and_then(Result::ok);
-        let has_params = self.has_params;
         let params = self.params;
         let at = |raw: &RawValue| {
             let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
@@ -610,7 +609,7 @@ impl Envelope<'_> {
                     })
                 }),
                 call: (method == "tools/call").then(|| CallAt {
-                    bad_params: has_params && !params.object,
+                    bad_params: self.bad_params,
                     name: params.named[0].map(at),
                     arguments: params.arguments.map(at),
                 }),

@@ -7,7 +7,6 @@
 
 use std::convert::Infallible;
 use std::os::fd::AsFd;
-use std::process::Stdio;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -15,8 +14,6 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
-use super::BARE_ENV;
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -48,10 +45,7 @@ fn stdio_pipes() -> (
 /// server mode as the child, one task a direction, each line written as it is read.
 pub fn tokio_stdio_relay() {
     current_thread().block_on(async {
-        let mut child = tokio::process::Command::new(std::env::current_exe().expect("own path"))
-            .env_remove(BARE_ENV)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
+        let mut child = tokio::process::Command::from(super::server_command())
             .spawn()
             .expect("spawn the server");
         let mut to_child = child.stdin.take().expect("stdin");

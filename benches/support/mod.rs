@@ -180,16 +180,21 @@ pub fn cpu(pid: u32) -> Duration {
     Duration::from_nanos(total)
 }
 
+/// This binary in server mode, as a relay's child: its stdin and stdout piped.
+pub fn server_command() -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("own path"));
+    command
+        .env_remove(BARE_ENV)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    command
+}
+
 /// The floor of a stdio relay: this binary in server mode as its child, lines copied each way
 /// by a blocking thread (no protocol work, no runtime), the shape of a `poll` + read/write relay
 /// in C.
 pub fn bare_stdio_relay() {
-    let mut child = Command::new(std::env::current_exe().expect("own path"))
-        .env_remove(BARE_ENV)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the server");
+    let mut child = server_command().spawn().expect("spawn the server");
     let mut to_child = child.stdin.take().expect("stdin");
     let mut from_child = BufReader::new(child.stdout.take().expect("stdout"));
     std::thread::spawn(move || {
