@@ -454,8 +454,9 @@ async fn run() {
     // `UPSTREAM_HTTP_PROFILE_MODE` `http` (default: this build's stdio→HTTP proxy), `stdio`
     // (its stdio→stdio proxy), `listen` (its HTTP→HTTP proxy), `modern` (the same with a
     // 2026-07-28 client), `padded` (a legacy client whose requests are a modern one's size:
-    // the same `_meta` under a prefix of the same length, three more headers) or `bare` (the bare stdio→HTTP
-    // relay); `UPSTREAM_HTTP_PROFILE_BIN` another build (one with frame pointers, say).
+    // the same `_meta` under a prefix of the same length, three more headers), `bare` (the bare stdio→HTTP
+    // relay), `forwarder` or `async-forwarder` (the HTTP→HTTP floors); `UPSTREAM_HTTP_PROFILE_BIN`
+    // another build (one with frame pointers, say).
     if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
@@ -464,9 +465,19 @@ async fn run() {
         let bin = std::env::var_os("UPSTREAM_HTTP_PROFILE_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcp-budget")));
-        if mode == "listen" || mode == "modern" || mode == "padded" {
+        if ["listen", "modern", "padded", "forwarder", "async-forwarder"].contains(&mode.as_str()) {
             let (mut through, proxy) = match mode.as_str() {
                 "modern" => modern_http_to_http(&bin, &upstream).await,
+                "forwarder" | "async-forwarder" => {
+                    let mut command = tokio::process::Command::new(&me);
+                    let floor = if mode == "forwarder" {
+                        "http-relay"
+                    } else {
+                        "tokio-http-relay"
+                    };
+                    command.env(BARE_ENV, format!("{floor}:{upstream}"));
+                    through(command).await
+                }
                 "padded" => {
                     let (mut client, proxy) = http_to_http(&bin, &upstream).await;
                     client.padded = true;
