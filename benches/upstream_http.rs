@@ -491,6 +491,14 @@ async fn run() {
                 through.call().await;
             }
             eprintln!("profile: {calls} calls in {:?}", started.elapsed());
+            // Ended as a user would (SIGTERM): a profiler that writes at exit gets its output.
+            let mut proxy = proxy;
+            if let Some(pid) = proxy.id() {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status();
+                let _ = tokio::time::timeout(Duration::from_secs(30), proxy.wait()).await;
+            }
             return;
         }
         let mut command = match mode.as_str() {

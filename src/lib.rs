@@ -113,6 +113,7 @@ pub mod message;
 pub mod metrics;
 pub mod policy;
 pub mod queue;
+pub mod quiet;
 pub mod recording;
 pub mod regular;
 pub mod relay;

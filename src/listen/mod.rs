@@ -245,7 +245,9 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let mut stop = stop_rx.clone();
-                connections.spawn(async move {
+                // Polled quietly: hyper reads the body in this task for the handler this task
+                // polls too, a wake of its own task a request (see `crate::quiet`).
+                connections.spawn(crate::quiet::Quiet::new(async move {
                     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                         request.extensions_mut().insert(ConnectInfo(peer));
                         app.clone().oneshot(request)
@@ -266,7 +268,7 @@ pub async fn serve(
                         }
                     }
                     drop(slot);
-                });
+                }));
             }
         }
     }
