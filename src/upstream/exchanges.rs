@@ -57,19 +57,10 @@ impl<F: Future<Output = ()>> Default for Exchanges<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quiet::testing::Count;
     use std::pin::Pin;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Wake, Waker};
-
-    /// Counts the wakes of the task that polls it.
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use std::task::Waker;
 
     fn poll(
         exchanges: &mut Exchanges<Pin<Box<dyn Future<Output = ()>>>>,
@@ -88,7 +79,7 @@ mod tests {
         let waker = Waker::from(count.clone());
         let _ = bare.poll_next_unpin(&mut Context::from_waker(&waker));
         assert_eq!(
-            count.0.load(Ordering::SeqCst),
+            count.wakes(),
             1,
             "FuturesUnordered no longer yields: this module may go"
         );
@@ -98,7 +89,7 @@ mod tests {
         let count = Arc::new(Count::default());
         assert!(poll(&mut exchanges, &count).is_pending());
         assert!(poll(&mut exchanges, &count).is_pending());
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.wakes(), 0);
     }
 
     #[test]
@@ -111,7 +102,7 @@ mod tests {
         let count = Arc::new(Count::default());
         assert!(poll(&mut exchanges, &count).is_pending());
         let _ = tx.send(());
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.wakes(), 1);
         assert_eq!(poll(&mut exchanges, &count), Poll::Ready(Some(())));
         assert_eq!(poll(&mut exchanges, &count), Poll::Ready(None));
     }
@@ -131,10 +122,10 @@ mod tests {
         }));
         let count = Arc::new(Count::default());
         assert_eq!(poll(&mut exchanges, &count), Poll::Ready(Some(())));
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.wakes(), 0);
         // Nothing was lost: the woken one finishes on the next poll.
         assert_eq!(poll(&mut exchanges, &count), Poll::Ready(Some(())));
         assert_eq!(poll(&mut exchanges, &count), Poll::Ready(None));
-        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        assert_eq!(count.wakes(), 0);
     }
 }
