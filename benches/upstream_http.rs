@@ -456,7 +456,8 @@ async fn run() {
     // 2026-07-28 client), `padded` (a legacy client whose requests are a modern one's size:
     // the same `_meta` under a prefix of the same length, three more headers), `bare` (the bare stdio→HTTP
     // relay), `forwarder` or `async-forwarder` (the HTTP→HTTP floors); `UPSTREAM_HTTP_PROFILE_BIN`
-    // another build (one with frame pointers, say).
+    // another build (one with frame pointers, say), or for a floor a wrapper that runs its first
+    // argument (valgrind, say).
     if let Some(calls) = std::env::var("UPSTREAM_HTTP_PROFILE")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())
@@ -469,7 +470,16 @@ async fn run() {
             let (mut through, proxy) = match mode.as_str() {
                 "modern" => modern_http_to_http(&bin, &upstream).await,
                 "forwarder" | "async-forwarder" => {
-                    let mut command = tokio::process::Command::new(&me);
+                    // A wrapper (`UPSTREAM_HTTP_PROFILE_BIN`) runs this bench binary, its first
+                    // argument, as the floor.
+                    let mut command = match std::env::var_os("UPSTREAM_HTTP_PROFILE_BIN") {
+                        Some(wrapper) => {
+                            let mut command = tokio::process::Command::new(wrapper);
+                            command.arg(&me);
+                            command
+                        }
+                        None => tokio::process::Command::new(&me),
+                    };
                     let floor = if mode == "forwarder" {
                         "http-relay"
                     } else {

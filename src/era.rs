@@ -82,6 +82,15 @@ pub fn result_type(result: &str) -> Option<String> {
 /// Whether a result is complete, and so the budget's to read: `resultType` is `"complete"`, or
 /// absent (a legacy server). `input_required`, `task` and anything else pass as they are.
 pub fn is_complete(result: &str) -> bool {
+    // A modern server's usual spelling, its first member: complete, whatever follows (a
+    // second `resultType`, in any spelling, is a duplicate the parse refuses, and a result
+    // without a readable kind is complete too). No scan, no copy.
+    if result
+        .trim_start()
+        .starts_with(r#"{"resultType":"complete""#)
+    {
+        return true;
+    }
     result_type(result).is_none_or(|kind| kind == "complete")
 }
 
@@ -171,10 +180,10 @@ pub fn completed_message(message: Vec<u8>, server: Option<&str>) -> Vec<u8> {
 /// the body that is actually sent, so they always match it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Headers {
-    /// `MCP-Protocol-Version`: the request's `_meta` version.
-    pub version: String,
-    /// `Mcp-Method`.
-    pub method: String,
+    /// `MCP-Protocol-Version`: the request's `_meta` version (a known one not copied).
+    pub version: std::borrow::Cow<'static, str>,
+    /// `Mcp-Method` (a known one not copied).
+    pub method: std::borrow::Cow<'static, str>,
     /// `Mcp-Name`, for the methods that name something (see [`name_member`]).
     pub name: Option<String>,
     /// `Mcp-Param-{name}`: the arguments a tool's descriptor marks with `x-mcp-header`.
@@ -199,9 +208,13 @@ impl Headers {
                 .filter_map(|(header, value)| Some((header, value?)))
                 .collect(),
         };
+        let text = |value: &str| match static_header(value) {
+            Some(known) => std::borrow::Cow::Borrowed(known),
+            None => std::borrow::Cow::Owned(value.to_string()),
+        };
         Headers {
-            version: version.to_string(),
-            method: method.to_string(),
+            version: text(version),
+            method: text(method),
             name,
             params,
         }
@@ -369,6 +382,21 @@ mod tests {
         assert!(is_complete(
             r#"{"content":[{"type":"text","text":"resultType"}]}"#
         ));
+        // The first-member shortcut says what the whole read says, duplicates included.
+        for result in [
+            r#"{"resultType":"complete","resultType":"task"}"#,
+            r#"{"resultType":"complete","result\u0054ype":"task"}"#,
+            r#" {"resultType":"complete","_meta":{},"_meta":{}}"#,
+            r#"{"resultType":"complete","content":[{"type":"text","text":"resultType"}]}"#,
+            r#"{"resultType":"completed","content":[]}"#,
+            r#"{"resultType":"complete\u0064"}"#,
+        ] {
+            assert_eq!(
+                is_complete(result),
+                result_type(result).is_none_or(|kind| kind == "complete"),
+                "{result}"
+            );
+        }
     }
 
     #[test]

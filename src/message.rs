@@ -187,6 +187,30 @@ impl Id {
         Id::of(raw, key)
     }
 
+    /// An id of the proxy's own, the string `"{prefix}{n}"` (`prefix` plain text: nothing to
+    /// escape). Written in place: one allocation, no read of it again.
+    pub fn numbered(prefix: &str, n: u64) -> Id {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n);
+        let mut text = [0u8; 64];
+        let len = prefix.len() + digits.len() + 2;
+        let raw: std::sync::Arc<str> = match text.get_mut(..len) {
+            Some(out) => {
+                out[0] = b'"';
+                out[1..=prefix.len()].copy_from_slice(prefix.as_bytes());
+                out[prefix.len() + 1..len - 1].copy_from_slice(digits.as_bytes());
+                out[len - 1] = b'"';
+                match std::str::from_utf8(out) {
+                    Ok(text) => std::sync::Arc::from(text),
+                    Err(_) => std::sync::Arc::from(format!("\"{prefix}{digits}\"")),
+                }
+            }
+            None => std::sync::Arc::from(format!("\"{prefix}{digits}\"")),
+        };
+        debug_assert!(id_key(&raw).is_some_and(|key| *key == *raw));
+        Id { raw, key: None }
+    }
+
     /// An id a peer sent: `None` unless it is a string or a finite number.
     pub fn parse(raw: &str) -> Option<Id> {
         let raw = raw.trim();
@@ -510,10 +534,7 @@ from_object!(MetaRead, |map| {
                 // A version that is not a string is still a modern request (one the proxy
                 // answers with the supported versions).
                 let value: &'a RawValue = map.next_value()?;
-                out.version = Some(
-                    serde_json::from_str::<String>(value.get())
-                        .unwrap_or_else(|_| value.get().to_string()),
-                );
+                out.version = Some(string_value(value).unwrap_or_else(|| value.get().to_string()));
             }
             META_CLIENT_INFO => {
                 once(
@@ -541,6 +562,16 @@ from_object!(MetaRead, |map| {
     Ok(MetaRead(out, std::marker::PhantomData))
 });
 
+/// The value of a JSON string (`None` for any other value): one without escapes is its text
+/// between the quotes, taken as it is (no second read).
+fn string_value(raw: &RawValue) -> Option<String> {
+    let text = raw.get();
+    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(inner) if !inner.contains('\\') => Some(inner.to_string()),
+        _ => serde_json::from_str::<String>(text).ok(),
+    }
+}
+
 /// An object's `name`, when it is a string.
 #[derive(Default)]
 struct NameRead<'a>(Option<String>, std::marker::PhantomData<&'a ()>);
@@ -550,7 +581,7 @@ from_object!(NameRead, |map| {
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         if key == "name" {
             let value: &'a RawValue = map.next_value()?;
-            name = serde_json::from_str::<String>(value.get()).ok();
+            name = string_value(value);
         } else {
             map.next_value::<IgnoredAny>()?;
         }
@@ -599,7 +630,7 @@ impl Envelope<'_> {
                     };
                     let named = slot
                         .and_then(|slot| params.named[slot])
-                        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+                        .and_then(string_value);
                     Box::new(Modern {
                         version,
                         client: params.client,
@@ -1083,6 +1114,35 @@ mod tests {
             Id::parse("\"a\u{1}\"").is_none(),
             "a raw control character is no JSON"
         );
+    }
+
+    #[test]
+    fn string_values_are_read_as_serde_reads_them() {
+        for text in [
+            r#""a b""#,
+            r#""""#,
+            r#""\u0061\n""#,
+            r#""é""#,
+            "7",
+            "null",
+            r#"{"a":1}"#,
+        ] {
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            assert_eq!(
+                string_value(raw),
+                serde_json::from_str::<String>(text).ok(),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn numbered_ids_are_the_ids_their_text_reads_as() {
+        for (prefix, n) in [("mcp-budget-s", 7), ("p", u64::MAX), (&*"x".repeat(70), 3)] {
+            let id = Id::numbered(prefix, n);
+            assert_eq!(id, Id::from_json_text(&format!("\"{prefix}{n}\"")));
+            assert!(id.is_plain());
+        }
     }
 
     #[test]

@@ -26,8 +26,11 @@ use super::session::{
     StreamRx, event_id,
 };
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
+// Header names built once: a lookup by `&str` reads and checks the name again each time.
+const SESSION_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-session-id");
+const VERSION_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-protocol-version");
+const METHOD_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-method");
+const NAME_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-name");
 /// Protocol versions whose `MCP-Protocol-Version` header is accepted.
 const KNOWN_VERSIONS: [&str; 5] = [
     "2024-11-05",
@@ -179,7 +182,7 @@ fn check_modern(
         refuse(jsonrpc::HEADER_MISMATCH, &message, None)
     };
     // A header sent twice says two things: neither is taken.
-    let one = |name: &str| {
+    let one = |name: header::HeaderName| {
         let mut all = headers.get_all(name).iter();
         match (all.next(), all.next()) {
             (Some(value), None) => value.to_str().ok(),
@@ -206,12 +209,12 @@ fn check_modern(
             Some(&data),
         ));
     }
-    let sent_method = one("mcp-method");
+    let sent_method = one(METHOD_HEADER);
     if !sent_method.is_some_and(|sent| crate::era::header_says(sent, method)) {
         return Err(mismatch("Mcp-Method", method, sent_method));
     }
     if crate::era::name_member(method).is_some() {
-        let sent_name = one("mcp-name");
+        let sent_name = one(NAME_HEADER);
         let expected = modern.named.as_deref().unwrap_or_default();
         if !sent_name.is_some_and(|sent| crate::era::header_says(sent, expected)) {
             return Err(mismatch("Mcp-Name", expected, sent_name));
@@ -288,7 +291,7 @@ fn check_params(
     Ok(())
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -316,7 +319,7 @@ fn check_access(
         return Err(refuse(status, &message));
     }
     let options = listener.sessions.options();
-    if let Some(origin) = header_str(headers, "origin")
+    if let Some(origin) = header_str(headers, header::ORIGIN)
         && !origin_allowed(origin, &options.allow_origins)
     {
         tracing::warn!(%origin, "request refused: Origin not allowed");
@@ -329,7 +332,7 @@ fn check_access(
         return Ok(Client::Address(peer.ip()));
     }
     // The scheme is case-insensitive (RFC 7235 §2.1).
-    let given = header_str(headers, "authorization")
+    let given = header_str(headers, header::AUTHORIZATION)
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
@@ -458,7 +461,7 @@ fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> 
 }
 
 fn accepts(headers: &HeaderMap, kind: &str) -> bool {
-    header_str(headers, "accept")
+    header_str(headers, header::ACCEPT)
         .is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
 }
 
@@ -551,7 +554,7 @@ async fn read_body(
             ),
         )
     };
-    let declared = header_str(headers, "content-length").and_then(|v| v.parse::<u64>().ok());
+    let declared = header_str(headers, header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
@@ -657,7 +660,9 @@ async fn handle_post(
 ) -> Result<Response, Refusal> {
     let client = check_access(listener, headers, peer)?;
     rate_limit(listener, &client)?;
-    if !accepts(headers, "application/json") && !accepts(headers, "text/event-stream") {
+    // Read once: whether the client takes an event stream decides the answer's form below.
+    let sse = accepts(headers, "text/event-stream");
+    if !sse && !accepts(headers, "application/json") {
         return Err(refuse(
             StatusCode::NOT_ACCEPTABLE,
             "Accept must include application/json and/or text/event-stream",
@@ -907,7 +912,6 @@ async fn handle_post(
         }
     };
     session.touch();
-    let sse = accepts(headers, "text/event-stream");
     if !sse {
         tokens.clear();
     }
@@ -975,7 +979,7 @@ async fn handle_post(
     drop(room);
     let mut response_headers = HeaderMap::new();
     if opened && let Ok(value) = HeaderValue::from_str(&session.id) {
-        response_headers.insert(SESSION_HEADER, value);
+        response_headers.insert(SESSION_HEADER.clone(), value);
     }
     if ids.is_empty() {
         drop(guard);
@@ -1044,9 +1048,21 @@ async fn handle_post(
 }
 
 /// `answer` under the client's id, where its envelope (the members before any nested value)
-/// says `"id":` and the proxy's `fresh` one: one search, no parse. `None` when not found so
-/// (the caller then reads the message for its id).
-fn restore_id(answer: &[u8], fresh: &Id, client: &Id) -> Option<Vec<u8>> {
+/// says `"id":` and the proxy's `fresh` one: one search, no parse. The answer back when not
+/// found so (the caller then reads the message for its id).
+fn restore_id(mut answer: Vec<u8>, fresh: &Id, client: &Id) -> Result<Vec<u8>, Vec<u8>> {
+    match id_at(&answer, fresh) {
+        Some(at) => {
+            // In place: the bytes after the id move, nothing is allocated.
+            answer.splice(at..at + fresh.raw().len(), client.raw().bytes());
+            Ok(answer)
+        }
+        None => Err(answer),
+    }
+}
+
+/// Where `fresh` is in `answer` as its envelope's id.
+fn id_at(answer: &[u8], fresh: &Id) -> Option<usize> {
     // The id comes first, or near it (`{"jsonrpc":"2.0","id":…`): looked for there by hand
     // (a searcher costs more to build than this short look), then anywhere.
     let needle = fresh.raw().as_bytes();
@@ -1067,11 +1083,7 @@ fn restore_id(answer: &[u8], fresh: &Id, client: &Id) -> Option<Vec<u8>> {
     if envelope.iter().filter(|b| matches!(b, b'{' | b'[')).count() != 1 {
         return None;
     }
-    let mut out = Vec::with_capacity(answer.len() + client.raw().len());
-    out.extend_from_slice(&answer[..at]);
-    out.extend_from_slice(client.raw().as_bytes());
-    out.extend_from_slice(&answer[at + fresh.raw().len()..]);
-    Some(out)
+    Some(at)
 }
 
 /// The HTTP status of a modern request's answer: an error names it (2026-07-28, Streamable
@@ -1162,11 +1174,10 @@ impl StreamGuard {
         if let Some((fresh, client)) = &self.restore {
             match &message.kind {
                 Some(Kind::Response { id: Some(id), .. }) if id.key() == fresh.key() => {
-                    return Some(
-                        restore_id(&message.bytes, fresh, client)
-                            .or_else(|| message::with_id(&message.bytes, client.raw()))
-                            .unwrap_or(message.bytes),
-                    );
+                    return Some(match restore_id(message.bytes, fresh, client) {
+                        Ok(restored) => restored,
+                        Err(bytes) => message::with_id(&bytes, client.raw()).unwrap_or(bytes),
+                    });
                 }
                 // A subscription's notifications name it by the client's id.
                 Some(Kind::Notification { .. })
@@ -1603,4 +1614,35 @@ fn handle_delete(
         .sessions
         .end(&session, "the client ended the session");
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_modern_answer_gets_the_clients_id_back_in_place() {
+        let fresh = Id::numbered("mcp-budget-s", 12);
+        let client = Id::from_json_text("7");
+        let answer = br#"{"jsonrpc":"2.0","id":"mcp-budget-s12","result":{"id":"mcp-budget-s12"}}"#;
+        assert_eq!(
+            restore_id(answer.to_vec(), &fresh, &client)
+                .as_deref()
+                .map_err(Vec::as_slice),
+            Ok(br#"{"jsonrpc":"2.0","id":7,"result":{"id":"mcp-budget-s12"}}"#.as_slice())
+        );
+        // Found only nested (the envelope's id is elsewhere): given back for a full read.
+        let nested = br#"{"result":{"id":"mcp-budget-s12"},"id":"mcp-budget-s12"}"#;
+        assert_eq!(
+            restore_id(nested.to_vec(), &fresh, &client)
+                .as_deref()
+                .map_err(Vec::as_slice),
+            Err(nested.as_slice())
+        );
+        let longer = Id::from_json_text(r#""a client's much longer id, with spaces""#);
+        let restored = restore_id(answer.to_vec(), &fresh, &longer).unwrap_or_default();
+        assert!(restored.starts_with(
+            br#"{"jsonrpc":"2.0","id":"a client's much longer id, with spaces","result""#
+        ));
+    }
 }

@@ -386,12 +386,7 @@ impl Session {
     /// that two clients' (or one client's concurrent) requests never share one.
     pub fn fresh_id(&self) -> Id {
         let n = self.fresh.fetch_add(1, Ordering::Relaxed) + 1;
-        // Written by hand: `format!` costs more than the id.
-        let mut text = String::with_capacity(36);
-        text.push_str("\"mcp-budget-s");
-        text.push_str(itoa::Buffer::new().format(n));
-        text.push('"');
-        Id::from_json_text(&text)
+        Id::numbered("mcp-budget-s", n)
     }
 
     pub fn is_stateless(&self) -> bool {
@@ -1010,17 +1005,19 @@ impl Sessions {
         profile: Option<String>,
     ) -> Result<Arc<Session>, OpenError> {
         let find = |sessions: &Sessions| {
-            let id = {
-                let map = lock(&sessions.stateless);
-                match &profile {
-                    Some(profile) => map.get(&(client.clone(), profile.clone())).cloned(),
-                    None => map
-                        .iter()
-                        .find(|((c, _), _)| *c == client)
-                        .map(|(_, id)| id.clone()),
-                }
+            // (The one place both are held: `stateless`, then `map`.)
+            let stateless = lock(&sessions.stateless);
+            let id = match &profile {
+                Some(profile) => stateless.get(&(client.clone(), profile.clone())),
+                None => stateless
+                    .iter()
+                    .find(|((c, _), _)| *c == client)
+                    .map(|(_, id)| id),
             }?;
-            sessions.get(&id).filter(|s| !s.is_ended())
+            lock(&sessions.map)
+                .get(id)
+                .filter(|s| !s.is_ended())
+                .cloned()
         };
         if let Some(session) = find(self) {
             return Ok(session);

@@ -7,6 +7,7 @@
 //! lost. Every failure that leaves a request unanswered (unreachable server, an HTTP error, a
 //! broken event stream) becomes a JSON-RPC error for that request, never a hang.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,21 +241,26 @@ impl Shared {
         const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
         const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
         let mut headers = self.request_headers(5 + modern.params.len());
-        let mut set = |name: HeaderName, value: &str| {
-            // A value the proxy knows is not copied.
-            let value = match crate::era::static_header(value) {
-                Some(known) => HeaderValue::from_static(known),
-                None => match HeaderValue::from_str(value) {
-                    Ok(value) => value,
-                    Err(_) => return,
-                },
-            };
-            headers.insert(name, value);
+        // A value the proxy knows (`Cow::Borrowed`) is not copied.
+        let known = |value: &Cow<'static, str>, encode: bool| match value {
+            Cow::Borrowed(known) => Some(HeaderValue::from_static(known)),
+            Cow::Owned(value) if encode => {
+                HeaderValue::from_str(&crate::era::header_value(value)).ok()
+            }
+            Cow::Owned(value) => HeaderValue::from_str(value).ok(),
         };
-        set(VERSION_NAME, &modern.version);
-        set(MCP_METHOD, &crate::era::header_value(&modern.method));
-        if let Some(name) = &modern.name {
-            set(MCP_NAME, &crate::era::header_value(name));
+        if let Some(value) = known(&modern.version, false) {
+            headers.insert(VERSION_NAME, value);
+        }
+        if let Some(value) = known(&modern.method, true) {
+            headers.insert(MCP_METHOD, value);
+        }
+        if let Some(value) = modern
+            .name
+            .as_deref()
+            .and_then(|name| HeaderValue::from_str(&crate::era::header_value(name)).ok())
+        {
+            headers.insert(MCP_NAME, value);
         }
         for (header, value) in &modern.params {
             if let Ok(name) = axum::http::HeaderName::try_from(format!("mcp-param-{header}"))
