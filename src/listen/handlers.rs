@@ -1133,12 +1133,22 @@ fn batch_elements(bytes: Vec<u8>) -> Vec<Vec<u8>> {
     vec![bytes]
 }
 
-fn json_response(status: StatusCode, mut headers: HeaderMap, body: Vec<u8>) -> Response {
-    headers.insert(
+fn json_response(status: StatusCode, headers: HeaderMap, body: Vec<u8>) -> Response {
+    // Built as it is sent: one header map (a `(status, headers, body)` response first types
+    // the body as octets, then merges a second map over it).
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let sent = response.headers_mut();
+    // Room for what follows: the type, `Content-Length` (axum sets it), any of `headers`.
+    sent.reserve(4 + headers.len());
+    sent.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    (status, headers, body).into_response()
+    if !headers.is_empty() {
+        sent.extend(headers);
+    }
+    response
 }
 
 /// One POST's stream: its queue and the proxy's own answers, until its requests are answered.
@@ -1168,9 +1178,9 @@ impl StreamGuard {
                 state.rx.recv().await?
             }
         };
-        for key in message.response_keys() {
-            state.awaiting.remove(&key);
-        }
+        message.response_keys(|key| {
+            state.awaiting.remove(key);
+        });
         if let Some((fresh, client)) = &self.restore {
             match &message.kind {
                 Some(Kind::Response { id: Some(id), .. }) if id.key() == fresh.key() => {

@@ -316,12 +316,20 @@ pub fn check_host(
             "more than one Host header: send exactly one".into(),
         ));
     }
-    let host = host.unwrap_or_default().to_lowercase();
+    // Lowercased only when it has capitals (a copy a request otherwise).
+    let host = host.unwrap_or_default();
+    let host = match host
+        .bytes()
+        .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+    {
+        true => std::borrow::Cow::Owned(host.to_lowercase()),
+        false => std::borrow::Cow::Borrowed(host),
+    };
     let name = match host.rsplit_once(':') {
         Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.is_empty() => name,
-        _ => host.as_str(),
+        _ => &host,
     };
-    if !hosts.contains(name) && !hosts.contains(&host) {
+    if !hosts.contains(name) && !hosts.contains(&*host) {
         tracing::warn!(%host, "request refused: Host not allowed");
         return Err((
             StatusCode::FORBIDDEN,
@@ -348,4 +356,32 @@ pub(crate) fn refuse_connection_with(stream: tokio::net::TcpStream, body: &str) 
         body.len()
     );
     let _ = stream.try_write(response.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_matched_without_regard_to_case() {
+        let hosts = allowed_hosts(
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            &["Example.COM".to_string()],
+        );
+        let check = |host: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(
+                axum::http::header::HOST,
+                axum::http::HeaderValue::from_str(host).expect("a header value"),
+            );
+            check_host(&hosts, &headers).map_err(|(status, _)| status.as_u16())
+        };
+        assert_eq!(check("127.0.0.1:8080"), Ok(()));
+        assert_eq!(check("LOCALHOST:8080"), Ok(()));
+        assert_eq!(check("localhost"), Ok(()));
+        assert_eq!(check("example.com:443"), Ok(()));
+        assert_eq!(check("EXAMPLE.com"), Ok(()));
+        assert_eq!(check("evil.example:8080"), Err(403));
+        assert_eq!(check("localhost.evil:80"), Err(403));
+    }
 }

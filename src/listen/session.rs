@@ -91,13 +91,15 @@ impl queue::Weigh for Outbound {
 }
 
 impl Outbound {
-    /// The id keys of the responses it carries.
-    pub fn response_keys(&self) -> Vec<String> {
+    /// Calls `each` with the id key of every response it carries (a single one without a copy).
+    pub fn response_keys(&self, mut each: impl FnMut(&str)) {
         let batch = self.bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
         match &self.kind {
-            Some(Kind::Response { id: Some(id), .. }) if !batch => vec![id.key().to_string()],
-            _ if batch => message::response_keys(&self.bytes),
-            _ => Vec::new(),
+            Some(Kind::Response { id: Some(id), .. }) if !batch => each(id.key()),
+            _ if batch => message::response_keys(&self.bytes)
+                .iter()
+                .for_each(|key| each(key)),
+            _ => {}
         }
     }
 }
