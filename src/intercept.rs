@@ -270,7 +270,7 @@ impl Unsettled {
             id: Id::from_json_text("0"),
             request: Arc::from(request.into_bytes()),
             modern: Some(Modern {
-                version: crate::era::MODERN.to_string(),
+                version: std::borrow::Cow::Borrowed(crate::era::MODERN),
                 client: call.client.clone(),
                 capabilities: true,
                 named: Some(call.tool.clone()),

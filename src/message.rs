@@ -68,8 +68,9 @@ impl CallAt {
 /// here, where the message comes in, and travels with it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Modern {
-    /// `_meta["io.modelcontextprotocol/protocolVersion"]`.
-    pub version: String,
+    /// `_meta["io.modelcontextprotocol/protocolVersion"]` (a revision the proxy knows, not
+    /// copied).
+    pub version: Cow<'static, str>,
     /// `_meta["io.modelcontextprotocol/clientInfo"].name`.
     pub client: Option<String>,
     /// Whether `_meta["io.modelcontextprotocol/clientCapabilities"]` is there.
@@ -319,7 +320,7 @@ struct Envelope<'a> {
 #[derive(Default)]
 struct Params<'a> {
     progress: Option<Box<str>>,
-    version: Option<String>,
+    version: Option<Cow<'static, str>>,
     client: Option<String>,
     capabilities: bool,
     duplicate: Option<&'static str>,
@@ -534,7 +535,20 @@ from_object!(MetaRead, |map| {
                 // A version that is not a string is still a modern request (one the proxy
                 // answers with the supported versions).
                 let value: &'a RawValue = map.next_value()?;
-                out.version = Some(string_value(value).unwrap_or_else(|| value.get().to_string()));
+                out.version = Some(
+                    match crate::era::SUPPORTED.iter().find(|known| {
+                        value
+                            .get()
+                            .strip_prefix('"')
+                            .and_then(|t| t.strip_suffix('"'))
+                            == Some(**known)
+                    }) {
+                        Some(known) => Cow::Borrowed(*known),
+                        None => Cow::Owned(
+                            string_value(value).unwrap_or_else(|| value.get().to_string()),
+                        ),
+                    },
+                );
             }
             META_CLIENT_INFO => {
                 once(

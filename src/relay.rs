@@ -1632,7 +1632,7 @@ impl Relay {
                     .push(upstream.clone().unwrap_or_else(|| id.clone()));
                 let headers = match &modern {
                     Some(modern) => Some((
-                        modern.version.as_str(),
+                        &*modern.version,
                         method.as_str(),
                         // A task named by its token: the server's id (Mcp-Name is the body's).
                         match &named_task {

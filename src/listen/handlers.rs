@@ -191,7 +191,7 @@ fn check_modern(
         }
     };
     let version = one(VERSION_HEADER);
-    if version != Some(modern.version.as_str()) {
+    if version != Some(&*modern.version) {
         return Err(mismatch("MCP-Protocol-Version", &modern.version, version));
     }
     if !crate::era::is_modern(&modern.version) {
