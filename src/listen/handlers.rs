@@ -1053,7 +1053,7 @@ async fn handle_post(
 fn restore_id(mut answer: Vec<u8>, fresh: &Id, client: &Id) -> Result<Vec<u8>, Vec<u8>> {
     match id_at(&answer, fresh) {
         Some(at) => {
-            // In place: the bytes after the id move, nothing is allocated.
+            // In place: the bytes after the id move (no second buffer; a longer id may grow it).
             answer.splice(at..at + fresh.raw().len(), client.raw().bytes());
             Ok(answer)
         }
