@@ -19,6 +19,17 @@ pub const SUPPORTED: &[&str] = &[
     "2024-11-05",
 ];
 
+/// The Streamable HTTP headers the proxy reads (as a server) and writes (as a client), named
+/// once: a lookup by a built name skips reading and checking the name each time.
+pub mod headers {
+    use hyper::header::HeaderName;
+
+    pub const SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
+    pub const VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
+}
+
 /// Whether `version` is a modern revision this proxy serves statelessly.
 pub fn is_modern(version: &str) -> bool {
     version == MODERN

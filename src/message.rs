@@ -535,20 +535,17 @@ from_object!(MetaRead, |map| {
                 // A version that is not a string is still a modern request (one the proxy
                 // answers with the supported versions).
                 let value: &'a RawValue = map.next_value()?;
-                out.version = Some(
-                    match crate::era::SUPPORTED.iter().find(|known| {
-                        value
-                            .get()
-                            .strip_prefix('"')
-                            .and_then(|t| t.strip_suffix('"'))
-                            == Some(**known)
-                    }) {
-                        Some(known) => Cow::Borrowed(*known),
-                        None => Cow::Owned(
-                            string_value(value).unwrap_or_else(|| value.get().to_string()),
-                        ),
-                    },
-                );
+                let known = value
+                    .get()
+                    .strip_prefix('"')
+                    .and_then(|t| t.strip_suffix('"'))
+                    .and_then(crate::era::static_header);
+                out.version = Some(match known {
+                    Some(known) => Cow::Borrowed(known),
+                    None => {
+                        Cow::Owned(string_value(value).unwrap_or_else(|| value.get().to_string()))
+                    }
+                });
             }
             META_CLIENT_INFO => {
                 once(

@@ -26,11 +26,10 @@ use super::session::{
     StreamRx, event_id,
 };
 
-// Header names built once: a lookup by `&str` reads and checks the name again each time.
-const SESSION_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-session-id");
-const VERSION_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-protocol-version");
-const METHOD_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-method");
-const NAME_HEADER: header::HeaderName = header::HeaderName::from_static("mcp-name");
+use crate::era::headers::{
+    METHOD as METHOD_HEADER, NAME as NAME_HEADER, SESSION as SESSION_HEADER,
+    VERSION as VERSION_HEADER,
+};
 /// Protocol versions whose `MCP-Protocol-Version` header is accepted.
 const KNOWN_VERSIONS: [&str; 5] = [
     "2024-11-05",

@@ -27,11 +27,9 @@ use crate::jsonrpc::{self, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind};
 use crate::queue;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
-/// The same names, made once (a `&str` name is checked again on every insert).
-const SESSION_NAME: HeaderName = HeaderName::from_static(SESSION_HEADER);
-const VERSION_NAME: HeaderName = HeaderName::from_static(VERSION_HEADER);
+use crate::era::headers::{
+    METHOD as MCP_METHOD, NAME as MCP_NAME, SESSION as SESSION_NAME, VERSION as VERSION_NAME,
+};
 
 /// Where and how to reach the server.
 #[derive(Debug, Clone)]
@@ -238,8 +236,6 @@ impl Shared {
         body: bytes::Bytes,
         modern: &crate::era::Headers,
     ) -> Result<ClientResponse, ConnError> {
-        const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-        const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
         let mut headers = self.request_headers(5 + modern.params.len());
         // A value the proxy knows (`Cow::Borrowed`) is not copied.
         let known = |value: &Cow<'static, str>, encode: bool| match value {
@@ -471,7 +467,7 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
     if initialize
         && let Some(session) = response
             .headers
-            .get(SESSION_HEADER)
+            .get(SESSION_NAME)
             .and_then(|v| v.to_str().ok())
     {
         shared.state().id = Some(session.to_string());
@@ -825,7 +821,7 @@ async fn reinitialize(shared: &Arc<Shared>, expired: Option<&str>) -> Result<(),
     }
     let session = response
         .headers
-        .get(SESSION_HEADER)
+        .get(SESSION_NAME)
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     // Read (and keep to ourselves) the initialize answer: the client already has one.
