@@ -492,6 +492,100 @@ async fn an_rmcp_modern_client_through_listen_and_an_http_upstream() {
     assert_eq!(answer["error"]["data"]["tool"], "nope");
 }
 
+/// A modern HTTP server that answers every call with the id it was sent, after `delay` for a
+/// call whose arguments say `slow`.
+struct EchoIds {
+    delay: std::time::Duration,
+}
+
+impl wiremock::Respond for EchoIds {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let answer = wiremock::ResponseTemplate::new(200).set_body_json(json!({
+            "jsonrpc": "2.0",
+            "id": body["id"],
+            "result": {
+                "resultType": "complete",
+                "content": [{"type": "text", "text": body["params"]["arguments"]["n"].to_string()}]
+            }
+        }));
+        match body["params"]["arguments"]["slow"] == true {
+            true => answer.set_delay(self.delay),
+            false => answer,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_modern_requests_id_goes_upstream_as_written_unless_another_has_it_in_flight() {
+    use wiremock::matchers::{header, method};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(header("mcp-method", "server/discover"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "jsonrpc": "2.0",
+            "id": "mcp-budget-discover-1",
+            "result": {"resultType": "complete", "supportedVersions": ["2026-07-28"],
+                       "capabilities": {"tools": {}},
+                       "serverInfo": {"name": "echo", "version": "1"}}
+        })))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(header("mcp-method", "tools/call"))
+        .respond_with(EchoIds {
+            delay: std::time::Duration::from_secs(4),
+        })
+        .mount(&server)
+        .await;
+    let upstream = format!("{}/mcp", server.uri());
+    let (_proxy, url) = common::listen(&["--policy", "none", "--upstream", &upstream], &[]).await;
+    let http = http_client();
+    let call = |id: Value, n: u32, slow: bool| {
+        post(
+            &http,
+            &url,
+            "tools/call",
+            Some("echo"),
+            tools_call(id, "echo", json!({"n": n, "slow": slow}), "x"),
+        )
+        .send()
+    };
+    let upstream_ids = || async {
+        let sent = server.received_requests().await.unwrap_or_default();
+        sent.iter()
+            .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+            .filter(|b| b["method"] == "tools/call")
+            .map(|b| b["id"].clone())
+            .collect::<Vec<Value>>()
+    };
+    // Free: the id goes as the client wrote it, and comes back so.
+    let (_, answer) = message(call(json!("c1"), 1, false).await.unwrap()).await;
+    assert_eq!(answer["id"], "c1", "{answer}");
+    assert_eq!(upstream_ids().await, vec![json!("c1")]);
+    // In flight: a second request of the same principal with that id goes under another.
+    let slow = tokio::spawn(call(json!(7), 2, true));
+    while upstream_ids().await.len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    let (_, quick) = message(call(json!(7), 3, false).await.unwrap()).await;
+    let (_, slow) = message(slow.await.unwrap().unwrap()).await;
+    assert_eq!(quick["id"], 7, "{quick}");
+    assert_eq!(quick["result"]["content"][0]["text"], "3", "{quick}");
+    assert_eq!(slow["id"], 7, "{slow}");
+    assert_eq!(slow["result"]["content"][0]["text"], "2", "{slow}");
+    let ids = upstream_ids().await;
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[1], json!(7), "{ids:?}");
+    assert_ne!(ids[2], json!(7), "the second 7 went upstream under its own: {ids:?}");
+    // Answered, the id is the client's to use again.
+    let (_, again) = message(call(json!(7), 4, false).await.unwrap()).await;
+    assert_eq!(again["id"], 7, "{again}");
+    assert_eq!(again["result"]["content"][0]["text"], "4", "{again}");
+}
+
 #[tokio::test]
 async fn an_http_upstreams_error_status_passes_with_its_json_rpc_error() {
     use wiremock::matchers::{header, method};
@@ -515,7 +609,7 @@ async fn an_http_upstreams_error_status_passes_with_its_json_rpc_error() {
         .and(header("mcp-name", "fleet_show"))
         .respond_with(ResponseTemplate::new(400).set_body_json(json!({
             "jsonrpc": "2.0",
-            "id": "mcp-budget-s1",
+            "id": "c1",
             "error": {"code": -32022, "message": "Unsupported protocol version",
                       "data": {"supported": ["2025-11-25"], "requested": "2026-07-28"}}
         })))

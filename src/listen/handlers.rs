@@ -651,6 +651,18 @@ pub(super) async fn post(
     unwrap_refusal(handle_post(&listener, peer, &headers, body).await)
 }
 
+/// A POST to the MCP path, straight from the connection: the request is taken apart as it
+/// came (the router's extractors would copy its header map, one allocation per header name
+/// hyper did not know, and add an extension map for the route's parameters).
+pub(super) async fn post_direct(
+    listener: Arc<Listener>,
+    peer: SocketAddr,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    unwrap_refusal(handle_post(&listener, peer, &parts.headers, Body::new(body)).await)
+}
+
 async fn handle_post(
     listener: &Listener,
     peer: SocketAddr,
@@ -794,6 +806,8 @@ async fn handle_post(
     // A modern request goes upstream under an id of the proxy's, and its answer comes back
     // under the client's own.
     let mut restore: Option<(Id, Id)> = None;
+    // Or it goes under its own, held for this POST.
+    let mut claim: Option<super::session::Claim> = None;
     let (session, opened, body, parsed) = match (existing, &initialize) {
         (Some(session), _) => (session, false, body, parsed),
         (None, Some(init)) if !stateless => {
@@ -813,13 +827,13 @@ async fn handle_post(
             };
             let session = match kind {
                 Kind::Request {
-                    id,
+                    id: client_id,
                     method,
                     modern: meta,
                     progress,
                     call,
                 } => {
-                    let id = &id;
+                    let id = &client_id;
                     check_modern(headers, id, &method, meta.as_deref())?;
                     let profile = listener.sessions.capability_profile(&body);
                     let session = listener
@@ -829,46 +843,61 @@ async fn handle_post(
                         .map_err(open_refusal)?;
                     let named = meta.as_ref().and_then(|m| m.named.as_deref());
                     check_params(headers, id, &session, &method, named, &body)?;
-                    let fresh = session.fresh_id();
-                    // The id where the envelope reader found it: spliced, not read again.
-                    let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
-                    let mut call = call;
-                    let line = match body.get(id_at.clone()) {
-                        Some(text) if !id_at.is_empty() && text == id.raw().as_bytes() => {
-                            let mut line = Vec::with_capacity(body.len() + fresh.raw().len());
-                            line.extend_from_slice(&body[..id_at.start]);
-                            line.extend_from_slice(fresh.raw().as_bytes());
-                            line.extend_from_slice(&body[id_at.end..]);
-                            // What follows the id moved with it.
-                            if let Some(call) = &mut call {
-                                call.shift_after(id_at.end, id_at.len(), fresh.raw().len());
+                    // The client's id goes upstream as it is, unless another request of this
+                    // principal has it in flight: then one of the proxy's goes instead.
+                    if let Some(held) = session.claim(id) {
+                        claim = Some(held);
+                        ids = vec![id.clone()];
+                        let kind = Kind::Request {
+                            id: client_id,
+                            method,
+                            progress,
+                            modern: meta,
+                            call,
+                        };
+                        (session, body, message::Parsed::Single(kind))
+                    } else {
+                        let fresh = session.fresh_id();
+                        // The id where the envelope reader found it: spliced, not read again.
+                        let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
+                        let mut call = call;
+                        let line = match body.get(id_at.clone()) {
+                            Some(text) if !id_at.is_empty() && text == id.raw().as_bytes() => {
+                                let mut line = Vec::with_capacity(body.len() + fresh.raw().len());
+                                line.extend_from_slice(&body[..id_at.start]);
+                                line.extend_from_slice(fresh.raw().as_bytes());
+                                line.extend_from_slice(&body[id_at.end..]);
+                                // What follows the id moved with it.
+                                if let Some(call) = &mut call {
+                                    call.shift_after(id_at.end, id_at.len(), fresh.raw().len());
+                                }
+                                line
                             }
-                            line
-                        }
-                        _ => {
-                            // Written anew: where the call's parts are is read again.
-                            call = None;
-                            message::with_id(&body, fresh.raw()).ok_or_else(|| {
-                                rpc_refusal(
-                                    StatusCode::BAD_REQUEST,
-                                    Some(id),
-                                    jsonrpc::INVALID_REQUEST,
-                                    "Invalid Request: the request's id could not be read",
-                                    None,
-                                )
-                            })?
-                        }
-                    };
-                    ids = vec![fresh.clone()];
-                    restore = Some((fresh.clone(), id.clone()));
-                    let kind = Kind::Request {
-                        id: fresh,
-                        method,
-                        progress,
-                        modern: meta,
-                        call,
-                    };
-                    (session, line, message::Parsed::Single(kind))
+                            _ => {
+                                // Written anew: where the call's parts are is read again.
+                                call = None;
+                                message::with_id(&body, fresh.raw()).ok_or_else(|| {
+                                    rpc_refusal(
+                                        StatusCode::BAD_REQUEST,
+                                        Some(id),
+                                        jsonrpc::INVALID_REQUEST,
+                                        "Invalid Request: the request's id could not be read",
+                                        None,
+                                    )
+                                })?
+                            }
+                        };
+                        ids = vec![fresh.clone()];
+                        restore = Some((fresh.clone(), id.clone()));
+                        let kind = Kind::Request {
+                            id: fresh,
+                            method,
+                            progress,
+                            modern: meta,
+                            call,
+                        };
+                        (session, line, message::Parsed::Single(kind))
+                    }
                 }
                 // A notification (a cancellation, say) goes to the principal's session.
                 other => {
@@ -915,7 +944,10 @@ async fn handle_post(
         tokens.clear();
     }
     crate::remote::prefetch(&session.relay, &body).await;
-    let post = session.open_post();
+    let post = match claim.as_mut().and_then(super::session::Claim::take_post) {
+        Some(post) => post,
+        None => session.open_post(),
+    };
     let mut routed = session
         .relay
         .from_client(Frame::Read { line: body, parsed });
@@ -926,6 +958,12 @@ async fn handle_post(
         routed.to_client.push(job.run_heavy().await);
     }
     session.register_post(&post, &routed.accepted, tokens, sse);
+    // Accepted, the request's stream answers for its id; refused, the id is let go.
+    if let Some(claim) = claim
+        && !routed.accepted.is_empty()
+    {
+        claim.settle();
+    }
     let PostStream { number, tx, rx } = post;
     drop(tx);
     // From here on, whatever happens to this handler, the guard cleans up after the POST.
@@ -984,7 +1022,6 @@ async fn handle_post(
         drop(guard);
         return Ok((StatusCode::ACCEPTED, response_headers).into_response());
     }
-    let stateless = guard.restore.is_some();
     if sse {
         let options = listener.sessions.options();
         let resumable = session.resumable();

@@ -26,6 +26,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::post;
+use futures_util::future::Either;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -205,7 +206,7 @@ pub async fn serve(
     if crate::metrics::get().is_some() && path != METRICS_PATH {
         app = app.route(METRICS_PATH, axum::routing::get(handlers::metrics));
     }
-    let app = app.with_state(state);
+    let app = app.with_state(state.clone());
     tracing::info!(%local, %path, "listening");
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -244,13 +245,25 @@ pub async fn serve(
                 // Small SSE events must not wait for Nagle's algorithm (a 40 ms stall per event).
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
+                let state = state.clone();
+                let path = path.clone();
                 let mut stop = stop_rx.clone();
                 // Polled quietly: hyper reads the body in this task for the handler this task
                 // polls too, a wake of its own task a request (see `crate::quiet`).
                 connections.spawn(crate::quiet::Quiet::new(async move {
                     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                        // Every call is a POST to the MCP path: it goes to its handler without
+                        // the router (the same handler the router names for it).
+                        if request.method() == hyper::Method::POST && request.uri().path() == path {
+                            let state = state.clone();
+                            return Either::Left(async move {
+                                Ok::<_, std::convert::Infallible>(
+                                    handlers::post_direct(state, peer, request).await,
+                                )
+                            });
+                        }
                         request.extensions_mut().insert(ConnectInfo(peer));
-                        app.clone().oneshot(request)
+                        Either::Right(app.clone().oneshot(request))
                     });
                     let mut builder = hyper::server::conn::http1::Builder::new();
                     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);

@@ -355,6 +355,43 @@ pub(super) struct Session {
     fresh: AtomicU64,
 }
 
+/// A modern request's id held for its POST until the request is accepted (then its stream
+/// guard answers for it); dropped before that, it lets the id go.
+pub(super) struct Claim {
+    session: Arc<Session>,
+    key: String,
+    number: u64,
+    post: Option<PostStream>,
+}
+
+impl Claim {
+    /// The claimed POST's stream (taken once).
+    pub fn take_post(&mut self) -> Option<PostStream> {
+        self.post.take()
+    }
+
+    /// The request was accepted: its stream now answers for the id.
+    pub fn settle(mut self) {
+        self.key.clear();
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.key.is_empty() {
+            return;
+        }
+        let mut routes = lock(&self.session.routes);
+        if routes
+            .waiting
+            .get(&self.key)
+            .is_some_and(|(n, _)| *n == self.number)
+        {
+            routes.waiting.remove(&self.key);
+        }
+    }
+}
+
 /// A POST registered with its session: its stream number and queue.
 pub(super) struct PostStream {
     pub number: u64,
@@ -412,6 +449,40 @@ impl Session {
             number: routes.next_stream,
             tx,
             rx,
+        }
+    }
+
+    /// A new POST stream that holds `id` for a modern request's own: its answer will come to
+    /// this stream under the client's id, which then goes upstream as it is. `None` when
+    /// another request of this session has that id in flight (or could have: one written
+    /// like the proxy's own ids): that request goes upstream under a fresh id instead.
+    pub fn claim(self: &Arc<Self>, id: &Id) -> Option<Claim> {
+        if id.raw().starts_with("\"mcp-budget-") {
+            return None;
+        }
+        let post = {
+            let mut routes = lock(&self.routes);
+            if routes.waiting.contains_key(id.key()) {
+                return None;
+            }
+            routes.next_stream += 1;
+            let (tx, rx) = stream_channel();
+            let number = routes.next_stream;
+            routes
+                .waiting
+                .insert(id.key().to_string(), (number, tx.clone()));
+            PostStream { number, tx, rx }
+        };
+        let claim = Claim {
+            session: self.clone(),
+            key: id.key().to_string(),
+            number: post.number,
+            post: Some(post),
+        };
+        // One left by a request the client gave up (cancelled upstream, not yet answered).
+        match self.relay.holds(id) {
+            true => None,
+            false => Some(claim),
         }
     }
 
