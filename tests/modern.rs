@@ -579,7 +579,11 @@ async fn a_modern_requests_id_goes_upstream_as_written_unless_another_has_it_in_
     let ids = upstream_ids().await;
     assert_eq!(ids.len(), 3, "{ids:?}");
     assert_eq!(ids[1], json!(7), "{ids:?}");
-    assert_ne!(ids[2], json!(7), "the second 7 went upstream under its own: {ids:?}");
+    assert_ne!(
+        ids[2],
+        json!(7),
+        "the second 7 went upstream under its own: {ids:?}"
+    );
     // Answered, the id is the client's to use again.
     let (_, again) = message(call(json!(7), 4, false).await.unwrap()).await;
     assert_eq!(again["id"], 7, "{again}");

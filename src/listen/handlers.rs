@@ -132,7 +132,7 @@ fn rpc_refusal(
 /// and its capabilities, and its headers match its body (`MCP-Protocol-Version`, `Mcp-Method`,
 /// `Mcp-Name`, plain or in the base64 form).
 fn check_modern(
-    headers: &HeaderMap,
+    seen: &ModernHeaders<'_>,
     id: &Id,
     method: &str,
     modern: Option<&message::Modern>,
@@ -180,16 +180,7 @@ fn check_modern(
         };
         refuse(jsonrpc::HEADER_MISMATCH, &message, None)
     };
-    // A header sent twice says two things: neither is taken.
-    let one = |name: header::HeaderName| {
-        let mut all = headers.get_all(name).iter();
-        match (all.next(), all.next()) {
-            (Some(value), None) => value.to_str().ok(),
-            (None, _) => None,
-            (Some(_), Some(_)) => Some("(sent more than once)"),
-        }
-    };
-    let version = one(VERSION_HEADER);
+    let version = seen.version.text();
     if version != Some(&*modern.version) {
         return Err(mismatch("MCP-Protocol-Version", &modern.version, version));
     }
@@ -208,12 +199,12 @@ fn check_modern(
             Some(&data),
         ));
     }
-    let sent_method = one(METHOD_HEADER);
+    let sent_method = seen.method.text();
     if !sent_method.is_some_and(|sent| crate::era::header_says(sent, method)) {
         return Err(mismatch("Mcp-Method", method, sent_method));
     }
     if crate::era::name_member(method).is_some() {
-        let sent_name = one(NAME_HEADER);
+        let sent_name = seen.name.text();
         let expected = modern.named.as_deref().unwrap_or_default();
         if !sent_name.is_some_and(|sent| crate::era::header_says(sent, expected)) {
             return Err(mismatch("Mcp-Name", expected, sent_name));
@@ -222,11 +213,67 @@ fn check_modern(
     Ok(())
 }
 
+/// The headers a modern request is checked by, found in one pass over the request's.
+#[derive(Default)]
+struct ModernHeaders<'a> {
+    version: Seen<'a>,
+    method: Seen<'a>,
+    name: Seen<'a>,
+    /// Some `Mcp-Param-*` header is there.
+    params: bool,
+}
+
+/// A header, as often as it was sent.
+#[derive(Default)]
+enum Seen<'a> {
+    #[default]
+    Not,
+    Once(&'a HeaderValue),
+    More,
+}
+
+impl<'a> Seen<'a> {
+    fn add(&mut self, value: &'a HeaderValue) {
+        *self = match self {
+            Seen::Not => Seen::Once(value),
+            _ => Seen::More,
+        };
+    }
+
+    /// Its text; a header sent twice says two things, so neither is taken.
+    fn text(&self) -> Option<&'a str> {
+        match self {
+            Seen::Not => None,
+            Seen::Once(value) => value.to_str().ok(),
+            Seen::More => Some("(sent more than once)"),
+        }
+    }
+}
+
+impl<'a> ModernHeaders<'a> {
+    fn of(headers: &'a HeaderMap) -> ModernHeaders<'a> {
+        let mut seen = ModernHeaders::default();
+        for (name, value) in headers {
+            if *name == VERSION_HEADER {
+                seen.version.add(value);
+            } else if *name == METHOD_HEADER {
+                seen.method.add(value);
+            } else if *name == NAME_HEADER {
+                seen.name.add(value);
+            } else if name.as_str().starts_with("mcp-param-") {
+                seen.params = true;
+            }
+        }
+        seen
+    }
+}
+
 /// The `Mcp-Param-*` headers of a modern request: each one readable (its base64 form too),
 /// and for a `tools/call`, one for each argument the tool's descriptor marks with
 /// `x-mcp-header`, carrying the argument's value (-32020 otherwise).
 fn check_params(
     headers: &HeaderMap,
+    seen: &ModernHeaders<'_>,
     id: &Id,
     session: &Session,
     method: &str,
@@ -243,17 +290,20 @@ fn check_params(
             None,
         )
     };
-    for (name, value) in headers {
-        if name.as_str().starts_with("mcp-param-")
-            && value
-                .to_str()
-                .ok()
-                .and_then(crate::era::header_text)
-                .is_none()
-        {
-            return Err(mismatch(format!(
-                "Header mismatch: {name} is not a header value the revision allows (visible ASCII, or =?base64?…?= around valid Base64 of UTF-8 text)"
-            )));
+    // (Most requests have none: the headers are not read again for them.)
+    if seen.params {
+        for (name, value) in headers {
+            if name.as_str().starts_with("mcp-param-")
+                && value
+                    .to_str()
+                    .ok()
+                    .and_then(crate::era::header_text)
+                    .is_none()
+            {
+                return Err(mismatch(format!(
+                    "Header mismatch: {name} is not a header value the revision allows (visible ASCII, or =?base64?…?= around valid Base64 of UTF-8 text)"
+                )));
+            }
         }
     }
     if method != "tools/call" {
@@ -834,7 +884,8 @@ async fn handle_post(
                     call,
                 } => {
                     let id = &client_id;
-                    check_modern(headers, id, &method, meta.as_deref())?;
+                    let seen = ModernHeaders::of(headers);
+                    check_modern(&seen, id, &method, meta.as_deref())?;
                     let profile = listener.sessions.capability_profile(&body);
                     let session = listener
                         .sessions
@@ -842,7 +893,7 @@ async fn handle_post(
                         .await
                         .map_err(open_refusal)?;
                     let named = meta.as_ref().and_then(|m| m.named.as_deref());
-                    check_params(headers, id, &session, &method, named, &body)?;
+                    check_params(headers, &seen, id, &session, &method, named, &body)?;
                     // The client's id goes upstream as it is, unless another request of this
                     // principal has it in flight: then one of the proxy's goes instead.
                     if let Some(held) = session.claim(id) {
@@ -994,6 +1045,7 @@ async fn handle_post(
                 .collect(),
             rx,
         }),
+        not_results: false,
     };
     if let Some(probe) = routed.probe
         && session.to_server.send(probe).await.is_err()
@@ -1035,7 +1087,7 @@ async fn handle_post(
                 return Ok(json_response(StatusCode::OK, response_headers, Vec::new()));
             };
             if guard.answered() {
-                let status = modern_status(&message);
+                let status = modern_status(&message, guard.not_results);
                 return Ok(json_response(status, response_headers, message));
             }
             first.push_back(guard.event(&message));
@@ -1077,7 +1129,7 @@ async fn handle_post(
         body
     };
     let status = match stateless {
-        true => modern_status(&body),
+        true => modern_status(&body, guard.not_results),
         false => StatusCode::OK,
     };
     Ok(json_response(status, response_headers, body))
@@ -1124,9 +1176,10 @@ fn id_at(answer: &[u8], fresh: &Id) -> Option<usize> {
 
 /// The HTTP status of a modern request's answer: an error names it (2026-07-28, Streamable
 /// HTTP): an unknown method 404, a request the server refused as malformed 400.
-fn modern_status(answer: &[u8]) -> StatusCode {
+/// `maybe_error`: the answer is not known to be results only.
+fn modern_status(answer: &[u8], maybe_error: bool) -> StatusCode {
     // A result says nothing of errors: no read at all.
-    if !crate::holds!(answer, b"\"error\"") {
+    if !maybe_error || !crate::holds!(answer, b"\"error\"") {
         return StatusCode::OK;
     }
     #[derive(serde::Deserialize)]
@@ -1198,6 +1251,9 @@ struct StreamGuard {
     restore: Option<(Id, Id)>,
     /// `None` once given up or parked.
     state: Option<PostState>,
+    /// Something other than a result was taken from the stream (an error, say): what the
+    /// HTTP status of a modern answer depends on.
+    not_results: bool,
 }
 
 impl StreamGuard {
@@ -1217,6 +1273,13 @@ impl StreamGuard {
         message.response_keys(|key| {
             state.awaiting.remove(key);
         });
+        self.not_results |= !matches!(
+            message.kind,
+            Some(Kind::Response {
+                result: Some(_),
+                ..
+            })
+        );
         if let Some((fresh, client)) = &self.restore {
             match &message.kind {
                 Some(Kind::Response { id: Some(id), .. }) if id.key() == fresh.key() => {
@@ -1566,6 +1629,7 @@ async fn handle_get(
                 sse: true,
                 restore: None,
                 state: Some(state),
+                not_results: false,
             };
             let deadline = listener
                 .sessions

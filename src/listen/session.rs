@@ -1042,7 +1042,7 @@ pub(super) struct Sessions {
     /// Each principal's stateless sessions (modern requests), by the capabilities a legacy
     /// server may use that its requests declare (see [`crate::bridge::capability_profile`]),
     /// by its id in `map`.
-    stateless: Mutex<HashMap<(Client, String), String>>,
+    stateless: Mutex<HashMap<Client, HashMap<String, Weak<Session>>>>,
     /// One stateless session opens at a time (two first requests of one principal share it).
     stateless_open: tokio::sync::Mutex<()>,
 }
@@ -1078,19 +1078,13 @@ impl Sessions {
         profile: Option<String>,
     ) -> Result<Arc<Session>, OpenError> {
         let find = |sessions: &Sessions| {
-            // (The one place both are held: `stateless`, then `map`.)
             let stateless = lock(&sessions.stateless);
-            let id = match &profile {
-                Some(profile) => stateless.get(&(client.clone(), profile.clone())),
-                None => stateless
-                    .iter()
-                    .find(|((c, _), _)| *c == client)
-                    .map(|(_, id)| id),
-            }?;
-            lock(&sessions.map)
-                .get(id)
-                .filter(|s| !s.is_ended())
-                .cloned()
+            let of_client = stateless.get(&client)?;
+            let live = |session: &Weak<Session>| session.upgrade().filter(|s| !s.is_ended());
+            match &profile {
+                Some(profile) => of_client.get(profile.as_str()).and_then(live),
+                None => of_client.values().find_map(live),
+            }
         };
         if let Some(session) = find(self) {
             return Ok(session);
@@ -1103,10 +1097,14 @@ impl Sessions {
         session.stateless.store(true, Ordering::SeqCst);
         tracing::info!(session = %session.id, ?client, "stateless session for this client's 2026-07-28 requests");
         // Entries of sessions that ended go (a client can name many capability profiles).
-        let live: std::collections::HashSet<String> = lock(&self.map).keys().cloned().collect();
         let mut map = lock(&self.stateless);
-        map.retain(|_, id| live.contains(id));
-        map.insert((client, profile.unwrap_or_default()), session.id.clone());
+        map.retain(|_, of_client| {
+            of_client.retain(|_, s| s.upgrade().is_some_and(|s| !s.is_ended()));
+            !of_client.is_empty()
+        });
+        map.entry(client)
+            .or_default()
+            .insert(profile.unwrap_or_default(), Arc::downgrade(&session));
         Ok(session)
     }
 
