@@ -553,8 +553,8 @@ from_object!(MetaRead, |map| {
                     dup,
                     "params._meta.io.modelcontextprotocol/clientInfo",
                 );
-                let info: NameRead<'a> = map.next_value()?;
-                out.client = info.0;
+                let info: &'a RawValue = map.next_value()?;
+                out.client = client_name(info.get());
             }
             META_CLIENT_CAPABILITIES => {
                 once(
@@ -581,6 +581,21 @@ fn string_value(raw: &RawValue) -> Option<String> {
         Some(inner) if !inner.contains('\\') => Some(inner.to_string()),
         _ => serde_json::from_str::<String>(text).ok(),
     }
+}
+
+/// The `name` of a `clientInfo` object, when it is a string: taken from the text when the
+/// object opens with it, unescaped and not repeated (as the SDKs write it), else read.
+fn client_name(info: &str) -> Option<String> {
+    if let Some(rest) = info.strip_prefix(r#"{"name":""#)
+        && let Some(end) = memchr::memchr(b'"', rest.as_bytes())
+        && !rest[..end].contains('\\')
+        && !crate::holds!(&rest.as_bytes()[end..], b"\"name\"")
+    {
+        return Some(rest[..end].to_string());
+    }
+    serde_json::from_str::<NameRead<'_>>(info)
+        .ok()
+        .and_then(|read| read.0)
 }
 
 /// An object's `name`, when it is a string.
@@ -1144,6 +1159,33 @@ mod tests {
                 serde_json::from_str::<String>(text).ok(),
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn client_names_are_read_as_serde_reads_them() {
+        for info in [
+            r#"{"name":"claude-code","version":"2.1"}"#,
+            r#"{"name":"codex-mcp-client"}"#,
+            r#"{"name":"é x"}"#,
+            r#"{"name":""}"#,
+            r#"{"name":"a\u0062","version":"1"}"#,
+            r#"{"name":"a","name":"b"}"#,
+            r#"{"name":"a","x":{"name":"b"}}"#,
+            r#"{"version":"1","name":"late"}"#,
+            r#"{ "name" : "spaced" }"#,
+            r#"{"name":7}"#,
+            r#"{"name":null}"#,
+            r#"{}"#,
+            r#""not an object""#,
+        ] {
+            let value: serde_json::Value = serde_json::from_str(info).unwrap();
+            // The last of a repeated key, as serde_json's own map keeps it.
+            let expected = value
+                .get("name")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string);
+            assert_eq!(client_name(info), expected, "{info}");
         }
     }
 

@@ -514,6 +514,20 @@ fn accepts(headers: &HeaderMap, kind: &str) -> bool {
         .is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
 }
 
+/// What a POST's `Accept` takes, read once: (JSON, an event stream); without one, both.
+fn accepted(headers: &HeaderMap) -> (bool, bool) {
+    let Some(accept) = header_str(headers, header::ACCEPT) else {
+        return (true, true);
+    };
+    // (The searchers are made once: a request's header is short, and searched three times.)
+    let accept = accept.as_bytes();
+    let any = crate::holds!(accept, b"*/*");
+    (
+        any || crate::holds!(accept, b"application/json"),
+        any || crate::holds!(accept, b"text/event-stream"),
+    )
+}
+
 /// `Content-Type`, when given, must be JSON (every one of them, if several are sent).
 fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
     for value in headers.get_all(header::CONTENT_TYPE) {
@@ -523,9 +537,9 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Refusal> {
             .split(';')
             .next()
             .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        if essence != "application/json" {
+            .trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
+            let essence = essence.to_ascii_lowercase();
             return Err(refuse(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 &format!("Content-Type {essence:?} is not accepted: send application/json"),
@@ -722,8 +736,8 @@ async fn handle_post(
     let client = check_access(listener, headers, peer)?;
     rate_limit(listener, &client)?;
     // Read once: whether the client takes an event stream decides the answer's form below.
-    let sse = accepts(headers, "text/event-stream");
-    if !sse && !accepts(headers, "application/json") {
+    let (json, sse) = accepted(headers);
+    if !sse && !json {
         return Err(refuse(
             StatusCode::NOT_ACCEPTABLE,
             "Accept must include application/json and/or text/event-stream",
@@ -1008,7 +1022,7 @@ async fn handle_post(
     for job in std::mem::take(&mut routed.deferred) {
         routed.to_client.push(job.run_heavy().await);
     }
-    session.register_post(&post, &routed.accepted, tokens, sse);
+    session.register_post(&post, &routed.accepted, tokens, sse, claim.is_some());
     // Accepted, the request's stream answers for its id; refused, the id is let go.
     if let Some(claim) = claim
         && !routed.accepted.is_empty()

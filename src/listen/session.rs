@@ -359,9 +359,9 @@ pub(super) struct Session {
 /// guard answers for it); dropped before that, it lets the id go.
 pub(super) struct Claim {
     session: Arc<Session>,
-    key: String,
     number: u64,
     post: Option<PostStream>,
+    settled: bool,
 }
 
 impl Claim {
@@ -372,23 +372,20 @@ impl Claim {
 
     /// The request was accepted: its stream now answers for the id.
     pub fn settle(mut self) {
-        self.key.clear();
+        self.settled = true;
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        if self.key.is_empty() {
+        if self.settled {
             return;
         }
-        let mut routes = lock(&self.session.routes);
-        if routes
+        // (Found by its stream: rare, and no copy of the id kept for it.)
+        let number = self.number;
+        lock(&self.session.routes)
             .waiting
-            .get(&self.key)
-            .is_some_and(|(n, _)| *n == self.number)
-        {
-            routes.waiting.remove(&self.key);
-        }
+            .retain(|_, (n, _)| *n != number);
     }
 }
 
@@ -475,9 +472,9 @@ impl Session {
         };
         let claim = Claim {
             session: self.clone(),
-            key: id.key().to_string(),
             number: post.number,
             post: Some(post),
+            settled: false,
         };
         // One left by a request the client gave up (cancelled upstream, not yet answered).
         match self.relay.holds(id) {
@@ -494,9 +491,11 @@ impl Session {
         accepted: &[Id],
         tokens: Vec<String>,
         sse: bool,
+        claimed: bool,
     ) {
         let mut routes = lock(&self.routes);
-        for id in accepted {
+        // A claimed POST's one request waits there already.
+        for id in accepted.iter().filter(|_| !claimed) {
             routes
                 .waiting
                 .insert(id.key().to_string(), (post.number, post.tx.clone()));
