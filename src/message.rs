@@ -304,9 +304,10 @@ fn once(seen: &mut bool, duplicate: &mut Option<&'static str>, name: &'static st
 /// parsers of JavaScript and Python do) and is noted.
 #[derive(Default)]
 struct Envelope<'a> {
-    id: Option<&'a RawValue>,
-    method: Option<&'a RawValue>,
-    result: Option<&'a RawValue>,
+    /// (Values as their JSON text, borrowed from the line.)
+    id: Option<&'a str>,
+    method: Option<&'a str>,
+    result: Option<&'a str>,
     error: bool,
     params: Params<'a>,
     /// `params` is there and is not an object.
@@ -325,9 +326,9 @@ struct Params<'a> {
     capabilities: bool,
     duplicate: Option<&'static str>,
     /// `name`, `uri`, `taskId` (decoded only for a modern request, where a header names one).
-    named: [Option<&'a RawValue>; 3],
+    named: [Option<&'a str>; 3],
     /// `arguments`, as it is.
-    arguments: Option<&'a RawValue>,
+    arguments: Option<&'a str>,
     /// `params` is an object.
     object: bool,
 }
@@ -430,15 +431,15 @@ from_object!(Envelope, |map| {
             }
             "id" => {
                 once(&mut id, dup, "id");
-                out.id = Some(map.next_value()?);
+                out.id = Some(map.next_value::<&'a RawValue>()?.get());
             }
             "method" => {
                 once(&mut method, dup, "method");
-                out.method = Some(map.next_value()?);
+                out.method = Some(map.next_value::<&'a RawValue>()?.get());
             }
             "result" => {
                 once(&mut result, dup, "result");
-                out.result = Some(map.next_value()?);
+                out.result = Some(map.next_value::<&'a RawValue>()?.get());
             }
             "error" => {
                 once(&mut error, dup, "error");
@@ -481,13 +482,13 @@ from_object!(ParamsRead, |map| {
             if slot == 0 {
                 once(&mut name, dup, "params.name");
             }
-            out.named[slot] = Some(map.next_value::<&'a RawValue>()?);
+            out.named[slot] = Some(map.next_value::<&'a RawValue>()?.get());
             continue;
         }
         match key.as_ref() {
             "arguments" => {
                 once(&mut arguments, dup, "params.arguments");
-                out.arguments = Some(map.next_value::<&'a RawValue>()?);
+                out.arguments = Some(map.next_value::<&'a RawValue>()?.get());
                 continue;
             }
             "task" => once(&mut task, dup, "params.task"),
@@ -535,17 +536,7 @@ from_object!(MetaRead, |map| {
                 // A version that is not a string is still a modern request (one the proxy
                 // answers with the supported versions).
                 let value: &'a RawValue = map.next_value()?;
-                let known = value
-                    .get()
-                    .strip_prefix('"')
-                    .and_then(|t| t.strip_suffix('"'))
-                    .and_then(crate::era::static_header);
-                out.version = Some(match known {
-                    Some(known) => Cow::Borrowed(known),
-                    None => {
-                        Cow::Owned(string_value(value).unwrap_or_else(|| value.get().to_string()))
-                    }
-                });
+                out.version = Some(meta_version(value.get()));
             }
             META_CLIENT_INFO => {
                 once(
@@ -573,10 +564,22 @@ from_object!(MetaRead, |map| {
     Ok(MetaRead(out, std::marker::PhantomData))
 });
 
+/// `_meta`'s protocol version: a known revision is not copied. A version that is not a string is
+/// still a modern request's (one the proxy answers with the supported versions).
+fn meta_version(raw: &str) -> Cow<'static, str> {
+    let known = raw
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .and_then(crate::era::static_header);
+    match known {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(string_value(raw).unwrap_or_else(|| raw.to_string())),
+    }
+}
+
 /// The value of a JSON string (`None` for any other value): one without escapes is its text
 /// between the quotes, taken as it is (no second read).
-fn string_value(raw: &RawValue) -> Option<String> {
-    let text = raw.get();
+fn string_value(text: &str) -> Option<String> {
     match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
         Some(inner) if !inner.contains('\\') => Some(inner.to_string()),
         _ => serde_json::from_str::<String>(text).ok(),
@@ -607,7 +610,7 @@ from_object!(NameRead, |map| {
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
         if key == "name" {
             let value: &'a RawValue = map.next_value()?;
-            name = string_value(value);
+            name = string_value(value.get());
         } else {
             map.next_value::<IgnoredAny>()?;
         }
@@ -618,15 +621,21 @@ from_object!(NameRead, |map| {
 impl Envelope<'_> {
     /// `line`: the text the envelope was read from, for the range of its `result`.
     fn kind(self, line: &[u8]) -> Kind {
-        let result = self.result.map(|raw| {
-            let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
-            start..start + raw.get().len()
-        });
-        let raw_id = self.id.map(RawValue::get).filter(|text| *text != "null");
+        let at = |raw: &str| {
+            let start = (raw.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+            start..start + raw.len()
+        };
+        let result = self.result.map(at);
+        let raw_id = self.id.filter(|text| *text != "null");
         let id = raw_id.and_then(Id::parse);
-        let method = self
-            .method
-            .map(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()));
+        // A method without escapes is its text between the quotes (no second read).
+        let method =
+            self.method.map(
+                |raw| match raw.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+                    Some(inner) if !inner.contains('\\') => Ok(Cow::Borrowed(inner)),
+                    _ => serde_json::from_str::<Cow<'_, str>>(raw),
+                },
+            );
         let problem = if let Some(key) = self.duplicate.or(self.params.duplicate) {
             Some(Problem::Duplicate(key))
         } else if raw_id.is_some() && id.is_none() {
@@ -641,10 +650,6 @@ impl Envelope<'_> {
         }
         let method = method.and_then(Result::ok);
         let params = self.params;
-        let at = |raw: &RawValue| {
-            let start = (raw.get().as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
-            start..start + raw.get().len()
-        };
         match (method, id) {
             (Some(method), Some(id)) => Kind::Request {
                 modern: params.version.map(|version| {
@@ -723,6 +728,335 @@ pub fn nests_deeper(line: &[u8], max: usize) -> bool {
     false
 }
 
+/// A cursor over a line's text that checks JSON as serde_json does, for [`quick_envelope`].
+struct Scan<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+/// Where in `bytes` a string's plain run stops: at a quote, a backslash or a control
+/// character. Eight bytes at a time (a word's bytes compared at once).
+fn stop_at(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let backslash = word ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is set where it is zero (a quote or backslash found) or under 0x20;
+        // bits above the first such byte may be wrong, the lowest one is not.
+        let found = (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (word.wrapping_sub(ONES * 0x20) & !word);
+        let found = found & HIGH;
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    bytes[at..]
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .map(|stop| at + stop)
+}
+
+/// Values nested deeper than this are left to serde (which reads them without a limit).
+const QUICK_DEPTH: usize = 64;
+
+impl<'a> Scan<'a> {
+    fn byte(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    /// Past JSON's whitespace (space, tab, line feed, carriage return).
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.byte() {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, expected: u8) -> Option<()> {
+        (self.byte()? == expected).then(|| self.at += 1)
+    }
+
+    /// The string at the cursor (at its opening quote): the text between its quotes, and
+    /// whether it has escapes. Control characters and bad escapes are refused, as serde does.
+    fn string(&mut self) -> Option<(&'a str, bool)> {
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut escaped = false;
+        loop {
+            self.at += stop_at(bytes.get(self.at..)?)?;
+            match bytes[self.at] {
+                b'"' => {
+                    self.at += 1;
+                    return Some((self.text.get(start..self.at - 1)?, escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    match bytes.get(self.at + 1)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+                        b'u' => {
+                            let hex = bytes.get(self.at + 2..self.at + 6)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            self.at += 6;
+                        }
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn digits(&mut self) -> Option<()> {
+        let start = self.at;
+        while let Some(b'0'..=b'9') = self.byte() {
+            self.at += 1;
+        }
+        (self.at > start).then_some(())
+    }
+
+    /// A number, as JSON writes one (no leading zeros, no bare point or exponent).
+    fn number(&mut self) -> Option<()> {
+        if self.byte() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.byte()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits()?,
+            _ => return None,
+        }
+        if self.byte() == Some(b'.') {
+            self.at += 1;
+            self.digits()?;
+        }
+        if let Some(b'e' | b'E') = self.byte() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.byte() {
+                self.at += 1;
+            }
+            self.digits()?;
+        }
+        Some(())
+    }
+
+    /// The value at the cursor, checked and skipped: its text.
+    fn value(&mut self, depth: usize) -> Option<&'a str> {
+        let start = self.at;
+        match self.byte()? {
+            b'"' => {
+                self.string()?;
+            }
+            b'{' => {
+                if depth >= QUICK_DEPTH {
+                    return None;
+                }
+                self.members(|_, scan| scan.value(depth + 1).map(drop))?;
+            }
+            b'[' => {
+                if depth >= QUICK_DEPTH {
+                    return None;
+                }
+                self.at += 1;
+                self.ws();
+                if self.eat(b']').is_none() {
+                    loop {
+                        self.ws();
+                        self.value(depth + 1)?;
+                        self.ws();
+                        match self.byte()? {
+                            b',' => self.at += 1,
+                            b']' => {
+                                self.at += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+            }
+            b't' => self.literal("true")?,
+            b'f' => self.literal("false")?,
+            b'n' => self.literal("null")?,
+            _ => self.number()?,
+        }
+        self.text.get(start..self.at)
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.text
+            .get(self.at..)?
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// The object at the cursor: `each(key, scan)` for each member, with the scan at its value,
+    /// which `each` reads. A key with escapes is left to serde (it decodes keys).
+    fn members(
+        &mut self,
+        mut each: impl FnMut(&'a str, &mut Scan<'a>) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            self.ws();
+            let (key, escaped) = self.string()?;
+            if escaped {
+                return None;
+            }
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            each(key, self)?;
+            self.ws();
+            match self.byte()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Notes `name` seen; `None` when it was seen before (a duplicate is left to serde, which
+/// names it).
+fn first(seen: &mut bool) -> Option<()> {
+    (!std::mem::replace(seen, true)).then_some(())
+}
+
+/// The envelope of `text` (an object) read by hand, as the serde read ([`Envelope`]'s
+/// `Deserialize`) reads it, for the common message: keys without escapes, `params` and its
+/// `_meta` objects when present, no key the relay reads given twice. `None` for anything else,
+/// valid or not: the serde read then decides (and names the error). Everything this accepts
+/// serde accepts alike: every string, number and literal is checked as serde checks it.
+fn quick_envelope(text: &str) -> Option<Envelope<'_>> {
+    let mut scan = Scan { text, at: 0 };
+    scan.ws();
+    let mut out = Envelope::default();
+    let [
+        mut jsonrpc,
+        mut id,
+        mut method,
+        mut result,
+        mut error,
+        mut params,
+    ] = [false; 6];
+    scan.members(|key, scan| {
+        match key {
+            "jsonrpc" => {
+                first(&mut jsonrpc)?;
+                scan.value(1)?;
+            }
+            "id" => {
+                first(&mut id)?;
+                out.id = Some(scan.value(1)?);
+            }
+            "method" => {
+                first(&mut method)?;
+                out.method = Some(scan.value(1)?);
+            }
+            "result" => {
+                first(&mut result)?;
+                out.result = Some(scan.value(1)?);
+            }
+            "error" => {
+                first(&mut error)?;
+                scan.value(1)?;
+                out.error = true;
+            }
+            "params" => {
+                first(&mut params)?;
+                out.params = quick_params(scan)?;
+            }
+            _ => {
+                scan.value(1)?;
+            }
+        }
+        Some(())
+    })?;
+    scan.ws();
+    (scan.at == text.len()).then_some(out)
+}
+
+/// `params`, when an object (see [`quick_envelope`]).
+fn quick_params<'a>(scan: &mut Scan<'a>) -> Option<Params<'a>> {
+    let mut out = Params {
+        object: true,
+        ..Params::default()
+    };
+    let [mut name, mut arguments, mut meta, mut task] = [false; 4];
+    scan.members(|key, scan| {
+        match key {
+            "name" => {
+                first(&mut name)?;
+                out.named[0] = Some(scan.value(2)?);
+            }
+            "uri" => out.named[1] = Some(scan.value(2)?),
+            "taskId" => out.named[2] = Some(scan.value(2)?),
+            "arguments" => {
+                first(&mut arguments)?;
+                out.arguments = Some(scan.value(2)?);
+            }
+            "task" => {
+                first(&mut task)?;
+                scan.value(2)?;
+            }
+            "_meta" => {
+                first(&mut meta)?;
+                quick_meta(scan, &mut out)?;
+            }
+            _ => {
+                scan.value(2)?;
+            }
+        }
+        Some(())
+    })?;
+    Some(out)
+}
+
+/// `params._meta`, when an object, into `out` (see [`quick_envelope`]).
+fn quick_meta<'a>(scan: &mut Scan<'a>, out: &mut Params<'a>) -> Option<()> {
+    let [mut progress, mut version, mut client, mut capabilities] = [false; 4];
+    scan.members(|key, scan| {
+        match key {
+            "progressToken" => {
+                first(&mut progress)?;
+                out.progress = Some(scan.value(3)?.into());
+            }
+            META_VERSION => {
+                first(&mut version)?;
+                out.version = Some(meta_version(scan.value(3)?));
+            }
+            META_CLIENT_INFO => {
+                first(&mut client)?;
+                out.client = client_name(scan.value(3)?);
+            }
+            META_CLIENT_CAPABILITIES => {
+                first(&mut capabilities)?;
+                scan.value(3)?;
+                out.capabilities = true;
+            }
+            _ => {
+                scan.value(3)?;
+            }
+        }
+        Some(())
+    })
+}
+
 /// Reads the envelope of one line. The line is not copied or modified.
 pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
     // JSON text must be UTF-8 throughout: checked once, for the whole line, and the text is
@@ -737,7 +1071,11 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
                 if !raw.get().trim_start().starts_with('{') {
                     return Kind::Invalid;
                 }
-                match serde_json::from_str::<Envelope<'_>>(raw.get()) {
+                let envelope = match quick_envelope(raw.get()) {
+                    Some(envelope) => Ok(envelope),
+                    None => serde_json::from_str::<Envelope<'_>>(raw.get()),
+                };
+                match envelope {
                     Ok(envelope) => {
                         let mut kind = envelope.kind(line);
                         // A call's parts are found in its element, as the relay reads it.
@@ -758,7 +1096,10 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
         return Ok(Parsed::Batch(kinds));
     }
     if first == Some(b'{') {
-        let envelope: Envelope<'_> = serde_json::from_str(text)?;
+        let envelope = match quick_envelope(text) {
+            Some(envelope) => envelope,
+            None => serde_json::from_str(text)?,
+        };
         return Ok(Parsed::Single(envelope.kind(line)));
     }
     // Scalars and garbage: let serde produce the precise error, or call a bare scalar invalid.
@@ -1155,10 +1496,116 @@ mod tests {
         ] {
             let raw: &RawValue = serde_json::from_str(text).unwrap();
             assert_eq!(
-                string_value(raw),
+                string_value(raw.get()),
                 serde_json::from_str::<String>(text).ok(),
                 "{text}"
             );
+        }
+    }
+
+    /// Lines the hand reader takes, and variants of them (every byte dropped, or changed to one
+    /// that matters to JSON): what it accepts, serde accepts alike, with the same envelope.
+    #[test]
+    fn the_quick_envelope_reads_what_serde_reads() {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stream_detail","arguments":{"stream_id":"st-0042"},"_meta":{"progressToken":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":"x\u0041","arguments":{"a":[1,-2.5e+3,0,true,false,null,{}],"b":"\n"},"_meta":{"progressToken":"t","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"codex-mcp-client","version":"1"}}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"{\"a\":1}"}],"structuredContent":{"a":1},"isError":false}}"#,
+            r#" { "jsonrpc" : "2.0" , "id" : null , "error" : { "code" : -32600 , "message" : "x" } } "#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":0.5}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///x","uri":"file:///y","task":{"ttl":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"t1","_meta":{"io.modelcontextprotocol/protocolVersion":7}}}"#,
+            r#"{"id":1.0,"method":"m"}"#,
+            r#"{"id":[1],"method":"m"}"#,
+            r#"{"method":"me\u0074hod","x":[[[]]],"y":{"z":{"w":"\/"}}}"#,
+            r#"{}"#,
+        ];
+        let bytes: &[u8] = b"\"\\{}[],:0-e.u n\x01";
+        let mut taken = 0;
+        let mut tried = 0;
+        for line in lines {
+            assert!(
+                quick_envelope(line).is_some(),
+                "the hand reader takes {line}"
+            );
+            let mut variants = vec![line.as_bytes().to_vec()];
+            for at in 0..line.len() {
+                let mut dropped = line.as_bytes().to_vec();
+                dropped.remove(at);
+                variants.push(dropped);
+                for &b in bytes {
+                    let mut changed = line.as_bytes().to_vec();
+                    changed[at] = b;
+                    variants.push(changed);
+                }
+            }
+            for variant in variants {
+                let Ok(text) = std::str::from_utf8(&variant) else {
+                    continue;
+                };
+                tried += 1;
+                let Some(quick) = quick_envelope(text) else {
+                    continue;
+                };
+                taken += 1;
+                let serde = serde_json::from_str::<Envelope<'_>>(text).unwrap_or_else(|err| {
+                    panic!("serde refuses what the hand reader took ({err}): {text}")
+                });
+                assert!(
+                    serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(),
+                    "{text}"
+                );
+                assert_eq!(quick.error, serde.error, "{text}");
+                assert_eq!(quick.bad_params, serde.bad_params, "{text}");
+                assert_eq!(
+                    quick.kind(text.as_bytes()),
+                    serde.kind(text.as_bytes()),
+                    "{text}"
+                );
+            }
+        }
+        assert!(taken > 100 && taken < tried, "{taken} of {tried}");
+    }
+
+    proptest::proptest! {
+        /// Random JSON-ish text in each place the hand reader looks: whatever it takes, serde
+        /// takes alike, with the same envelope.
+        #[test]
+        fn the_quick_envelope_takes_nothing_serde_does_not(
+            fragment in "[{}\\[\\]\",:0-9a-zA-Z\\\\ ./eE+-]{0,24}",
+            place in 0usize..6,
+        ) {
+            let lines = [
+                format!(r#"{{"id":{fragment},"method":"m"}}"#),
+                format!(r#"{{"id":1,"method":{fragment}}}"#),
+                format!(r#"{{"id":1,"result":{fragment}}}"#),
+                format!(r#"{{"id":1,"method":"tools/call","params":{{"name":{fragment},"arguments":{{}}}}}}"#),
+                format!(r#"{{"id":1,"method":"m","params":{{"_meta":{{"progressToken":{fragment},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}}}}"#),
+                format!(r#"{{"id":1,"method":"m","params":{{"_meta":{{"io.modelcontextprotocol/clientInfo":{fragment}}}}}}}"#),
+            ];
+            let text = &lines[place];
+            if let Some(quick) = quick_envelope(text) {
+                let serde = serde_json::from_str::<Envelope<'_>>(text);
+                proptest::prop_assert!(serde.is_ok(), "serde refuses {text}");
+                if let Ok(serde) = serde {
+                    proptest::prop_assert_eq!(quick.kind(text.as_bytes()), serde.kind(text.as_bytes()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_strings_plain_run_stops_where_a_byte_by_byte_look_stops() {
+        let mut bytes: Vec<u8> = (0..=255u8).collect();
+        bytes.extend(b"plain text then a quote\" and more");
+        for start in 0..bytes.len() {
+            for end in start..bytes.len().min(start + 40) {
+                let slice = &bytes[start..end];
+                let expected = slice
+                    .iter()
+                    .position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+                assert_eq!(stop_at(slice), expected, "{slice:?}");
+            }
         }
     }
 
