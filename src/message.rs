@@ -785,16 +785,22 @@ impl<'a> Scan<'a> {
     /// The string at the cursor (at its opening quote): the text between its quotes, and
     /// whether it has escapes. Control characters and bad escapes are refused, as serde does.
     fn string(&mut self) -> Option<(&'a str, bool)> {
+        let start = self.at + 1;
+        let escaped = self.skip_string()?;
+        Some((self.text.get(start..self.at - 1)?, escaped))
+    }
+
+    /// Past the string at the cursor: whether it has escapes.
+    fn skip_string(&mut self) -> Option<bool> {
         self.eat(b'"')?;
         let bytes = self.text.as_bytes();
-        let start = self.at;
         let mut escaped = false;
         loop {
             self.at += stop_at(bytes.get(self.at..)?)?;
             match bytes[self.at] {
                 b'"' => {
                     self.at += 1;
-                    return Some((self.text.get(start..self.at - 1)?, escaped));
+                    return Some(escaped);
                 }
                 b'\\' => {
                     escaped = true;
@@ -850,44 +856,64 @@ impl<'a> Scan<'a> {
     /// The value at the cursor, checked and skipped: its text.
     fn value(&mut self, depth: usize) -> Option<&'a str> {
         let start = self.at;
+        self.skip(depth)?;
+        self.text.get(start..self.at)
+    }
+
+    /// Past the value at the cursor, checked.
+    fn skip(&mut self, depth: usize) -> Option<()> {
         match self.byte()? {
-            b'"' => {
-                self.string()?;
-            }
+            b'"' => self.skip_string().map(drop),
+            b'{' | b'[' if depth >= QUICK_DEPTH => None,
             b'{' => {
-                if depth >= QUICK_DEPTH {
-                    return None;
-                }
-                self.members(|_, scan| scan.value(depth + 1).map(drop))?;
-            }
-            b'[' => {
-                if depth >= QUICK_DEPTH {
-                    return None;
-                }
                 self.at += 1;
                 self.ws();
-                if self.eat(b']').is_none() {
-                    loop {
-                        self.ws();
-                        self.value(depth + 1)?;
-                        self.ws();
-                        match self.byte()? {
-                            b',' => self.at += 1,
-                            b']' => {
-                                self.at += 1;
-                                break;
-                            }
-                            _ => return None,
+                if self.eat(b'}').is_some() {
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    self.skip_string()?;
+                    self.ws();
+                    self.eat(b':')?;
+                    self.ws();
+                    self.skip(depth + 1)?;
+                    self.ws();
+                    match self.byte()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            return Some(());
                         }
+                        _ => return None,
                     }
                 }
             }
-            b't' => self.literal("true")?,
-            b'f' => self.literal("false")?,
-            b'n' => self.literal("null")?,
-            _ => self.number()?,
+            b'[' => {
+                self.at += 1;
+                self.ws();
+                if self.eat(b']').is_some() {
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    self.skip(depth + 1)?;
+                    self.ws();
+                    match self.byte()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            _ => self.number(),
         }
-        self.text.get(start..self.at)
     }
 
     fn literal(&mut self, word: &str) -> Option<()> {
