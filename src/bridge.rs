@@ -24,6 +24,7 @@
 //! bridge lives with its relay ([`crate::relay`]), which routes the messages.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
 
 use serde::Deserialize;
@@ -150,6 +151,38 @@ pub fn verdict(origin: &str) -> Option<Era> {
         .copied()
 }
 
+/// Moves on each time any verdict is kept or forgotten (after the change, under the lock).
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A reader's copy of one origin's verdict, good while no verdict changed since it was taken:
+/// the verdict read without the lock or a lookup (once per request on the listener).
+#[derive(Debug, Default)]
+pub struct VerdictCopy(AtomicU64);
+
+impl VerdictCopy {
+    /// `origin`'s verdict, from the copy while it is current.
+    pub fn get(&self, origin: &str) -> Option<Era> {
+        let now = GENERATION.load(Ordering::Acquire);
+        // The generation and the era in one word: never one without the other.
+        let copy = self.0.load(Ordering::Acquire);
+        if copy >> 8 == now {
+            return match copy & 0xff {
+                1 => Some(Era::Legacy),
+                2 => Some(Era::Modern),
+                _ => None,
+            };
+        }
+        let era = verdict(origin);
+        let code = match era {
+            None => 0,
+            Some(Era::Legacy) => 1,
+            Some(Era::Modern) => 2,
+        };
+        self.0.store(now << 8 | code, Ordering::Release);
+        era
+    }
+}
+
 /// Keeps what was learned of the server at `origin`.
 pub fn record(origin: &str, era: Era) {
     let mut verdicts = VERDICTS.lock().unwrap_or_else(PoisonError::into_inner);
@@ -157,14 +190,14 @@ pub fn record(origin: &str, era: Era) {
         verdicts.clear();
     }
     verdicts.insert(origin.to_string(), era);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The server at `origin` restarted: it is asked again.
 pub fn forget(origin: &str) {
-    VERDICTS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .remove(origin);
+    let mut verdicts = VERDICTS.lock().unwrap_or_else(PoisonError::into_inner);
+    verdicts.remove(origin);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 #[derive(Deserialize)]
@@ -1019,6 +1052,25 @@ fn without_member(object: &str, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdict_copy_follows_what_is_kept_and_forgotten() {
+        let origin = "http://verdict-copy.test:1";
+        let copy = VerdictCopy::default();
+        assert_eq!(copy.get(origin), None);
+        record(origin, Era::Modern);
+        assert_eq!(copy.get(origin), Some(Era::Modern));
+        assert_eq!(copy.get(origin), Some(Era::Modern));
+        // Another origin's news makes the copy look again; it still reads its own.
+        record("http://verdict-copy.test:2", Era::Legacy);
+        assert_eq!(copy.get(origin), Some(Era::Modern));
+        forget(origin);
+        assert_eq!(copy.get(origin), None);
+        record(origin, Era::Legacy);
+        assert_eq!(copy.get(origin), Some(Era::Legacy));
+        forget(origin);
+        forget("http://verdict-copy.test:2");
+    }
 
     #[test]
     fn meta_members_are_never_added_beside_a_null() {

@@ -592,7 +592,9 @@ fn client_name(info: &str) -> Option<String> {
     if let Some(rest) = info.strip_prefix(r#"{"name":""#)
         && let Some(end) = memchr::memchr(b'"', rest.as_bytes())
         && !rest[..end].contains('\\')
-        && !crate::holds!(&rest.as_bytes()[end..], b"\"name\"")
+        && !rest.as_bytes()[end..]
+            .windows(6)
+            .any(|window| window == b"\"name\"")
     {
         return Some(rest[..end].to_string());
     }

@@ -1030,6 +1030,8 @@ pub(super) struct Sessions {
     spec: UpstreamSpec,
     /// The server's origin (the era bridge's verdicts are kept by it), made once.
     origin: Option<String>,
+    /// Its verdict, as last read.
+    verdict: crate::bridge::VerdictCopy,
     budget: Arc<crate::reload::Shared>,
     map: Mutex<HashMap<String, Arc<Session>>>,
     /// Sessions being opened (their upstream starting), by client: they count against the
@@ -1055,6 +1057,7 @@ impl Sessions {
         Sessions {
             options,
             origin: spec.origin(),
+            verdict: crate::bridge::VerdictCopy::default(),
             spec,
             budget,
             map: Mutex::new(HashMap::new()),
@@ -1111,7 +1114,10 @@ impl Sessions {
     /// legacy; `None` when it is known to be modern (one session serves every capability set:
     /// any of the principal's).
     pub fn capability_profile(&self, body: &[u8]) -> Option<String> {
-        let modern = self.origin.as_deref().and_then(crate::bridge::verdict)
+        let modern = self
+            .origin
+            .as_deref()
+            .and_then(|origin| self.verdict.get(origin))
             == Some(crate::bridge::Era::Modern);
         if modern || !self.options.session.bridge {
             return None;
