@@ -867,54 +867,45 @@ impl<'a> Scan<'a> {
         match self.byte()? {
             b'"' => self.skip_string().map(drop),
             b'{' | b'[' if depth >= QUICK_DEPTH => None,
-            b'{' => {
-                self.at += 1;
-                self.ws();
-                if self.eat(b'}').is_some() {
-                    return Some(());
-                }
-                loop {
-                    self.ws();
-                    self.skip_string()?;
-                    self.ws();
-                    self.eat(b':')?;
-                    self.ws();
-                    self.skip(depth + 1)?;
-                    self.ws();
-                    match self.byte()? {
-                        b',' => self.at += 1,
-                        b'}' => {
-                            self.at += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-            b'[' => {
-                self.at += 1;
-                self.ws();
-                if self.eat(b']').is_some() {
-                    return Some(());
-                }
-                loop {
-                    self.ws();
-                    self.skip(depth + 1)?;
-                    self.ws();
-                    match self.byte()? {
-                        b',' => self.at += 1,
-                        b']' => {
-                            self.at += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
+            b'{' => self.sequence(b'}', |scan| {
+                scan.skip_string()?;
+                scan.ws();
+                scan.eat(b':')?;
+                scan.ws();
+                scan.skip(depth + 1)
+            }),
+            b'[' => self.sequence(b']', |scan| scan.skip(depth + 1)),
             b't' => self.literal("true"),
             b'f' => self.literal("false"),
             b'n' => self.literal("null"),
             _ => self.number(),
+        }
+    }
+
+    /// The object or array at the cursor (at its opening bracket; `close`, its closing one):
+    /// `element` reads each member or element, the commas between them are checked here.
+    fn sequence(
+        &mut self,
+        close: u8,
+        mut element: impl FnMut(&mut Scan<'a>) -> Option<()>,
+    ) -> Option<()> {
+        self.at += 1;
+        self.ws();
+        if self.eat(close).is_some() {
+            return Some(());
+        }
+        loop {
+            self.ws();
+            element(self)?;
+            self.ws();
+            match self.byte()? {
+                b',' => self.at += 1,
+                next if next == close => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
         }
     }
 
@@ -931,31 +922,19 @@ impl<'a> Scan<'a> {
         &mut self,
         mut each: impl FnMut(&'a str, &mut Scan<'a>) -> Option<()>,
     ) -> Option<()> {
-        self.eat(b'{')?;
-        self.ws();
-        if self.eat(b'}').is_some() {
-            return Some(());
+        if self.byte()? != b'{' {
+            return None;
         }
-        loop {
-            self.ws();
-            let (key, escaped) = self.string()?;
+        self.sequence(b'}', |scan| {
+            let (key, escaped) = scan.string()?;
             if escaped {
                 return None;
             }
-            self.ws();
-            self.eat(b':')?;
-            self.ws();
-            each(key, self)?;
-            self.ws();
-            match self.byte()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+            scan.ws();
+            scan.eat(b':')?;
+            scan.ws();
+            each(key, scan)
+        })
     }
 }
 
