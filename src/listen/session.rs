@@ -1041,8 +1041,9 @@ pub(super) struct Sessions {
     /// Set when the listener shuts down: no session opens after it.
     closing: AtomicBool,
     /// Each principal's stateless sessions (modern requests), by the capabilities a legacy
-    /// server may use that its requests declare (see [`crate::bridge::capability_profile`]),
-    /// by its id in `map`.
+    /// server may use that its requests declare (see [`crate::bridge::capability_profile`]; ""
+    /// when none is needed). Weak: an ended session's entry is dropped when the
+    /// next one opens.
     stateless: Mutex<HashMap<Client, HashMap<String, Weak<Session>>>>,
     /// One stateless session opens at a time (two first requests of one principal share it).
     stateless_open: tokio::sync::Mutex<()>,
