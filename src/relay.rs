@@ -961,6 +961,23 @@ impl Relay {
         state.bridge.server != Some(Era::Modern) && state.bridge.profile.is_some()
     }
 
+    /// Whether a request under `id` would go upstream under that very id: nothing in flight
+    /// has it (a client's request, a listen, a held round, or the server's answer still owed to
+    /// the proxy under it), it was not used before, and the server reads it back as written
+    /// (see `admit`, which sends the others under a fresh id).
+    pub fn takes_as_written(&self, id: &Id) -> bool {
+        if !id.is_plain() || reserved(id) {
+            return false;
+        }
+        let key = id.key();
+        let state = self.state();
+        !state.aliases.contains_key(key)
+            && !state.pending.contains_key(key)
+            && !state.retired.contains(key)
+            && !state.bridge.listens.is_open(key)
+            && !state.bridge.rounds.values().any(|r| r.client.key() == key)
+    }
+
     /// Whether `id` names a client request this relay has in flight: a call (or its held round
     /// of input) or a listen.
     pub fn holds(&self, id: &Id) -> bool {

@@ -476,10 +476,12 @@ impl Session {
             post: Some(post),
             settled: false,
         };
-        // One left by a request the client gave up (cancelled upstream, not yet answered).
-        match self.relay.holds(id) {
-            true => None,
-            false => Some(claim),
+        // One left by a request the client gave up (cancelled upstream, not yet answered), or
+        // one used before (the relay would send it under an id of its own, which the answer's
+        // notifications, a listen's say, would name): the proxy's id, and the client's put back.
+        match self.relay.takes_as_written(id) {
+            true => Some(claim),
+            false => None,
         }
     }
 
