@@ -1017,7 +1017,6 @@ async fn a_modern_clients_listen_is_served_in_front_of_a_legacy_server() {
 
 #[tokio::test]
 async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_stream() {
-    use futures_util::StreamExt;
     let quirky = example("quirky_server");
     let (_proxy, url) = common::listen(
         &["--policy", "none", "--", quirky.to_str().unwrap()],
@@ -1032,27 +1031,8 @@ async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_s
     let body = json!({"jsonrpc": "2.0", "id": "watch", "method": "subscriptions/listen", "params": params});
     let response = modern_request(&http, &url, &body).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let mut seen = String::new();
-    // The next data line on the listen's stream, as JSON.
-    let mut next_event = async move || -> Value {
-        loop {
-            if let Some(end) = seen.find("\n\n") {
-                let event: String = seen.drain(..end + 2).collect();
-                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
-                    return serde_json::from_str(data.trim()).unwrap();
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), stream.next())
-                .await
-                .expect("an event on the listen's stream in time")
-                .expect("the stream is open")
-                .unwrap();
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    };
-    let ack = next_event().await;
+    let mut events = common::Events::new(response.bytes_stream());
+    let ack = events.next().await;
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
@@ -1071,7 +1051,7 @@ async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_s
     )
     .await;
     assert!(touch["result"].is_object(), "{touch}");
-    let update = next_event().await;
+    let update = events.next().await;
     assert_eq!(
         update["method"], "notifications/resources/updated",
         "{update}"
@@ -1098,7 +1078,7 @@ async fn over_http_a_listen_streams_a_legacy_servers_updates_and_ends_with_its_s
     .await;
     assert_eq!(subscribed_now(&answer), r#"["file:///x"]"#, "{answer}");
     // The client closes the listen's stream: the subscription ends upstream.
-    drop(next_event);
+    drop(events);
     let mut id = 4;
     loop {
         let answer = modern_post(

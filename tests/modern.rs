@@ -590,29 +590,6 @@ async fn a_modern_requests_id_goes_upstream_as_written_unless_another_has_it_in_
     assert_eq!(again["result"]["content"][0]["text"], "4", "{again}");
 }
 
-/// The first data line of an SSE response's next event, as JSON (20 s at most, a guard).
-async fn next_event(
-    stream: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
-    seen: &mut String,
-) -> Value {
-    use futures_util::StreamExt;
-    loop {
-        if let Some(end) = seen.find("\n\n") {
-            let event: String = seen.drain(..end + 2).collect();
-            if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
-                return serde_json::from_str(data.trim()).unwrap();
-            }
-            continue;
-        }
-        let chunk = tokio::time::timeout(std::time::Duration::from_secs(20), stream.next())
-            .await
-            .expect("an event in time")
-            .expect("the stream is open")
-            .unwrap();
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-}
-
 /// A listen's id used before (its listen ended) is one the relay would send under an id of its
 /// own: the listen goes under the proxy's, and its notifications name the client's.
 #[tokio::test]
@@ -636,9 +613,8 @@ async fn a_listen_under_an_id_used_before_is_acknowledged_under_that_id() {
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        let mut stream = response.bytes_stream();
-        let mut seen = String::new();
-        let ack = next_event(&mut stream, &mut seen).await;
+        let mut events = common::Events::new(response.bytes_stream());
+        let ack = events.next().await;
         assert_eq!(
             ack["method"], "notifications/subscriptions/acknowledged",
             "round {round}: {ack}"
@@ -660,7 +636,7 @@ async fn a_listen_under_an_id_used_before_is_acknowledged_under_that_id() {
         .unwrap();
         let (_, ended) = message(ended).await;
         assert!(ended["result"].is_object(), "{ended}");
-        let last = next_event(&mut stream, &mut seen).await;
+        let last = events.next().await;
         assert_eq!(last["id"], "watch", "round {round}: {last}");
     }
 }

@@ -478,3 +478,41 @@ pub async fn two_principals_with(options: &[&str]) -> (tokio::process::Child, St
     args.extend(["--", quirky.to_str().unwrap()]);
     listen(&args, &[("TOKEN_A", "a-secret"), ("TOKEN_B", "b-secret")]).await
 }
+
+/// An SSE response's events, read as they come.
+pub struct Events<S> {
+    stream: S,
+    seen: String,
+}
+
+impl<S> Events<S>
+where
+    S: futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    pub fn new(stream: S) -> Events<S> {
+        Events {
+            stream,
+            seen: String::new(),
+        }
+    }
+
+    /// The first data line of the next event, as JSON ([`PATIENCE`] at most, a guard).
+    pub async fn next(&mut self) -> serde_json::Value {
+        use futures_util::StreamExt;
+        loop {
+            if let Some(end) = self.seen.find("\n\n") {
+                let event: String = self.seen.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                    return serde_json::from_str(data.trim()).expect("an event's data is JSON");
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(PATIENCE, self.stream.next())
+                .await
+                .expect("an event in time")
+                .expect("the stream is open")
+                .expect("the stream reads");
+            self.seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
