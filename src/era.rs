@@ -219,13 +219,9 @@ impl Headers {
                 .filter_map(|(header, value)| Some((header, value?)))
                 .collect(),
         };
-        let text = |value: &str| match static_header(value) {
-            Some(known) => std::borrow::Cow::Borrowed(known),
-            None => std::borrow::Cow::Owned(value.to_string()),
-        };
         Headers {
-            version: text(version),
-            method: text(method),
+            version: interned(version),
+            method: interned(method),
             name,
             params,
         }
@@ -273,6 +269,14 @@ pub fn name_member(method: &str) -> Option<&'static str> {
         "resources/read" => Some("uri"),
         "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
+    }
+}
+
+/// `value`, not copied when it is a revision or a method the proxy knows.
+pub fn interned(value: &str) -> std::borrow::Cow<'static, str> {
+    match static_header(value) {
+        Some(known) => std::borrow::Cow::Borrowed(known),
+        None => std::borrow::Cow::Owned(value.to_string()),
     }
 }
 

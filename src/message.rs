@@ -567,22 +567,26 @@ from_object!(MetaRead, |map| {
 /// `_meta`'s protocol version: a known revision is not copied. A version that is not a string is
 /// still a modern request's (one the proxy answers with the supported versions).
 fn meta_version(raw: &str) -> Cow<'static, str> {
-    let known = raw
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .and_then(crate::era::static_header);
-    match known {
-        Some(known) => Cow::Borrowed(known),
+    match plain(raw) {
+        Some(version) => crate::era::interned(version),
         None => Cow::Owned(string_value(raw).unwrap_or_else(|| raw.to_string())),
     }
+}
+
+/// The text between a JSON string's quotes when it has no escapes: its value as it stands.
+/// `None` for a string with escapes, or any other value.
+fn plain(text: &str) -> Option<&str> {
+    text.strip_prefix('"')?
+        .strip_suffix('"')
+        .filter(|inner| !inner.contains('\\'))
 }
 
 /// The value of a JSON string (`None` for any other value): one without escapes is its text
 /// between the quotes, taken as it is (no second read).
 fn string_value(text: &str) -> Option<String> {
-    match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
-        Some(inner) if !inner.contains('\\') => Some(inner.to_string()),
-        _ => serde_json::from_str::<String>(text).ok(),
+    match plain(text) {
+        Some(inner) => Some(inner.to_string()),
+        None => serde_json::from_str::<String>(text).ok(),
     }
 }
 
@@ -631,13 +635,10 @@ impl Envelope<'_> {
         let raw_id = self.id.filter(|text| *text != "null");
         let id = raw_id.and_then(Id::parse);
         // A method without escapes is its text between the quotes (no second read).
-        let method =
-            self.method.map(
-                |raw| match raw.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
-                    Some(inner) if !inner.contains('\\') => Ok(Cow::Borrowed(inner)),
-                    _ => serde_json::from_str::<Cow<'_, str>>(raw),
-                },
-            );
+        let method = self.method.map(|raw| match plain(raw) {
+            Some(method) => Ok(Cow::Borrowed(method)),
+            None => serde_json::from_str::<Cow<'_, str>>(raw),
+        });
         let problem = if let Some(key) = self.duplicate.or(self.params.duplicate) {
             Some(Problem::Duplicate(key))
         } else if raw_id.is_some() && id.is_none() {

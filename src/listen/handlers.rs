@@ -509,12 +509,7 @@ fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> 
     Ok(())
 }
 
-fn accepts(headers: &HeaderMap, kind: &str) -> bool {
-    header_str(headers, header::ACCEPT)
-        .is_none_or(|accept| accept.contains(kind) || accept.contains("*/*"))
-}
-
-/// What a POST's `Accept` takes, read once: (JSON, an event stream); without one, both.
+/// What a request's `Accept` takes, read once: (JSON, an event stream); without one, both.
 fn accepted(headers: &HeaderMap) -> (bool, bool) {
     let Some(accept) = header_str(headers, header::ACCEPT) else {
         return (true, true);
@@ -923,35 +918,8 @@ async fn handle_post(
                         (session, body, message::Parsed::Single(kind))
                     } else {
                         let fresh = session.fresh_id();
-                        // The id where the envelope reader found it: spliced, not read again.
                         let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
-                        let mut call = call;
-                        let line = match body.get(id_at.clone()) {
-                            Some(text) if !id_at.is_empty() && text == id.raw().as_bytes() => {
-                                let mut line = Vec::with_capacity(body.len() + fresh.raw().len());
-                                line.extend_from_slice(&body[..id_at.start]);
-                                line.extend_from_slice(fresh.raw().as_bytes());
-                                line.extend_from_slice(&body[id_at.end..]);
-                                // What follows the id moved with it.
-                                if let Some(call) = &mut call {
-                                    call.shift_after(id_at.end, id_at.len(), fresh.raw().len());
-                                }
-                                line
-                            }
-                            _ => {
-                                // Written anew: where the call's parts are is read again.
-                                call = None;
-                                message::with_id(&body, fresh.raw()).ok_or_else(|| {
-                                    rpc_refusal(
-                                        StatusCode::BAD_REQUEST,
-                                        Some(id),
-                                        jsonrpc::INVALID_REQUEST,
-                                        "Invalid Request: the request's id could not be read",
-                                        None,
-                                    )
-                                })?
-                            }
-                        };
+                        let (line, call) = under_fresh_id(&body, id, &fresh, id_at, call)?;
                         ids = vec![fresh.clone()];
                         restore = Some((fresh.clone(), id.clone()));
                         let kind = Kind::Request {
@@ -1147,6 +1115,42 @@ async fn handle_post(
         false => StatusCode::OK,
     };
     Ok(json_response(status, response_headers, body))
+}
+
+/// A modern request's `body` under the proxy's `fresh` id instead of the client's `id`:
+/// spliced where the envelope reader found it (`id_at`; the call's places move with it), else
+/// written anew (the call's places are then read again: `None`).
+fn under_fresh_id(
+    body: &[u8],
+    id: &Id,
+    fresh: &Id,
+    id_at: std::ops::Range<usize>,
+    mut call: Option<message::CallAt>,
+) -> Result<(Vec<u8>, Option<message::CallAt>), Refusal> {
+    match body.get(id_at.clone()) {
+        Some(text) if !id_at.is_empty() && text == id.raw().as_bytes() => {
+            let mut line = Vec::with_capacity(body.len() + fresh.raw().len());
+            line.extend_from_slice(&body[..id_at.start]);
+            line.extend_from_slice(fresh.raw().as_bytes());
+            line.extend_from_slice(&body[id_at.end..]);
+            if let Some(call) = &mut call {
+                call.shift_after(id_at.end, id_at.len(), fresh.raw().len());
+            }
+            Ok((line, call))
+        }
+        _ => {
+            let line = message::with_id(body, fresh.raw()).ok_or_else(|| {
+                rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    Some(id),
+                    jsonrpc::INVALID_REQUEST,
+                    "Invalid Request: the request's id could not be read",
+                    None,
+                )
+            })?;
+            Ok((line, None))
+        }
+    }
 }
 
 /// `answer` under the client's id, where its envelope (the members before any nested value)
@@ -1596,7 +1600,7 @@ async fn handle_get(
     headers: &HeaderMap,
 ) -> Result<Response, Refusal> {
     let session = checked_session(listener, headers, peer)?;
-    if !accepts(headers, "text/event-stream") {
+    if !accepted(headers).1 {
         return Err(refuse(
             StatusCode::NOT_ACCEPTABLE,
             "GET opens an event stream: Accept must include text/event-stream",
