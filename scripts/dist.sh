@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the packages a user runs without a Rust toolchain, for one target triple, at the
 # crate's version:
-#   - the Python wheel (maturin, bindings = "bin"): `uvx mcp-budget`, `pipx run mcp-budget`;
+#   - the Python wheel (maturin, bindings = "bin"): `uvx --from mcp-budget-proxy mcp-budget`, `pipx run --spec mcp-budget-proxy mcp-budget`;
 #   - the npm tarballs: @mcp-budget/<os>-<arch> (the binary) and mcp-budget (the launcher, with
 #     every platform package as an optional dependency): `npx -y mcp-budget`.
 #
@@ -77,7 +77,7 @@ echo "dist: mcp-budget $version for $triple, profile $profile"
 cargo build --quiet --profile "$profile" "${target_args[@]}" --bin mcp-budget
 binary="$target_dir/$profile_dir/$exe"
 [ -x "$binary" ] || fail "no binary at $binary"
-wheel="$(ls -t "$out"/mcp_budget-"$version"-*.whl | head -1)"
+wheel="$(ls -t "$out"/mcp_budget_proxy-"$version"-*.whl | head -1)"
 
 # npm: the platform package, then the launcher naming every platform package.
 stage="$out/npm"

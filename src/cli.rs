@@ -409,7 +409,7 @@ pub struct WrapArgs {
     #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
     pub except: Vec<String>,
     /// With wrap: the command that starts mcp-budget in the wrapped entries, e.g.
-    /// "uvx mcp-budget@0.1.0". Default: the launcher that ran this mcp-budget (uvx, npx, pipx
+    /// "uvx --from mcp-budget-proxy==0.1.0 mcp-budget". Default: the launcher that ran this mcp-budget (uvx, npx, pipx
     /// run), else `mcp-budget` when it is on PATH, else this executable's path.
     #[arg(long, value_name = "COMMAND")]
     pub launcher: Option<String>,

@@ -321,7 +321,7 @@ fn wrap(mode: mcp_budget::wrap::Mode, args: mcp_budget::cli::WrapArgs) -> anyhow
     };
     if launcher.is_empty() {
         anyhow::bail!(
-            "--launcher is empty: give the command that starts mcp-budget, e.g. --launcher \"uvx mcp-budget\""
+            "--launcher is empty: give the command that starts mcp-budget, e.g. --launcher \"uvx --from mcp-budget-proxy mcp-budget\""
         );
     }
     let request = wrap::Request {

@@ -338,6 +338,9 @@ fn table(path: &Path, request: &Request, old: &str, edited: &Edited) -> String {
     text
 }
 
+/// This project's distribution on PyPI (`mcp-budget` there is an unrelated project).
+pub const PYPI_NAME: &str = "mcp-budget-proxy";
+
 /// The words that start the proxy in a wrapped entry: the launcher that ran this process when
 /// it was one (uvx, npx, pipx run: their installs are temporary), else `mcp-budget` when it is
 /// on PATH, else this executable's path.
@@ -351,14 +354,23 @@ pub fn default_launcher() -> Vec<String> {
     if text.contains("/_npx/") {
         return vec!["npx".into(), "-y".into(), format!("mcp-budget@{version}")];
     }
+    // On PyPI the distribution is `mcp-budget-proxy` (`mcp-budget` there is another project);
+    // its command is `mcp-budget`.
     if text.contains("/uv/archive-v") || text.contains("/uv/cache/archive-v") {
-        return vec!["uvx".into(), format!("mcp-budget@{version}")];
+        return vec![
+            "uvx".into(),
+            "--from".into(),
+            format!("{PYPI_NAME}=={version}"),
+            "mcp-budget".into(),
+        ];
     }
     if text.contains("/pipx/.cache/") {
         return vec![
             "pipx".into(),
             "run".into(),
-            format!("mcp-budget=={version}"),
+            "--spec".into(),
+            format!("{PYPI_NAME}=={version}"),
+            "mcp-budget".into(),
         ];
     }
     if on_path("mcp-budget") {

@@ -202,7 +202,12 @@ fn runs_the_proxy(argv: &[String]) -> bool {
     let is_proxy = |word: &str| {
         let base = word.rsplit(['/', '\\']).next().unwrap_or(word);
         let base = base.strip_suffix(".exe").unwrap_or(base);
-        base == "mcp-budget" || base.starts_with("mcp-budget@") || base.starts_with("mcp-budget==")
+        // The command, or the package: `mcp-budget` on npm, `mcp-budget-proxy` on PyPI.
+        ["mcp-budget", "mcp-budget-proxy"].iter().any(|name| {
+            base.strip_prefix(name).is_some_and(|rest| {
+                rest.is_empty() || rest.starts_with('@') || rest.starts_with("==")
+            })
+        })
     };
     let Some(first) = argv.first() else {
         return false;
@@ -336,6 +341,20 @@ mod tests {
             &["mcp-budget", "--", "node", "s.js"][..],
             &["/usr/local/bin/mcp-budget", "node"],
             &["uvx", "mcp-budget@0.1.0", "node"],
+            &[
+                "uvx",
+                "--from",
+                "mcp-budget-proxy==0.1.0",
+                "mcp-budget",
+                "node",
+            ],
+            &[
+                "pipx",
+                "run",
+                "--spec",
+                "mcp-budget-proxy==0.1.0",
+                "mcp-budget",
+            ],
             &["npx", "-y", "mcp-budget", "node"],
         ] {
             let entry = Entry {

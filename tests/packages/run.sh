@@ -49,7 +49,7 @@ version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -1)"
 
 echo "packages: scripts/dist.sh --profile $profile"
 (cd "$root" && scripts/dist.sh --profile "$profile" --out "$work/dist") || fail "scripts/dist.sh failed"
-wheel="$(ls "$work"/dist/mcp_budget-"$version"-*.whl)"
+wheel="$(ls "$work"/dist/mcp_budget_proxy-"$version"-*.whl)"
 launcher_tgz="$work/dist/mcp-budget-$version.tgz"
 platform_tgz="$(ls "$work"/dist/mcp-budget-linux-*-"$version".tgz)"
 
@@ -99,7 +99,7 @@ version_check "venv (pip install the wheel)" "$work/venv/bin/mcp-budget"
 session_check "venv: a session paging a 3 MB file (no --)" \
   "$work/venv/bin/mcp-budget" --policy none node "$filesystem"
 
-# 2. uv tool run --from the wheel (what `uvx mcp-budget` does once it is on PyPI).
+# 2. uv tool run --from the wheel (what `uvx --from mcp-budget-proxy mcp-budget` does once it is on PyPI).
 export UV_CACHE_DIR="$work/uv-cache" UV_TOOL_DIR="$work/uv-tools"
 version_check "uv tool run --from the wheel" uv tool run --offline --from "$wheel" mcp-budget
 session_check "uv tool run: a session paging a 3 MB file (no --)" \
@@ -107,7 +107,7 @@ session_check "uv tool run: a session paging a 3 MB file (no --)" \
 session_check "uvx: a session paging a 3 MB file (with --)" \
   uvx --offline --from "$wheel" mcp-budget --policy none -- node "$filesystem"
 
-# 3. pipx run --spec the wheel (what `pipx run mcp-budget` does once it is on PyPI).
+# 3. pipx run --spec the wheel (what `pipx run --spec mcp-budget-proxy mcp-budget` does once it is on PyPI).
 export PIPX_HOME="$work/pipx" PIPX_BIN_DIR="$work/pipx-bin"
 version_check "pipx run --spec the wheel" pipx run --spec "$wheel" mcp-budget
 session_check "pipx run: a session paging a 3 MB file (no --)" \

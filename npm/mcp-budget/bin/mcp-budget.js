@@ -28,7 +28,7 @@ function binary() {
     process.stderr.write(
       `mcp-budget: no binary for ${process.platform}-${process.arch}: the package ${name} is not installed ` +
         `(npm skips optional dependencies with --no-optional or --omit=optional; reinstall without it), ` +
-        `or none is published for this platform (install from PyPI: uvx mcp-budget, or build it: cargo install --path .)\n`,
+        `or none is published for this platform (install from PyPI: uvx --from mcp-budget-proxy mcp-budget, or build it: cargo install --path .)\n`,
     );
     process.exit(2);
   }
