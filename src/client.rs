@@ -30,8 +30,37 @@ pub struct Profile {
     /// The client honours `_meta["anthropic/maxResultSizeChars"]`: a tool the proxy declares it
     /// on may return up to that many (at most this).
     pub allowance_up_to: Option<usize>,
+    /// What the client shows its model of a result that has both `content` and
+    /// `structuredContent`: a page is measured by that.
+    pub reads: Reads,
     /// Where the numbers come from.
     pub source: String,
+}
+
+/// What a client puts in front of its model when a tool result carries both `content` and
+/// `structuredContent`. A page is measured by what the model reads: a client that shows one
+/// half is not charged for the other (the proxy still sends both, consistent, each with the
+/// continuation). Where nothing is published, both count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reads {
+    /// Both halves (or unknown): the whole result counts.
+    #[default]
+    Both,
+    /// The text of `content` only.
+    Content,
+    /// `structuredContent`, serialized, when the result has it; else `content`.
+    Structured,
+}
+
+impl Reads {
+    /// As the profile table writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reads::Both => "both",
+            Reads::Content => "content",
+            Reads::Structured => "structuredContent",
+        }
+    }
 }
 
 /// One built-in profile.
@@ -44,6 +73,7 @@ struct Builtin {
     page_bytes: Option<usize>,
     default_limit: Option<usize>,
     allowance_up_to: Option<usize>,
+    reads: Reads,
     source: &'static str,
 }
 
@@ -70,7 +100,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: None,
         allowance_up_to: Some(500_000),
-        source: "https://code.claude.com/docs/en/mcp (\"MCP output limits and warnings\": MAX_MCP_OUTPUT_TOKENS, default 25000 tokens; text over 50000 characters goes to a file unless _meta[\"anthropic/maxResultSizeChars\"] allows up to 500000)",
+        reads: Reads::Structured,
+        source: "https://code.claude.com/docs/en/mcp (\"MCP output limits and warnings\": MAX_MCP_OUTPUT_TOKENS, default 25000 tokens; text over 50000 characters goes to a file unless _meta[\"anthropic/maxResultSizeChars\"] allows up to 500000); reads: anthropics/claude-code#79944: with structuredContent present, the model gets JSON.stringify(structuredContent), not the text",
     },
     // Codex sends "codex-mcp-client" (openai/codex codex-rs/codex-mcp/src/rmcp_client.rs,
     // `mcp_initialize_request_params`). Every tool output is cut to the model's truncation
@@ -88,7 +119,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: Some(10),
         allowance_up_to: None,
-        source: "openai/codex codex-rs/models-manager/models.json (truncation_policy: 10000 tokens, or 10000 bytes), applied to every tool output in codex-rs/core/src/context_manager/history.rs; older releases: 10 KiB or 256 lines (MODEL_FORMAT_MAX_LINES)",
+        reads: Reads::Structured,
+        source: "openai/codex codex-rs/models-manager/models.json (truncation_policy: 10000 tokens, or 10000 bytes), applied to every tool output in codex-rs/core/src/context_manager/history.rs; older releases: 10 KiB or 256 lines (MODEL_FORMAT_MAX_LINES); reads: openai/codex codex-rs/protocol/src/models.rs, From<&CallToolResult> for FunctionCallOutputPayload: structured_content, when not null, is the output",
     },
     // opencode sends "opencode" (packages/opencode/src/mcp/index.ts). Tool output over 2,000
     // lines or 50 KB is cut to its head, the rest saved to a file
@@ -102,7 +134,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: None,
         allowance_up_to: None,
-        source: "sst/opencode packages/opencode/src/tool/truncation.ts (Truncate.MAX_LINES = 2000, Truncate.MAX_BYTES = 50 * 1024)",
+        reads: Reads::Content,
+        source: "sst/opencode packages/opencode/src/tool/truncation.ts (Truncate.MAX_LINES = 2000, Truncate.MAX_BYTES = 50 * 1024); reads: anomalyco/opencode packages/opencode/src/mcp/catalog.ts, convertTool: content, and structuredContent only when content is empty",
     },
     // GitHub Copilot CLI sends "github-copilot-developer" (closed source; seen in its
     // initialize, github/copilot-cli#1268). MCP text was cut to 10 KiB (github/copilot-cli#1732).
@@ -115,7 +148,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: Some(10),
         allowance_up_to: None,
-        source: "github/copilot-cli#1732 (MCP tool text cut to 10 KiB; closed source)",
+        reads: Reads::Both,
+        source: "github/copilot-cli#1732 (MCP tool text cut to 10 KiB; closed source); reads: github/copilot-cli#4515: both fields reach the conversation",
     },
     // Gemini CLI sends "gemini-cli-mcp-client" (google-gemini/gemini-cli
     // packages/core/src/tools/mcp-client.ts). A text result over 40,000 characters is saved to
@@ -130,7 +164,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: None,
         allowance_up_to: None,
-        source: "google-gemini/gemini-cli packages/core/src/config/config.ts (DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD = 40000 characters)",
+        reads: Reads::Content,
+        source: "google-gemini/gemini-cli packages/core/src/config/config.ts (DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD = 40000 characters); reads: google-gemini/gemini-cli packages/core/src/tools/mcp-tool.ts, transformMcpContentToParts: content only",
     },
     // VS Code sends its product name, "Visual Studio Code" for stable builds (microsoft/vscode
     // src/vs/workbench/contrib/mcp/common/mcpServerRequestHandler.ts). Copilot Chat writes a
@@ -145,7 +180,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: Some(10),
         allowance_up_to: None,
-        source: "microsoft/vscode-copilot-chat src/platform/configuration/common/configurationService.ts (LargeToolResultsToDiskThreshold = 8 * 1024)",
+        reads: Reads::Structured,
+        source: "microsoft/vscode-copilot-chat src/platform/configuration/common/configurationService.ts (LargeToolResultsToDiskThreshold = 8 * 1024); reads: microsoft/vscode src/vs/workbench/contrib/mcp/common/mcpLanguageModelToolContribution.ts, McpToolImplementation.invoke: JSON.stringify(structuredContent) in place of the text blocks",
     },
     // Claude Desktop sends "claude-ai" (closed source; its log in
     // modelcontextprotocol/typescript-sdk#179). No published limit; users report results over
@@ -160,7 +196,8 @@ const BUILTINS: &[Builtin] = &[
         page_bytes: None,
         default_limit: None,
         allowance_up_to: None,
-        source: "no published limit; users report 1 MiB refused (strickvl/mcp-beeminder#2)",
+        reads: Reads::Both,
+        source: "no published limit; users report 1 MiB refused (strickvl/mcp-beeminder#2); reads: nothing published: both count",
     },
 ];
 
@@ -185,6 +222,7 @@ impl Builtin {
             page_bytes: self.page_bytes,
             default_limit: self.default_limit,
             allowance_up_to: self.allowance_up_to,
+            reads: self.reads,
             source: self.source.to_string(),
         }
     }
@@ -229,6 +267,7 @@ pub fn profiles(overrides: &[Override]) -> Vec<Profile> {
                     page_bytes: None,
                     default_limit: None,
                     allowance_up_to: None,
+                    reads: Reads::Both,
                     source: format!("the policy's [client.\"{}\"] section", o.name),
                 });
                 profiles.last_mut().expect("just pushed")
@@ -279,6 +318,8 @@ pub struct Limits {
     pub page_bytes: Option<usize>,
     /// The profile that set them, for messages (`None`: the policy's own budget).
     pub profile: Option<Arc<str>>,
+    /// What the client's model reads of a result: bytes are measured on that.
+    pub reads: Reads,
 }
 
 impl Limits {
@@ -291,6 +332,7 @@ impl Limits {
             allowance: None,
             page_bytes: None,
             profile: None,
+            reads: Reads::Both,
         }
     }
 

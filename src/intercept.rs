@@ -2343,7 +2343,7 @@ impl Interceptor {
         raw: &str,
     ) -> Option<Vec<u8>> {
         let result = raw;
-        if call.at.is_none() && budget.over(tool, result.as_bytes()).is_none() {
+        if call.at.is_none() && budget.fits_whole(tool, result) {
             return None;
         }
         let max = budget.page_max(tool);
@@ -2362,6 +2362,7 @@ impl Interceptor {
         let prepared = auto::prepare(Arc::from(result), max).map(|p| {
             p.with_argument(argument)
                 .with_budget(named)
+                .with_reads(budget.limits().reads)
                 .with_search(budget.search_hint())
                 .with_rerun(rerun)
         });
@@ -2571,10 +2572,11 @@ fn page_fit(budget: &Budget, tool: &str) -> u64 {
     use sha2::Digest;
     let limits = budget.limits();
     let named = format!(
-        "{}:{:?}:{:?}",
+        "{}:{:?}:{:?}:{:?}",
         budget.page_max(tool),
         limits.tokens,
-        limits.lines
+        limits.lines,
+        limits.reads
     );
     let digest = sha2::Sha256::digest(named.as_bytes());
     let mut fit = [0u8; 8];

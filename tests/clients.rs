@@ -267,11 +267,11 @@ async fn under_a_line_budget_every_page_stays_under_it() {
 #[tokio::test]
 async fn a_rule_path_refusal_names_the_clients_budget_and_defaults_follow_the_profile() {
     // fleet-server has a built-in policy, picked with no --policy.
-    let (mut c, tools) = Client::start(&[], "fleet_server", "codex-mcp-client").await;
+    let (mut c, tools) = Client::start(&[], "fleet_server", "github-copilot-developer").await;
     let show = descriptor(&tools, "fleet_show");
     assert_eq!(
         show["inputSchema"]["properties"]["limit"]["default"], 10,
-        "codex's default item limit: {show}"
+        "copilot-cli's default item limit: {show}"
     );
     let result = c
         .call(
@@ -283,17 +283,18 @@ async fn a_rule_path_refusal_names_the_clients_budget_and_defaults_follow_the_pr
     assert_eq!(result["isError"], true, "{result}");
     assert!(
         text.starts_with("result-too-large: fleet_show response is ")
-            && text.contains("bytes, exceeds the 10000-byte budget for codex — "),
+            && text.contains("bytes, exceeds the 10240-byte budget for copilot-cli — "),
         "{text}"
     );
-    // The default page fits Codex: the default limit is lowered, and the page says so.
+    // The default page fits Copilot CLI (both halves count): the default limit is lowered,
+    // and the page says so.
     let page = c.call("fleet_show", json!({})).await;
     assert_ne!(page["isError"], true, "{page}");
-    assert!(page.to_string().len() < 10_000);
+    assert!(page.to_string().len() < 10_240);
     let notices = page["structuredContent"]["notices"].to_string();
     assert!(
         notices.contains("the default limit, lowered from 10 to ")
-            && notices.contains("so that the page fits the 10000-byte budget for codex"),
+            && notices.contains("so that the page fits the 10240-byte budget for copilot-cli"),
         "{notices}"
     );
     // Followed to the end, the pages hold every live stream once.
@@ -307,7 +308,7 @@ async fn a_rule_path_refusal_names_the_clients_budget_and_defaults_follow_the_pr
             break;
         };
         page = c.call("fleet_show", json!({"after": after})).await;
-        assert!(page.to_string().len() < 10_000);
+        assert!(page.to_string().len() < 10_240);
     }
     let total = page["structuredContent"]["total_count"].as_u64().unwrap();
     let mut unique = seen.clone();

@@ -111,16 +111,35 @@ async fn filesystem_a_large_file_a_large_tree_and_many_search_hits_come_back_in_
             .contains("pages of whole lines, at most 20000 bytes")
     );
 
+    // directory_tree answers a JSON document as text: its pages are JSON, each one parses, and
+    // their lists make up the whole document.
+    let whole: Value =
+        serde_json::from_str(&recorded_text("filesystem.jsonl", "directory_tree")).unwrap();
+    let (pages, notices) = chain(
+        &mut peer,
+        "directory_tree",
+        json!({"path": "/tmp/mcp-budget-fs-fixture"}),
+        16_000,
+    )
+    .await;
+    assert!(pages.len() > 2, "directory_tree: {} pages", pages.len());
+    let mut items = Vec::new();
+    for (page, notice) in pages.iter().zip(&notices) {
+        let page: Value = serde_json::from_str(page).expect("every page of a JSON document parses");
+        items.extend(page.as_array().unwrap().iter().cloned());
+        assert!(notice.is_empty() || notice.contains(" in $"), "{notice}");
+    }
+    assert_eq!(
+        Value::Array(items),
+        whole,
+        "directory_tree: the pages' items are not the tree"
+    );
+
     let cases = [
         (
             "read_text_file",
             json!({"path": "/tmp/mcp-budget-fs-fixture/big.log"}),
             20_000,
-        ),
-        (
-            "directory_tree",
-            json!({"path": "/tmp/mcp-budget-fs-fixture"}),
-            16_000,
         ),
         (
             "search_files",

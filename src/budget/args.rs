@@ -202,6 +202,9 @@ pub struct TextArgs {
     /// The fingerprint of the result the cursor was minted in (cursors from before it carried
     /// one have none).
     pub fingerprint: Option<u64>,
+    /// Where the page starts when the chain is the automatic pager's (a JSON document in the
+    /// text is paged as JSON).
+    pub auto: Option<super::auto::At>,
     pub digest: SelectionDigest,
 }
 
@@ -232,6 +235,7 @@ pub fn take_text(
     Ok(TextArgs {
         after: position.as_ref().map(|p| p.offset),
         fingerprint: position.as_ref().and_then(super::chain::fingerprint_of),
+        auto: position.as_ref().and_then(super::auto::At::from_position),
         digest,
     })
 }

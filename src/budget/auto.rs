@@ -25,9 +25,10 @@ use serde_json::value::RawValue;
 use super::cursor::{CursorKey, SelectionDigest};
 use super::page::Position;
 use super::raw::{self, FoundArray};
+use crate::client::Reads;
 
 /// Bytes kept free on a page for the notice block and the structured continuation.
-const CONTINUATION_ALLOWANCE: usize = 1200;
+pub const CONTINUATION_ALLOWANCE: usize = 1200;
 
 /// Where a page starts: which piece, and where in it (a byte offset in a text literal, or an
 /// element index).
@@ -226,6 +227,9 @@ pub struct Prepared {
     search: Option<Box<str>>,
     /// The tool may be run again to serve a page: its cursors say so.
     rerun: bool,
+    /// What the client's model reads of a page: a page is measured by that, and a mirrored
+    /// text costs once when the model reads one of the two.
+    reads: Reads,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -308,6 +312,7 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         budget: "budget".into(),
         search: None,
         rerun: false,
+        reads: Reads::Both,
     })
 }
 
@@ -327,6 +332,12 @@ impl Prepared {
     /// Marks the cursors: the tool may be run again on a miss (it is read-only).
     pub fn with_rerun(mut self, rerun: bool) -> Prepared {
         self.rerun = rerun;
+        self
+    }
+
+    /// Measures pages by what the client's model reads of them.
+    pub fn with_reads(mut self, reads: Reads) -> Prepared {
+        self.reads = reads;
         self
     }
 
@@ -408,7 +419,7 @@ impl Prepared {
                 Err(Unpageable::TooLarge { .. }) if room < self.room => break,
                 Err(why) => return Err(why),
             };
-            if page.result.len() < max_bytes {
+            if super::cap::read_bytes(self.reads, &page.result) < max_bytes {
                 match over(&page.result) {
                     None => return Ok(page),
                     Some(share) => {
@@ -683,6 +694,9 @@ impl Prepared {
 
     /// The extra bytes that a piece's page costs in `structuredContent` when it is mirrored.
     fn mirror_factor(&self, piece: usize) -> usize {
+        if self.reads != Reads::Both {
+            return 1;
+        }
         match &self.mirror {
             Mirror::Json { block, .. } | Mirror::Field { block, .. } if *block == piece => 2,
             _ => 1,

@@ -1,6 +1,8 @@
 //! Stage: the cap. After all narrowing, a result at or above `max_bytes` is refused with the
 //! exact next moves — an error, never a silent cut.
 
+use crate::client::Reads;
+
 /// The moves that exist for one call, from which the refusal names the next step.
 #[derive(Debug, Default)]
 pub struct Moves {
@@ -18,6 +20,30 @@ pub struct Moves {
     pub horizon_all: Option<(Vec<String>, String)>,
     /// The page holds a single item: a smaller page cannot help.
     pub single_item: bool,
+}
+
+/// The bytes of the serialized tool result `result` that a client's model reads (see
+/// [`Reads`]): all of it, or one of `content` and `structuredContent`.
+pub fn read_bytes(reads: Reads, result: &str) -> usize {
+    if reads == Reads::Both {
+        return result.len();
+    }
+    let Some(members) = super::raw::members(result) else {
+        return result.len();
+    };
+    let structured = members
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "structuredContent")
+        .map(|(_, r)| r.len());
+    match (reads, structured) {
+        (_, None) => result.len(),
+        // Everything but structuredContent (its key and separator included).
+        (Reads::Content, Some(structured)) => result
+            .len()
+            .saturating_sub(structured + "\"structuredContent\":,".len()),
+        (_, Some(structured)) => structured,
+    }
 }
 
 /// Whether a result of `bytes` bytes is over the cap.

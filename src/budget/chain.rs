@@ -58,6 +58,8 @@ struct TextLayout {
     structured: Option<Range<usize>>,
     /// structuredContent members whose value is the same text (string literals, in the result).
     mirrors: Vec<Range<usize>>,
+    /// The text is one JSON document (an object or an array).
+    json: bool,
 }
 
 /// The fingerprint of a result (never 0: 0 is "none" in a cursor).
@@ -144,6 +146,12 @@ impl RuleResult {
                 .text
                 .as_ref()
                 .map_or(0, |t| t.whole.len() + t.newlines.len() * 8)
+    }
+
+    /// Whether the text a text rule pages is one JSON document: the automatic pager pages it,
+    /// by its largest array, so that every page parses.
+    pub fn text_is_json(&self) -> bool {
+        self.text.as_ref().is_some_and(|t| t.json)
     }
 
     /// The decoded text a text rule pages, if the result has one.
@@ -280,7 +288,10 @@ impl TextLayout {
             }
         }
         let newlines = memchr::memchr_iter(b'\n', whole.as_bytes()).collect();
+        let json = matches!(whole.trim_start().as_bytes().first(), Some(b'{' | b'['))
+            && serde_json::from_str::<&serde_json::value::RawValue>(&whole).is_ok();
         Some(TextLayout {
+            json,
             whole,
             newlines,
             block,
@@ -400,6 +411,7 @@ mod tests {
 
     fn args(after: Option<usize>) -> TextArgs {
         TextArgs {
+            auto: None,
             after,
             fingerprint: None,
             digest: [7; 16],

@@ -220,6 +220,7 @@ impl Budget {
                     .map(|most| policy.max_result_size_chars.min(most).min(policy.max_bytes)),
                 page_bytes: profile.page_bytes,
                 profile: Some(profile.name.as_str().into()),
+                reads: profile.reads,
             };
             policy.max_bytes = limits.bytes;
             // A text page leaves room for its notice under the cap.
@@ -244,10 +245,30 @@ impl Budget {
         }
     }
 
-    /// The largest automatic page of `tool`'s results.
+    /// The largest automatic page of `tool`'s results. Where the automatic pager serves a text
+    /// rule (a JSON document in its text), the rule's page size bounds the text of a page, in
+    /// each of `content` and `structuredContent` where the result carries it twice; the
+    /// client's budget bounds what it reads of the whole page.
     pub fn page_max(&self, tool: &str) -> usize {
         let cap = self.cap_for(tool);
-        self.limits.page_bytes.map_or(cap, |page| page.min(cap))
+        let text_page = self
+            .policy
+            .rule_for(tool)
+            .and_then(|rule| rule.text.as_ref())
+            .map(|text| {
+                (text.page_bytes.saturating_mul(2)).saturating_add(auto::CONTINUATION_ALLOWANCE)
+            });
+        [self.limits.page_bytes, text_page]
+            .into_iter()
+            .flatten()
+            .fold(cap, usize::min)
+    }
+
+    /// Whether a result of `tool` passes whole: within the budget, and no larger than a page
+    /// (a text rule's page size holds where the automatic pager serves the rule).
+    pub fn fits_whole(&self, tool: &str, result: &str) -> bool {
+        self.over(tool, result.as_bytes()).is_none()
+            && cap::read_bytes(self.limits.reads, result) <= self.page_max(tool)
     }
 
     /// What a result is held to.
@@ -466,6 +487,10 @@ impl Budget {
                 paging: Paging::Items(args),
                 ..
             } => args.after.as_ref().and_then(auto::At::from_position),
+            Governed::Paged {
+                paging: Paging::Text(args),
+                ..
+            } => args.auto,
             _ => None,
         }
     }
@@ -505,6 +530,7 @@ impl Budget {
             Paging::Text(args) => Paging::Text(args::TextArgs {
                 after: Some(position.offset),
                 fingerprint: chain::fingerprint_of(&position),
+                auto: auto::At::from_position(&position),
                 digest: args.digest,
             }),
         };
@@ -547,6 +573,12 @@ impl Budget {
             && let Some(text) = &rule.text
             && entry.has_layout()
         {
+            // A JSON document is paged as JSON, by the automatic pager: every page parses.
+            if args.auto.is_some() || entry.text_is_json() {
+                let at = args.auto;
+                let digest = args.digest;
+                return Ok((Finished::Auto { at, digest }, false));
+            }
             return self.text_from_layout(plan, text.page_bytes, args, entry);
         }
         let finished = self.finish_walked(plan, entry.raw(), entry.walked())?;
@@ -562,8 +594,9 @@ impl Budget {
         Ok((finished, more))
     }
 
-    /// A text page from the entry's line index, made smaller until it fits the token and line
-    /// budgets, then held to the cap.
+    /// A text page from the entry's line index, made smaller until what the client reads of it
+    /// fits the byte, token and line budgets (a page counts every copy of its text the client
+    /// reads), then held to the cap.
     fn text_from_layout(
         &self,
         plan: &CallPlan,
@@ -572,16 +605,29 @@ impl Budget {
         entry: &chain::RuleResult,
     ) -> Result<(Finished, bool), RenderError> {
         let tool = plan.tool.as_str();
-        let fitting = self.limits.tokens.is_some() || self.limits.lines.is_some();
         let mut outcome = None;
-        for _ in 0..9 {
+        for _ in 0..12 {
             let made = entry.text_page(tool, page_bytes, args, &self.key, self.search_hint());
+            if let Some(chain::TextOutcome::Fits) = made
+                && let (Some(text), Some((_, _, share))) =
+                    (entry.text(), self.over_by(tool, entry.raw().as_bytes()))
+            {
+                // The text is under the page size, but what the client reads of the result
+                // (the text twice, say) is not: it comes in smaller pages.
+                let smaller = ((text.len() as f64) * share * 0.9) as usize;
+                if smaller < 64 || smaller >= page_bytes {
+                    outcome = made;
+                    break;
+                }
+                page_bytes = smaller;
+                continue;
+            }
             let Some(chain::TextOutcome::Page { result, more }) = made else {
                 outcome = made;
                 break;
             };
-            if fitting && let Some(over) = tokens::over(&result, &self.limits) {
-                let smaller = ((page_bytes.min(result.len()) as f64) * over.ratio() * 0.9) as usize;
+            if let Some((_, _, share)) = self.over_by(tool, result.as_bytes()) {
+                let smaller = ((page_bytes.min(result.len()) as f64) * share * 0.9) as usize;
                 outcome = Some(chain::TextOutcome::Page { result, more });
                 if smaller < 64 {
                     break; // the cap's check refuses it
@@ -750,6 +796,13 @@ impl Budget {
                 }
             }
             Some((rule, Some(Paging::Text(args)))) if !is_error => {
+                if let Some(at) = args.auto {
+                    let digest = args.digest;
+                    return Ok(Finished::Auto {
+                        at: Some(at),
+                        digest,
+                    });
+                }
                 if let Some(text) = &rule.text {
                     self.run_text_fitted(&plan.tool, text.page_bytes, args, &mut result);
                 }
@@ -772,7 +825,8 @@ impl Budget {
     }
 
     /// Whether a serialized result is over this session's budget for `tool`: what it measures
-    /// and the budget it is over, for the refusal.
+    /// and the budget it is over, for the refusal. Bytes are what the client's model reads of
+    /// it ([`cap::read_bytes`]).
     pub fn over(&self, tool: &str, result: &[u8]) -> Option<(String, String)> {
         self.over_by(tool, result)
             .map(|(size, budget, _)| (size, budget))
@@ -781,11 +835,15 @@ impl Budget {
     /// [`Budget::over`], with the share of the result that would fit.
     fn over_by(&self, tool: &str, result: &[u8]) -> Option<(String, String, f64)> {
         let cap = self.cap_for(tool);
-        if cap::exceeds(result.len(), cap) {
+        let read = match std::str::from_utf8(result) {
+            Ok(text) => cap::read_bytes(self.limits.reads, text),
+            Err(_) => result.len(),
+        };
+        if cap::exceeds(read, cap) {
             return Some((
-                format!("{} bytes", result.len()),
+                format!("{read} bytes"),
                 self.limits.byte_budget(cap).as_cap(),
-                cap as f64 / result.len().max(1) as f64,
+                cap as f64 / read.max(1) as f64,
             ));
         }
         if self.limits.tokens.is_none() && self.limits.lines.is_none() {
@@ -864,7 +922,8 @@ impl Budget {
         Ok(Some(serde_json::to_vec(&refusal_result(&text))?))
     }
 
-    /// [`Budget::run_text`], with pages made smaller until one fits the token and line budgets.
+    /// [`Budget::run_text`], with pages made smaller until what the client reads of one fits
+    /// the byte, token and line budgets.
     fn run_text_fitted(
         &self,
         tool: &str,
@@ -872,18 +931,16 @@ impl Budget {
         args: &args::TextArgs,
         result: &mut Value,
     ) {
-        let original =
-            (self.limits.tokens.is_some() || self.limits.lines.is_some()).then(|| result.clone());
+        let original = result.clone();
         self.run_text(tool, page_bytes, args, result);
-        let Some(original) = original else { return };
-        for _ in 0..8 {
+        for _ in 0..12 {
             let Ok(page) = serde_json::to_string(result) else {
                 return;
             };
-            let Some(over) = tokens::over(&page, &self.limits) else {
+            let Some((_, _, share)) = self.over_by(tool, page.as_bytes()) else {
                 return;
             };
-            page_bytes = ((page_bytes.min(page.len()) as f64) * over.ratio() * 0.9) as usize;
+            page_bytes = ((page_bytes.min(page.len()) as f64) * share * 0.9) as usize;
             if page_bytes < 64 {
                 return; // the cap's check refuses it
             }
