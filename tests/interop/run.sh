@@ -79,14 +79,19 @@ filesystem="$cache/npm/node_modules/@modelcontextprotocol/server-filesystem/dist
 cp "$here/v2/client.mjs" "$cache/v2/client.mjs"
 cp "$root/tests/conformance/target.mjs" "$cache/v2/target.mjs"
 
+command -v git >/dev/null || fail "git is not installed (needed by mcp-server-git)"
+[ -x "$cache/git-venv/bin/mcp-server-git" ] || fail "mcp-server-git is missing from $cache/git-venv (delete $stamp to reinstall)"
+# `--install`: the peers only (tests/matrix/run.sh uses them too).
+if [ "${1:-}" = "--install" ]; then
+  exit 0
+fi
+
 proxy="${MCP_BUDGET_BIN:-$root/target/debug/mcp-budget}"
 if [ ! -x "$proxy" ]; then
   (cd "$root" && cargo build --quiet --bin mcp-budget) || fail "cannot build mcp-budget"
 fi
 
-command -v git >/dev/null || fail "git is not installed (needed by mcp-server-git)"
 export MCP_BUDGET_GIT_SERVER="$cache/git-venv/bin/mcp-server-git"
-[ -x "$MCP_BUDGET_GIT_SERVER" ] || fail "mcp-server-git is missing from $cache/git-venv (delete $stamp to reinstall)"
 
 work="$(mktemp -d)"
 cd "$work"
