@@ -101,8 +101,24 @@ pub enum Problem {
     /// A key the proxy decides on appears twice: the proxy cannot know which one the server
     /// will read, so it reads neither.
     Duplicate(&'static str),
-    /// The id is neither a string nor a finite number.
+    /// Another key of the envelope (the message, `params` or `params._meta`: named here)
+    /// appears twice.
+    DuplicateIn(&'static str),
+    /// The id is neither a string nor an integer a double holds exactly, written plainly.
     BadId,
+    /// A request's id is `null` (MCP: ids MUST NOT be null); as a notification it would pass
+    /// every check a request gets.
+    NullId,
+    /// A string escape that JSON readers decode differently (a lone UTF-16 surrogate):
+    /// serde refuses it, JavaScript and Python keep it.
+    LoneSurrogate,
+    /// A number the common JSON readers read as different values (an integer past 2^53, a
+    /// number past a double's range).
+    UnsafeNumber,
+    /// An element of a batch whose envelope cannot be read (a key that does not decode).
+    Unreadable,
+    /// A JSON object with no `method`, `id`, `result` or `error`: no JSON-RPC message.
+    NotJsonRpc,
     /// An id, and no `method`, `result` or `error`.
     NoMethod,
     /// `method` is not a string.
@@ -118,7 +134,15 @@ impl Problem {
             Problem::Duplicate(key) => format!(
                 "Invalid Request: the message has the key \"{key}\" twice; send each key once (the proxy does not guess which one the server would read)"
             ),
-            Problem::BadId => "Invalid Request: the id must be a string or a finite number".into(),
+            Problem::DuplicateIn(place) => format!(
+                "Invalid Request: a key of {place} appears twice; send each key once (JSON readers differ on which one counts, so the proxy reads neither)"
+            ),
+            Problem::BadId => "Invalid Request: the id must be a string, or an integer written plainly (no fraction, exponent, leading zero or -0) between -9007199254740991 and 9007199254740991, which every JSON reader reads as the same number".into(),
+            Problem::NullId => "Invalid Request: a request's id must not be null (MCP); give it a string or an integer id, or leave the id out for a notification".into(),
+            Problem::LoneSurrogate => "Invalid Request: the message has a \\u escape of a lone UTF-16 surrogate (\\ud800-\\udfff without its pair), which JSON readers decode differently; send the character itself or a valid surrogate pair".into(),
+            Problem::UnsafeNumber => "Invalid Request: the message has a number JSON readers read differently (an integer of magnitude 2^53 = 9007199254740992 or more, or a number past a double's range); send it as a string".into(),
+            Problem::Unreadable => "Invalid Request: this element's envelope cannot be read (a key or string that does not decode); send valid JSON text".into(),
+            Problem::NotJsonRpc => "Invalid Request: the object has no \"method\" (a request or notification) and no \"result\" or \"error\" (a response)".into(),
             Problem::NoMethod => "Invalid Request: a request needs a \"method\" (a string)".into(),
             Problem::BadMethod => "Invalid Request: \"method\" must be a string".into(),
             Problem::TooDeep => format!(
@@ -160,24 +184,14 @@ fn id_key(raw: &str) -> Option<Cow<'_, str>> {
         let value: Cow<'_, str> = serde_json::from_str(raw).ok()?;
         return serde_json::to_string(&value).ok().map(Cow::Owned);
     }
-    // JSON's own number grammar (no `01`, `1.`, `+1`), read without keeping it; then its value.
-    serde_json::from_str::<IgnoredAny>(raw).ok()?;
-    if !raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
-        return None;
-    }
-    let number: f64 = raw.parse().ok()?;
-    if !number.is_finite() {
-        return None;
-    }
-    let integer = !raw.contains(['.', 'e', 'E']);
-    Some(if integer && number.abs() >= 9.0e15 {
-        // Past f64's exact integers: the digits are the value.
-        Cow::Borrowed(raw)
-    } else if number.fract() == 0.0 && number.abs() < 9.0e15 {
-        Cow::Owned(format!("{}", number as i64))
-    } else {
-        Cow::Owned(format!("{number:e}"))
-    })
+    // A number: only an integer written plainly that a double holds exactly. JavaScript reads
+    // 9007199254740993 as ...992 and 1e16 as 10000000000000000: two ids to the proxy would be
+    // one to such a server, and the answers would cross.
+    (digits.len() == 16
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !digits.starts_with('0')
+        && digits < "9007199254740992")
+        .then_some(Cow::Borrowed(raw))
 }
 
 impl Id {
@@ -293,6 +307,19 @@ pub enum NotJson {
     Utf8(#[from] std::str::Utf8Error),
 }
 
+/// The keys of one object seen so far (the serde read, which is the slow path): a key seen
+/// twice is noted as a duplicate in `place`.
+#[derive(Default)]
+struct Keys(std::collections::HashSet<String>);
+
+impl Keys {
+    fn note(&mut self, key: &str, place: &'static str, duplicate: &mut Option<&'static str>) {
+        if !self.0.insert(key.to_string()) && duplicate.is_none() {
+            *duplicate = Some(place);
+        }
+    }
+}
+
 /// Notes the first key seen twice.
 fn once(seen: &mut bool, duplicate: &mut Option<&'static str>, name: &'static str) {
     if std::mem::replace(seen, true) && duplicate.is_none() {
@@ -313,6 +340,8 @@ struct Envelope<'a> {
     /// `params` is there and is not an object.
     bad_params: bool,
     duplicate: Option<&'static str>,
+    /// Another key of the message appears twice.
+    duplicate_in: Option<&'static str>,
 }
 
 /// What the relay reads of `params`: `_meta`'s progress token and modern keys, where the
@@ -325,6 +354,8 @@ struct Params<'a> {
     client: Option<String>,
     capabilities: bool,
     duplicate: Option<&'static str>,
+    /// Another key of `params` or `_meta` appears twice (which of them).
+    duplicate_in: Option<&'static str>,
     /// `name`, `uri`, `taskId` (decoded only for a modern request, where a header names one).
     named: [Option<&'a str>; 3],
     /// `arguments`, as it is.
@@ -422,7 +453,9 @@ from_object!(Envelope, |map| {
         mut error,
         mut params,
     ] = [false; 6];
+    let mut keys = Keys::default();
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        keys.note(&key, "the message", &mut out.duplicate_in);
         let dup = &mut out.duplicate;
         match key.as_ref() {
             "jsonrpc" => {
@@ -470,7 +503,9 @@ from_object!(ParamsRead, |map| {
         ..Params::default()
     };
     let [mut name, mut arguments, mut meta, mut task] = [false; 4];
+    let mut keys = Keys::default();
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        keys.note(&key, "params", &mut out.duplicate_in);
         let dup = &mut out.duplicate;
         let named = match key.as_ref() {
             "name" => Some(0),
@@ -503,6 +538,9 @@ from_object!(ParamsRead, |map| {
                 if out.duplicate.is_none() {
                     out.duplicate = read.duplicate;
                 }
+                if out.duplicate_in.is_none() {
+                    out.duplicate_in = read.duplicate_in;
+                }
                 continue;
             }
             _ => {}
@@ -519,7 +557,9 @@ struct MetaRead<'a>(Params<'a>, std::marker::PhantomData<&'a ()>);
 from_object!(MetaRead, |map| {
     let mut out = Params::default();
     let [mut progress, mut version, mut client, mut capabilities] = [false; 4];
+    let mut keys = Keys::default();
     while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        keys.note(&key, "params._meta", &mut out.duplicate_in);
         let dup = &mut out.duplicate;
         match key.as_ref() {
             "progressToken" => {
@@ -633,6 +673,7 @@ impl Envelope<'_> {
         };
         let result = self.result.map(at);
         let raw_id = self.id.filter(|text| *text != "null");
+        let null_id = self.id == Some("null");
         let id = raw_id.and_then(Id::parse);
         // A method without escapes is its text between the quotes (no second read).
         let method = self.method.map(|raw| match plain(raw) {
@@ -641,10 +682,14 @@ impl Envelope<'_> {
         });
         let problem = if let Some(key) = self.duplicate.or(self.params.duplicate) {
             Some(Problem::Duplicate(key))
+        } else if let Some(place) = self.duplicate_in.or(self.params.duplicate_in) {
+            Some(Problem::DuplicateIn(place))
         } else if raw_id.is_some() && id.is_none() {
             Some(Problem::BadId)
         } else if matches!(method, Some(Err(_))) {
             Some(Problem::BadMethod)
+        } else if null_id && method.is_some() {
+            Some(Problem::NullId)
         } else {
             None
         };
@@ -945,6 +990,25 @@ fn first(seen: &mut bool) -> Option<()> {
     (!std::mem::replace(seen, true)).then_some(())
 }
 
+/// The keys of one object the hand reader has seen (without escapes): `None` for a key seen
+/// before, or past eight keys (both left to serde, which decides).
+#[derive(Default)]
+struct Few<'a> {
+    keys: [&'a str; 8],
+    len: usize,
+}
+
+impl<'a> Few<'a> {
+    fn add(&mut self, key: &'a str) -> Option<()> {
+        if self.keys[..self.len].contains(&key) {
+            return None;
+        }
+        *self.keys.get_mut(self.len)? = key;
+        self.len += 1;
+        Some(())
+    }
+}
+
 /// The envelope of `text` (an object) read by hand, as the serde read ([`Envelope`]'s
 /// `Deserialize`) reads it, for the common message: keys without escapes, `params` and its
 /// `_meta` objects when present, no key the relay reads given twice. `None` for anything else,
@@ -962,7 +1026,9 @@ fn quick_envelope(text: &str) -> Option<Envelope<'_>> {
         mut error,
         mut params,
     ] = [false; 6];
+    let mut keys = Few::default();
     scan.members(|key, scan| {
+        keys.add(key)?;
         match key {
             "jsonrpc" => {
                 first(&mut jsonrpc)?;
@@ -1006,7 +1072,9 @@ fn quick_params<'a>(scan: &mut Scan<'a>) -> Option<Params<'a>> {
         ..Params::default()
     };
     let [mut name, mut arguments, mut meta, mut task] = [false; 4];
+    let mut keys = Few::default();
     scan.members(|key, scan| {
+        keys.add(key)?;
         match key {
             "name" => {
                 first(&mut name)?;
@@ -1038,7 +1106,9 @@ fn quick_params<'a>(scan: &mut Scan<'a>) -> Option<Params<'a>> {
 /// `params._meta`, when an object, into `out` (see [`quick_envelope`]).
 fn quick_meta<'a>(scan: &mut Scan<'a>, out: &mut Params<'a>) -> Option<()> {
     let [mut progress, mut version, mut client, mut capabilities] = [false; 4];
+    let mut keys = Few::default();
     scan.members(|key, scan| {
+        keys.add(key)?;
         match key {
             "progressToken" => {
                 first(&mut progress)?;
@@ -1097,7 +1167,12 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
                         }
                         kind
                     }
-                    Err(_) => Kind::Other,
+                    // Never "something else" to forward: an element is refused as a message
+                    // alone would be.
+                    Err(_) => Kind::Malformed {
+                        id: None,
+                        problem: Problem::Unreadable,
+                    },
                 }
             })
             .collect();
@@ -1128,7 +1203,144 @@ pub fn parse_from_client(line: &[u8]) -> Result<Parsed, NotJson> {
             problem: Problem::TooDeep,
         }));
     }
-    parse(line)
+    let parsed = parse(line)?;
+    let Some(problem) = read_two_ways(line) else {
+        return Ok(parsed);
+    };
+    // What JSON readers read differently is refused, message by message.
+    let refuse = |kind: Kind, problem: Problem| match kind {
+        // Refused already, for a reason of its own (an id that is no id, say).
+        Kind::Malformed { .. } => kind,
+        kind => Kind::Malformed {
+            id: kind_id(&kind),
+            problem,
+        },
+    };
+    Ok(match parsed {
+        Parsed::Single(kind) => Parsed::Single(refuse(kind, problem)),
+        Parsed::Batch(kinds) => {
+            let elements: Vec<&RawValue> = serde_json::from_slice(line)?;
+            Parsed::Batch(
+                kinds
+                    .into_iter()
+                    .zip(elements)
+                    .map(
+                        |(kind, element)| match read_two_ways(element.get().as_bytes()) {
+                            Some(problem) => refuse(kind, problem),
+                            None => kind,
+                        },
+                    )
+                    .collect(),
+            )
+        }
+    })
+}
+
+/// What in `text` (valid JSON) the common JSON readers read differently, if anything: a
+/// `\u` escape of a lone UTF-16 surrogate (serde refuses it, JavaScript and Python keep it),
+/// an integer JavaScript cannot hold exactly (|n| >= 2^53: Python and serde keep every
+/// digit), or a number no double holds (1e400: Python and JavaScript read infinity, serde
+/// refuses or keeps the text). One pass: strings are skipped a run at a time.
+pub fn read_two_ways(text: &[u8]) -> Option<Problem> {
+    let mut at = 0;
+    while at < text.len() {
+        match text[at] {
+            b'"' => {
+                let end = string_end(text, at + 1);
+                if has_lone_surrogate(&text[at + 1..end.min(text.len())]) {
+                    return Some(Problem::LoneSurrogate);
+                }
+                at = end + 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = at;
+                at += 1;
+                while at < text.len()
+                    && matches!(text[at], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    at += 1;
+                }
+                if !number_reads_one_way(&text[start..at]) {
+                    return Some(Problem::UnsafeNumber);
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+/// Where the string that starts at `from` (after its opening quote) ends: its closing quote.
+fn string_end(text: &[u8], from: usize) -> usize {
+    let mut at = from;
+    while let Some(stop) = memchr::memchr2(b'"', b'\\', &text[at.min(text.len())..]) {
+        at += stop;
+        if text[at] == b'"' {
+            return at;
+        }
+        at += 2; // an escape: the byte after the backslash is never the end
+    }
+    text.len()
+}
+
+/// Whether every common JSON reader reads the number `number` (JSON's grammar) as one value.
+fn number_reads_one_way(number: &[u8]) -> bool {
+    let fraction_or_exponent = number.iter().any(|b| matches!(b, b'.' | b'e' | b'E'));
+    let Ok(text) = std::str::from_utf8(number) else {
+        return false;
+    };
+    if !fraction_or_exponent {
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        // Under 2^53 = 9007199254740992: every reader holds it exactly.
+        return digits.len() < 16 || (digits.len() == 16 && digits < "9007199254740992");
+    }
+    text.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// The id a message was read with, when it has a valid one.
+fn kind_id(kind: &Kind) -> Option<Id> {
+    match kind {
+        Kind::Request { id, .. } => Some(id.clone()),
+        Kind::Response { id, .. } | Kind::Malformed { id, .. } => id.clone(),
+        _ => None,
+    }
+}
+
+/// Whether `text` has a `\u` escape of a UTF-16 surrogate that is not half of a pair (a high
+/// one followed by a low one). serde refuses such a string where it decodes it (a key, a
+/// method, a name) and skips it elsewhere; JavaScript and Python keep it: two readings.
+pub fn has_lone_surrogate(text: &[u8]) -> bool {
+    let hex = |at: usize| -> Option<u16> {
+        let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
+        u16::from_str_radix(digits, 16).ok()
+    };
+    let mut next = 0;
+    for at in memchr::memchr_iter(b'\\', text) {
+        if at < next {
+            continue; // the escaped byte of a `\\` (or inside an escape already read)
+        }
+        match text.get(at + 1) {
+            Some(b'u') => {
+                next = at + 6;
+                let Some(unit) = hex(at + 2) else { continue };
+                match unit {
+                    0xD800..=0xDBFF => {
+                        let low = (text.get(at + 6..at + 8) == Some(&b"\\u"[..]))
+                            .then(|| hex(at + 8))
+                            .flatten();
+                        if !matches!(low, Some(0xDC00..=0xDFFF)) {
+                            return true;
+                        }
+                        next = at + 12;
+                    }
+                    0xDC00..=0xDFFF => return true,
+                    _ => {}
+                }
+            }
+            _ => next = at + 2,
+        }
+    }
+    false
 }
 
 #[derive(Deserialize)]
@@ -1457,12 +1669,11 @@ mod tests {
             "7",
             "-3",
             "123456789012345",
-            "-0",
             "1234567890123456",
+            "9007199254740991",
+            "-9007199254740991",
             r#""a\u0062""#,
             r#""\"""#,
-            "7.0",
-            "1e2",
         ] {
             let slow = {
                 let value: serde_json::Value = serde_json::from_str(raw).unwrap();
@@ -1484,6 +1695,19 @@ mod tests {
             assert_eq!(Id::from_json_text(raw).key(), slow, "{raw}");
         }
         assert!(Id::parse("01").is_none());
+        // Numbers two readers could read as one another are no ids: a fraction, an exponent,
+        // -0, 2^53 and past it.
+        for bad in [
+            "-0",
+            "7.0",
+            "1e2",
+            "9007199254740992",
+            "9007199254740993",
+            "10000000000000000",
+            "12345678901234567890",
+        ] {
+            assert!(Id::parse(bad).is_none(), "{bad}");
+        }
         assert!(Id::parse(r#""a\u0001""#).is_some());
         assert!(
             Id::parse("\"a\u{1}\"").is_none(),
@@ -1521,7 +1745,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"{\"a\":1}"}],"structuredContent":{"a":1},"isError":false}}"#,
             r#" { "jsonrpc" : "2.0" , "id" : null , "error" : { "code" : -32600 , "message" : "x" } } "#,
             r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":0.5}}"#,
-            r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///x","uri":"file:///y","task":{"ttl":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///x","task":{"ttl":1}}}"#,
             r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"t1","_meta":{"io.modelcontextprotocol/protocolVersion":7}}}"#,
             r#"{"id":1.0,"method":"m"}"#,
             r#"{"id":[1],"method":"m"}"#,
@@ -1654,12 +1878,46 @@ mod tests {
     }
 
     #[test]
-    fn id_keys_ignore_number_formatting_but_keep_raw_text() {
-        let a = Id::from_json_text("7.0");
+    fn a_number_id_is_a_plain_integer_and_never_the_string_of_it() {
+        assert!(Id::parse("7.0").is_none());
         let b = Id::from_json_text("7");
-        assert_eq!(a.key(), b.key());
-        assert_eq!(a.raw(), "7.0");
+        assert_eq!(b.key(), "7");
         assert_ne!(Id::from_json_text(r#""7""#).key(), b.key());
+    }
+
+    #[test]
+    fn lone_surrogates_are_found_and_refused_per_element() {
+        for (text, lone) in [
+            (r#""\ud800""#, true),
+            (r#""\uDC00x""#, true),
+            (r#""\ud83d\ude00""#, false),
+            (r#""\ud83d\u0041""#, true),
+            (r#""\\ud800""#, false),
+            (r#""\\\ud800""#, true),
+            (r#""\u00e9 plain""#, false),
+            (r#""\ud800"#, true),
+        ] {
+            assert_eq!(has_lone_surrogate(text.as_bytes()), lone, "{text}");
+        }
+        let batch = parse_from_client(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","arguments":{"\ud800":1}}}]"#,
+        )
+        .unwrap();
+        let kinds = batch.kinds();
+        assert!(matches!(kinds[0], Kind::Request { .. }));
+        assert_eq!(
+            kinds[1],
+            Kind::Malformed {
+                id: Some(Id::from_json_text("2")),
+                problem: Problem::LoneSurrogate
+            }
+        );
+        // An element whose key does not decode is refused, never "something else".
+        let batch = parse(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"\ud800":1,"id":2,"method":"tools/call"}]"#).unwrap();
+        assert!(
+            matches!(batch.kinds()[1], Kind::Malformed { .. }),
+            "{batch:?}"
+        );
     }
 
     #[test]
@@ -1756,18 +2014,9 @@ mod tests {
             Id::parse(r#""\/x""#).unwrap().key(),
             Id::parse(r#""/x""#).unwrap().key()
         );
-        assert_eq!(
-            Id::parse("1.50").unwrap().key(),
-            Id::parse("1.5").unwrap().key()
-        );
-        assert_eq!(
-            Id::parse("15e-1").unwrap().key(),
-            Id::parse("1.5").unwrap().key()
-        );
-        assert_eq!(
-            Id::parse("1E2").unwrap().key(),
-            Id::parse("100").unwrap().key()
-        );
+        for number in ["1.50", "1.5", "15e-1", "1E2"] {
+            assert!(Id::parse(number).is_none(), "{number}");
+        }
         assert_ne!(
             Id::parse("1").unwrap().key(),
             Id::parse(r#""1""#).unwrap().key()
@@ -1837,10 +2086,27 @@ mod tests {
             Some(Problem::NoMethod)
         );
         assert_eq!(problem(r#"{"id":5,"method":7}"#), Some(Problem::BadMethod));
-        // Other keys may repeat: they are the server's business.
+        // Any other key of the envelope twice: refused too (readers differ on which counts).
         assert_eq!(
             problem(r#"{"id":1,"method":"x","params":{"other":1,"other":2}}"#),
-            None
+            Some(Problem::DuplicateIn("params"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"method":"x","x":1,"x":2}"#),
+            Some(Problem::DuplicateIn("the message"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"method":"x","params":{"_meta":{"a":1,"a":2}}}"#),
+            Some(Problem::DuplicateIn("params._meta"))
+        );
+        assert_eq!(
+            problem(r#"{"id":1,"method":"x","params":{"requestState":"a","requestState":"b"}}"#),
+            Some(Problem::DuplicateIn("params"))
+        );
+        // A request's id is never null.
+        assert_eq!(
+            problem(r#"{"id":null,"method":"tools/list"}"#),
+            Some(Problem::NullId)
         );
         // The id of a malformed message is kept when it is valid, to answer it.
         assert_eq!(

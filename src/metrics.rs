@@ -67,6 +67,8 @@ pub struct Metrics {
     pub upstream_latency: Histogram,
     pub upstream_restarts: Counter,
     pub bad_input: Counter,
+    /// Server messages dropped because the proxy could not classify them.
+    pub server_dropped: Counter,
     pub remote_hits: Counter,
     pub remote_misses: Counter,
     pub remote_errors_by: Family<RemoteLabel, Counter>,
@@ -107,6 +109,7 @@ impl Metrics {
             ]),
             upstream_restarts: Counter::default(),
             bad_input: Counter::default(),
+            server_dropped: Counter::default(),
             remote_hits: Counter::default(),
             remote_misses: Counter::default(),
             remote_errors_by: Family::default(),
@@ -178,6 +181,11 @@ impl Metrics {
             "bad_input",
             "Client messages refused as bad input (not JSON, not JSON-RPC, over the size limit, a reused id)",
             metrics.bad_input.clone(),
+        );
+        registry.register(
+            "server_messages_dropped",
+            "Server messages dropped because the proxy could not classify them with certainty (a null or unreadable id, a duplicate key, no JSON-RPC kind)",
+            metrics.server_dropped.clone(),
         );
         registry.register(
             "remote_cache_hits",

@@ -515,6 +515,26 @@ fn bad_input() {
     }
 }
 
+/// The largest null-id error a server's message may be and still pass (JSON-RPC's error about
+/// a message the server could not read): an error, never a payload.
+const NULL_ID_ERROR_BYTES: usize = 8 * 1024;
+
+/// A server message the proxy cannot classify with certainty: logged and counted, never
+/// passed on for the client to read its own way.
+fn unclassified_from_server(kind: &Kind, bytes: &[u8]) {
+    if let Some(metrics) = crate::metrics::get() {
+        metrics.server_dropped.inc();
+    }
+    let why = match kind {
+        Kind::Malformed { problem, .. } => format!("{problem:?}"),
+        Kind::Response { id: None, .. } => {
+            "a response with a null id (it answers no request the proxy sent)".into()
+        }
+        _ => "no JSON-RPC message".into(),
+    };
+    tracing::warn!(why, excerpt = %jsonrpc::excerpt(bytes, 120), "the server sent a message the proxy cannot classify; dropped");
+}
+
 /// One client session's routing state.
 pub struct Relay {
     interceptor: Interceptor,
@@ -1838,7 +1858,26 @@ impl Relay {
             {
                 self.answered_by_legacy_client(&id, bytes, routed, out)
             }
-            Kind::Response { .. } | Kind::Other | Kind::Invalid => Forward::Unchanged,
+            // An answer to no request: no id to answer under, and nothing the server asked.
+            Kind::Response { id: None, .. } => {
+                bad_input();
+                tracing::warn!(excerpt = %jsonrpc::excerpt(bytes, 120), "client sent a response with a null id; dropped");
+                Forward::Drop
+            }
+            Kind::Response { .. } => Forward::Unchanged,
+            // What the proxy cannot classify is never forwarded for the server to read its way.
+            Kind::Other | Kind::Invalid => {
+                bad_input();
+                tracing::warn!(excerpt = %jsonrpc::excerpt(bytes, 120), "client message is no JSON-RPC message; refused");
+                let problem = message::Problem::NotJsonRpc;
+                routed.to_client.push(jsonrpc::error_response(
+                    None,
+                    INVALID_REQUEST,
+                    &problem.message(),
+                    None,
+                ));
+                Forward::Drop
+            }
         }
     }
 
@@ -2386,7 +2425,7 @@ impl Relay {
             // An answer whose result a client could read two ways is never passed unbudgeted.
             Parsed::Single(Kind::Malformed {
                 id: Some(id),
-                problem: message::Problem::Duplicate(key),
+                problem: message::Problem::Duplicate(key) | message::Problem::DuplicateIn(key),
             }) => match self.twice_answered(&id, key) {
                 Some((client, answer)) => {
                     restored = Some(client);
@@ -2403,12 +2442,18 @@ impl Relay {
                 tracing::warn!(key, excerpt = %jsonrpc::excerpt(&line, 120), "a server notification names a key twice (a client could read it two ways); withheld");
                 Delivery::Drop
             }
-            // An id that is no id answers nothing and asks nothing a client could answer.
-            Parsed::Single(Kind::Malformed {
-                problem: message::Problem::BadId,
-                ..
-            }) => {
-                tracing::warn!(excerpt = %jsonrpc::excerpt(&line, 120), "the server sent a message whose id is not a string or a number; dropped");
+            // What the proxy cannot classify (an id that is no id, a response to no request, a
+            // message of no kind) answers nothing a client asked: dropped, logged and counted.
+            // JSON-RPC's one null-id message, an error about a message the server could not
+            // read (a batch, say), passes while it is the size of an error.
+            Parsed::Single(Kind::Response {
+                id: None,
+                result: None,
+            }) if line.len() <= NULL_ID_ERROR_BYTES => Delivery::Unchanged,
+            Parsed::Single(
+                kind @ (Kind::Malformed { .. } | Kind::Response { id: None, .. } | Kind::Other),
+            ) => {
+                unclassified_from_server(&kind, &line);
                 Delivery::Drop
             }
             Parsed::Single(_) => Delivery::Unchanged,
@@ -3648,8 +3693,8 @@ impl Relay {
                 // In a batch as alone: what a client could read two ways is withheld.
                 Kind::Malformed {
                     id,
-                    problem: message::Problem::Duplicate(key),
-                } => match id.and_then(|id| self.twice_answered(&id, key)) {
+                    problem: message::Problem::Duplicate(key) | message::Problem::DuplicateIn(key),
+                } if id.is_some() => match id.and_then(|id| self.twice_answered(&id, key)) {
                     Some((client, answer)) => {
                         if !seen_response {
                             seen_response = true;
@@ -3681,6 +3726,17 @@ impl Relay {
                         Ok(None) => Delivery::Unchanged,
                         Err(_) => Delivery::Drop,
                     }
+                }
+                Kind::Response {
+                    id: None,
+                    result: None,
+                } if element.get().len() <= NULL_ID_ERROR_BYTES => Delivery::Unchanged,
+                kind @ (Kind::Malformed { .. }
+                | Kind::Response { id: None, .. }
+                | Kind::Other
+                | Kind::Invalid) => {
+                    unclassified_from_server(&kind, element.get().as_bytes());
+                    Delivery::Drop
                 }
                 _ => Delivery::Unchanged,
             };
@@ -3714,7 +3770,7 @@ impl Relay {
             Some(&flight.id),
             UPSTREAM_ERROR,
             &format!(
-                "mcp-budget: the server's answer has the key {key} twice, so the proxy cannot know what a client would read; it was withheld"
+                "mcp-budget: the server's answer names a key twice ({key}), so the proxy cannot know what a client would read; it was withheld"
             ),
             None,
         );

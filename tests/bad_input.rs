@@ -207,6 +207,10 @@ proptest! {
         prop_assert_eq!(routed.to_server.is_some(), routed.to_client.is_empty());
         for answer in routed.to_client {
             let answer: Value = serde_json::from_slice(&answer).unwrap();
+            // A number JSON readers read differently is refused before any tool sees it.
+            if answer["error"]["message"].as_str().is_some_and(|m| m.contains("a number JSON readers read differently")) {
+                continue;
+            }
             prop_assert_eq!(&answer["result"]["isError"], true);
             prop_assert!(answer["result"]["content"][0]["text"].as_str().is_some_and(|t| !t.is_empty()));
         }
@@ -261,8 +265,20 @@ fn deep_nesting_huge_numbers_and_invalid_utf8_get_clear_errors() {
             .contains("nests deeper than 128 levels"),
         "{answer}"
     );
+    // A number JSON readers read differently is refused as such, before the budget reads it.
+    let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fleet_show","arguments":{"limit":18446744073709551616}}}"#;
+    let routed = relay.from_client(Frame::Line(line.as_bytes().to_vec()));
+    assert!(routed.to_server.is_none());
+    let answer: Value = serde_json::from_slice(&routed.to_client[0]).unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("send it as a string")
+    );
     // Huge numbers as limits.
-    for limit in ["1e300", "18446744073709551616", "-0", "100.0"] {
+    for limit in ["1e300", "-0", "100.0"] {
         let line = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"fleet_show","arguments":{{"limit":{limit}}}}}}}"#
         );

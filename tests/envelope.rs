@@ -109,7 +109,21 @@ async fn duplicate_arguments_and_budget_arguments_are_refused() {
 #[tokio::test]
 async fn ids_spelled_otherwise_are_answered_under_their_own_spelling() {
     let mut peer = proxy_with("none").await;
-    for id in [r#""\u0061""#, "1.50", r#""\/x""#, "15e-1"] {
+    // Numbers other than plain integers are no ids at all (below); strings spelled otherwise
+    // are answered under their own spelling.
+    for id in ["1.50", "15e-1", "9007199254740993", "-0"] {
+        peer.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fleet_show","arguments":{{}}}}}}"#
+        ))
+        .await;
+        let line = peer.recv().await;
+        assert!(
+            line.starts_with(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"#)
+                && line.contains("an integer written plainly"),
+            "{id}: {line}"
+        );
+    }
+    for id in [r#""\u0061""#, r#""\/x""#] {
         peer.send(&format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"fleet_show","arguments":{{}}}}}}"#
         ))

@@ -80,12 +80,12 @@ async fn a_reused_id_is_refused_and_the_budgeted_answer_still_reaches_its_reques
     );
     handshake(&mut peer).await;
     peer.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fleet_show","arguments":{}}}"#).await;
-    peer.send(r#"{"jsonrpc":"2.0","id":1.0,"method":"ping"}"#)
+    peer.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
         .await;
     let first = peer.recv().await;
     assert_eq!(
         first,
-        r#"{"jsonrpc":"2.0","id":1.0,"error":{"code":-32600,"message":"Invalid Request: id 1.0 is already used by a request in flight; give every request its own id (JSON-RPC ids are unique among pending requests)"}}"#
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid Request: id 1 is already used by a request in flight; give every request its own id (JSON-RPC ids are unique among pending requests)"}}"#
     );
     let answer = peer.recv().await;
     // Before: the ping took over id 1, and the raw 2,669,922-byte result went through.

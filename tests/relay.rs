@@ -49,7 +49,7 @@ const SCRIPT: &[(&[&str], usize)] = &[
     ),
     // An unknown method gets the server's own error.
     (&[r#"{"jsonrpc":"2.0","id":8,"method":"foo/bar"}"#], 1),
-    (&[r#"{"jsonrpc":"2.0","id":9.0,"method":"ping"}"#], 1),
+    (&[r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#], 1),
 ];
 
 async fn transcript(mut peer: Peer) -> Vec<String> {

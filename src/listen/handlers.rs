@@ -783,6 +783,22 @@ async fn handle_post(
             None,
         ));
     }
+    // An object of no JSON-RPC kind, or an answer to no request (a null id): never forwarded.
+    if let message::Parsed::Single(kind @ (Kind::Other | Kind::Response { id: None, .. })) = &parsed
+    {
+        let text = match kind {
+            Kind::Other => message::Problem::NotJsonRpc.message(),
+            _ => "Invalid Request: a response's id is the id of the request it answers, never null"
+                .into(),
+        };
+        return Err(rpc_refusal(
+            StatusCode::BAD_REQUEST,
+            None,
+            jsonrpc::INVALID_REQUEST,
+            &text,
+            None,
+        ));
+    }
     let batch = matches!(parsed, message::Parsed::Batch(_));
     let mut ids = Vec::new();
     let mut initialize = None;
