@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use mcp_budget::wrap::{self, Client, Mode, Outcome, Select};
@@ -459,5 +459,533 @@ fn client_finds_the_project_and_user_files() {
     assert_eq!(
         std::fs::read(project.join(".mcp.json")).expect("read"),
         std::fs::read(fixtures().join("claude-code/.mcp.json")).expect("read")
+    );
+}
+
+/// Runs the binary with `args`, failing the test if it does not end within 10 s (a FIFO opened
+/// for reading blocks until a writer comes).
+fn bin_within(args: &[&str], cwd: &Path, home: &Path) -> std::process::Output {
+    let mut child = std::process::Command::new(common::proxy_bin())
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODEX_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run mcp-budget");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mcp-budget {args:?} did not end within 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+}
+
+/// (1) The backup wrap writes holds the file as it was, tokens included: it is created with the
+/// file's own mode, and unwrap removes it once no entry is wrapped any more (while some stay
+/// wrapped, the backup unwrap writes has the file's mode too).
+#[test]
+fn unwrap_removes_the_backup_and_a_backup_kept_has_the_files_mode() {
+    let (dir, path) = scratch("claude-desktop/claude_desktop_config.json");
+    let before = std::fs::read(&path).expect("read");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let p = path.to_str().expect("path");
+    let backup = wrap::backup_path(&path);
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    assert_eq!(std::fs::read(&backup).expect("backup"), before);
+    assert_eq!(
+        mode_of(&backup),
+        0o600,
+        "the backup is no wider than the file"
+    );
+    // Part of it unwrapped: a backup is kept, with the file's mode.
+    let stdout = ok(&bin(
+        &["unwrap", "--only", "weather", p],
+        dir.path(),
+        dir.path(),
+    ));
+    assert!(stdout.contains("backup:"), "{stdout}");
+    assert_eq!(mode_of(&backup), 0o600);
+    // The rest: the file is as it was, and the backup is gone.
+    let stdout = ok(&bin(&["unwrap", p], dir.path(), dir.path()));
+    assert_eq!(std::fs::read(&path).expect("read"), before);
+    assert!(!backup.exists(), "unwrap left {}", backup.display());
+    assert!(stdout.contains("backup removed:"), "{stdout}");
+    assert_eq!(mode_of(&path), 0o600);
+}
+
+/// (2) `--dry-run` shows header values, secret-looking variables and `--upstream-header` values
+/// as `***`; the real wrap writes them as they are.
+#[test]
+fn dry_run_masks_secrets_in_its_diff() {
+    let dir = tempdir::Dir::new();
+    let path = dir.path().join(".mcp.json");
+    std::fs::write(
+        &path,
+        r#"{
+  "mcpServers": {
+    "api": {
+      "type": "http",
+      "url": "https://mcp.example.com/mcp",
+      "headers": {
+        "Authorization": "Bearer sk-live-123",
+        "X-Team": "team-blue-77"
+      }
+    },
+    "db": {
+      "command": "node",
+      "args": ["db.js"],
+      "env": {
+        "DB_PASSWORD": "hunter2-pw",
+        "github_token": "ghp-tok-456",
+        "DEBUG": "verbose-1"
+      }
+    },
+    "one": {"command": "node", "args": ["o.js"], "env": {"OPENAI_API_KEY": "sk-one-789"}}
+  }
+}
+"#,
+    )
+    .expect("write");
+    let p = path.to_str().expect("path");
+    let stdout = ok(&bin(
+        &["wrap", "--dry-run", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    for secret in [
+        "sk-live-123",
+        "team-blue-77",
+        "hunter2-pw",
+        "ghp-tok-456",
+        "sk-one-789",
+    ] {
+        assert!(!stdout.contains(secret), "{secret} shown:\n{stdout}");
+    }
+    for shown in [
+        r#"-        "Authorization": "***","#,
+        r#""MCP_BUDGET_HEADER_AUTHORIZATION": "***""#,
+        r#""Authorization: ***""#,
+        r#""X-Team: ***""#,
+        r#""DB_PASSWORD": "***""#,
+        r#""github_token": "***""#,
+        r#""DEBUG": "verbose-1""#,
+        r#""OPENAI_API_KEY": "***""#,
+    ] {
+        assert!(stdout.contains(shown), "no {shown}:\n{stdout}");
+    }
+    // The write itself is not masked.
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    let value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+    let servers = &value["mcpServers"];
+    assert_eq!(
+        servers["api"]["env"]["MCP_BUDGET_HEADER_AUTHORIZATION"],
+        "Bearer sk-live-123"
+    );
+    assert_eq!(servers["db"]["env"]["DB_PASSWORD"], "hunter2-pw");
+    assert_eq!(servers["one"]["env"]["OPENAI_API_KEY"], "sk-one-789");
+    // Unwrap's dry run masks them too.
+    let stdout = ok(&bin(&["unwrap", "--dry-run", p], dir.path(), dir.path()));
+    assert!(!stdout.contains("sk-live-123"), "{stdout}");
+    assert!(!stdout.contains("hunter2-pw"), "{stdout}");
+}
+
+#[test]
+fn dry_run_masks_secrets_in_a_toml_diff() {
+    let dir = tempdir::Dir::new();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        r#"[mcp_servers.api]
+url = "https://mcp.example.com/mcp"
+http_headers = { "X-Api-Key" = "xk-secret-1" }
+
+[mcp_servers.db]
+command = "node"
+args = ["db.js"]
+
+[mcp_servers.db.env]
+SERVICE_TOKEN = "st-secret-2"
+LOG = "info-3"
+"#,
+    )
+    .expect("write");
+    let p = path.to_str().expect("path");
+    let stdout = ok(&bin(
+        &["wrap", "--dry-run", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    assert!(!stdout.contains("xk-secret-1"), "{stdout}");
+    assert!(!stdout.contains("st-secret-2"), "{stdout}");
+    assert!(
+        stdout.contains(r#"-http_headers = { "X-Api-Key" = "***" }"#),
+        "{stdout}"
+    );
+    assert!(stdout.contains(r#""X-Api-Key: ***""#), "{stdout}");
+    assert!(stdout.contains(r#"LOG = "info-3""#), "{stdout}");
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    let text = std::fs::read_to_string(&path).expect("read");
+    assert!(text.contains("xk-secret-1") && text.contains("st-secret-2"));
+}
+
+/// (3) A configuration that is a symbolic link (to a dotfiles folder): the file it points to is
+/// edited, replaced in its own folder, and the link stays a link, through wrap and unwrap.
+#[test]
+fn a_symlinked_config_is_edited_through_the_link() {
+    let dir = tempdir::Dir::new();
+    let dotfiles = dir.path().join("dotfiles");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&dotfiles).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let target = dotfiles.join("claude.json");
+    std::fs::copy(fixtures().join("claude-code/.claude.json"), &target).expect("copy");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let before = std::fs::read(&target).expect("read");
+    let link = home.join(".claude.json");
+    std::os::unix::fs::symlink("../dotfiles/claude.json", &link).expect("symlink");
+    let is_link = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .expect("lstat")
+            .file_type()
+            .is_symlink()
+    };
+    let stdout = ok(&bin(
+        &[
+            "wrap",
+            "--launcher",
+            "mcp-budget",
+            link.to_str().expect("path"),
+        ],
+        &home,
+        &home,
+    ));
+    assert!(is_link(&link), "the link was replaced by a file");
+    let text = std::fs::read_to_string(&target).expect("read");
+    assert!(text.contains("MCP_BUDGET_WRAPPED"), "{text}");
+    assert_eq!(mode_of(&target), 0o640);
+    assert!(wrap::backup_path(&target).exists(), "{stdout}");
+    for folder in [&dotfiles, &home] {
+        let left: Vec<_> = std::fs::read_dir(folder)
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    // --client finds it through the link too.
+    ok(&bin(&["unwrap", "--client", "claude-code"], &home, &home));
+    assert!(is_link(&link));
+    assert_eq!(std::fs::read(&target).expect("read"), before);
+    assert!(!wrap::backup_path(&target).exists());
+}
+
+/// (4) A key written twice on the way to the servers: the client reads the last one, an edit of
+/// the first would do nothing. Refused with the second one's place and the fix, exit 2.
+#[test]
+fn a_key_written_twice_is_refused_with_its_place() {
+    let dir = tempdir::Dir::new();
+    let cases = [
+        (
+            ".mcp.json",
+            "{\n  \"mcpServers\": {\"a\": {\"command\": \"x\"}},\n  \"mcpServers\": {\"b\": {\"command\": \"y\"}}\n}\n",
+            ":3:3:",
+        ),
+        (
+            ".mcp.json",
+            "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"},\n    \"b\": {\"command\": \"y\"},\n    \"a\": {\"command\": \"z\"}\n  }\n}\n",
+            ":5:5:",
+        ),
+        (
+            "config.toml",
+            "[mcp_servers.a]\ncommand = \"x\"\n\n[mcp_servers.a]\ncommand = \"y\"\n",
+            ":4:14:",
+        ),
+    ];
+    for (name, text, place) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        for mode in ["wrap", "unwrap"] {
+            let out = bin(
+                &[mode, path.to_str().expect("path")],
+                dir.path(),
+                dir.path(),
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name} {mode}: {stderr}");
+            assert!(
+                stderr.contains(&format!("{}{place}", path.display())),
+                "{name} {mode}: {stderr}"
+            );
+            assert!(stderr.contains("keep one of the two"), "{stderr}");
+            assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+            assert!(!wrap::backup_path(&path).exists());
+        }
+    }
+}
+
+/// (5) A FIFO, a directory or a device where the file should be: refused at once (never a
+/// blocked open), exit 2, the message naming what it is and the fix.
+#[test]
+fn what_is_not_a_regular_file_is_refused_at_once() {
+    let dir = tempdir::Dir::new();
+    let fifo = dir.path().join(".mcp.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let folder = dir.path().join("app/.cursor/mcp.json");
+    std::fs::create_dir_all(&folder).expect("mkdir");
+    for (args, what, shown) in [
+        (
+            vec!["wrap", fifo.to_str().expect("path")],
+            "a FIFO",
+            fifo.clone(),
+        ),
+        (
+            vec!["wrap", "--client", "claude-code"],
+            "a FIFO",
+            fifo.clone(),
+        ),
+        (
+            vec!["unwrap", fifo.to_str().expect("path")],
+            "a FIFO",
+            fifo.clone(),
+        ),
+        (
+            vec!["wrap", folder.to_str().expect("path")],
+            "a directory",
+            folder.clone(),
+        ),
+        (
+            vec!["wrap", "--client", "claude-code", "/dev/null"],
+            "a character device",
+            PathBuf::from("/dev/null"),
+        ),
+    ] {
+        let out = bin_within(&args, dir.path(), dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{} is {what}", shown.display())),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("give the path of that file"), "{stderr}");
+    }
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .expect("lstat")
+            .file_type()
+            .is_fifo()
+    );
+}
+
+/// (6) A one-line entry changed by its user after wrap (a rotated key, a variable added, the
+/// server's own arguments): unwrap takes out only what wrap put in.
+#[test]
+fn unwrap_keeps_what_the_user_changed_in_a_one_line_entry_since_wrap() {
+    let dir = tempdir::Dir::new();
+    let path = dir.path().join(".mcp.json");
+    let text = r#"{
+  "mcpServers": {
+    "one": {"command": "node", "args": ["s.js"], "env": {"API_KEY": "old-key"}},
+    "bare": {"command": "my-server"},
+    "remote": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer old-token"}, "timeout": 5},
+    "multi": {
+      "command": "npx",
+      "args": ["-y", "server"],
+      "env": {"TOKEN": "old-env"}
+    }
+  }
+}
+"#;
+    std::fs::write(&path, text).expect("write");
+    let p = path.to_str().expect("path");
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    let wrapped = std::fs::read_to_string(&path).expect("read");
+    // Each one-line entry is still on one line.
+    for name in ["\"one\"", "\"bare\"", "\"remote\""] {
+        let line = wrapped
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not on one line:\n{wrapped}"));
+        assert!(line.contains("MCP_BUDGET_WRAPPED"), "{line}");
+    }
+    // The user's edits after wrap.
+    let edited = wrapped
+        .replace(
+            r#""API_KEY": "old-key""#,
+            r#""API_KEY": "new-key", "EXTRA": "1""#,
+        )
+        .replace(r#""s.js""#, r#""t.js""#)
+        .replace(r#""Bearer old-token""#, r#""Bearer new-token""#)
+        .replace(r#""timeout": 5"#, r#""timeout": 9"#)
+        .replace(
+            r#""TOKEN": "old-env""#,
+            r#""TOKEN": "new-env", "MORE": "2""#,
+        )
+        .replace(r#""my-server"]"#, r#""my-server", "--fast"]"#)
+        .replace(r#""server"]"#, r#""server2"]"#);
+    assert_ne!(edited, wrapped);
+    std::fs::write(&path, &edited).expect("write");
+    ok(&bin(&["unwrap", p], dir.path(), dir.path()));
+    let back = std::fs::read_to_string(&path).expect("read");
+    let expected = text
+        .replace(
+            r#""API_KEY": "old-key""#,
+            r#""API_KEY": "new-key", "EXTRA": "1""#,
+        )
+        .replace(r#""s.js""#, r#""t.js""#)
+        .replace(r#""Bearer old-token""#, r#""Bearer new-token""#)
+        .replace(r#""timeout": 5"#, r#""timeout": 9"#)
+        .replace(
+            r#""TOKEN": "old-env""#,
+            r#""TOKEN": "new-env", "MORE": "2""#,
+        )
+        .replace(
+            r#"{"command": "my-server"}"#,
+            r#"{"command": "my-server", "args": ["--fast"]}"#,
+        )
+        .replace(r#""server"]"#, r#""server2"]"#);
+    assert!(
+        back == expected,
+        "{}",
+        wrap::diff(Path::new(".mcp.json"), &expected, &back)
+    );
+}
+
+#[test]
+fn unwrap_keeps_what_the_user_changed_in_an_inline_toml_entry_since_wrap() {
+    let dir = tempdir::Dir::new();
+    let path = dir.path().join("config.toml");
+    let text = "[mcp_servers]\nfs = { command = \"npx\", args = [\"-y\", \"fs-server\"], env = { API_KEY = \"old\" } }\n\n[mcp_servers.api]\nurl = \"https://mcp.example.com/mcp\"\nbearer_token_env_var = \"API_TOKEN\"\nenv_vars = [\"HOME\"]\n";
+    std::fs::write(&path, text).expect("write");
+    let p = path.to_str().expect("path");
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    let wrapped = std::fs::read_to_string(&path).expect("read");
+    let edited = wrapped
+        .replace("API_KEY = \"old\"", "API_KEY = \"new\", EXTRA = \"1\"")
+        .replace("\"fs-server\"", "\"fs-server\", \"/data\"")
+        .replace("\"API_TOKEN\"]", "\"API_TOKEN\", \"LANG\"]");
+    assert_ne!(edited, wrapped);
+    assert!(edited.contains("\"LANG\""), "{wrapped}");
+    std::fs::write(&path, &edited).expect("write");
+    ok(&bin(&["unwrap", p], dir.path(), dir.path()));
+    let back = std::fs::read_to_string(&path).expect("read");
+    assert_eq!(
+        back,
+        text.replace("\"fs-server\"", "\"fs-server\", \"/data\"")
+            .replace("API_KEY = \"old\"", "API_KEY = \"new\", EXTRA = \"1\"")
+            .replace("[\"HOME\"]", "[\"HOME\", \"LANG\"]")
+    );
+}
+
+/// (7) JSON with comments: a one-line entry with a trailing comma before `}` keeps its bytes:
+/// wrap touches only the launcher's words and the marker, and wrap then unwrap gives the file
+/// back byte for byte (with a value the user changed in between kept).
+#[test]
+fn a_one_line_jsonc_entry_with_a_trailing_comma_comes_back_byte_for_byte() {
+    let dir = tempdir::Dir::new();
+    let path = dir.path().join(".vscode/mcp.json");
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    let text = r#"{
+  "servers": {
+    "a": {"command": "node", "args": ["s.js"],},
+    "b": { "command":"node" ,"args":["s.js"] , "env": {"K": "v",}, },
+    "c": {"type": "stdio", "command": "node", /* no args */ }, // c
+    "d": {"type": "http", "url": "https://x.example/mcp", "headers": {"Authorization": "Bearer t",},},
+  },
+}
+"#;
+    std::fs::write(&path, text).expect("write");
+    let p = path.to_str().expect("path");
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    let wrapped = std::fs::read_to_string(&path).expect("read");
+    assert!(
+        wrapped.contains(
+            r#""a": {"command": "mcp-budget", "args": ["--client", "vscode", "--", "node", "s.js"], "env": {"MCP_BUDGET_WRAPPED": "#
+        ),
+        "{wrapped}"
+    );
+    assert!(
+        wrapped.contains(r#""b": { "command":"mcp-budget" ,"args":["#),
+        "{wrapped}"
+    );
+    // Each entry is on one line still, ending as it did.
+    for (name, end) in [
+        ("\"a\"", "\"},},"),
+        ("\"b\"", "\",}, },"),
+        ("\"c\"", "\"}, /* no args */ }, // c"),
+        ("\"d\"", "\"},},"),
+    ] {
+        let line = wrapped
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not on one line:\n{wrapped}"));
+        assert!(line.ends_with(end), "{line}");
+    }
+    ok(&bin(&["unwrap", p], dir.path(), dir.path()));
+    assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+    // Again, with a value changed while wrapped.
+    ok(&bin(
+        &["wrap", "--launcher", "mcp-budget", p],
+        dir.path(),
+        dir.path(),
+    ));
+    let wrapped = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(&path, wrapped.replace(r#""K": "v""#, r#""K": "w""#)).expect("write");
+    ok(&bin(&["unwrap", p], dir.path(), dir.path()));
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        text.replace(r#""K": "v""#, r#""K": "w""#)
     );
 }

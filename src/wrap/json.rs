@@ -1,13 +1,17 @@
 //! `wrap` and `unwrap` for JSON and JSON-with-comments files, edited on a concrete syntax tree
 //! (jsonc-parser's `cst`): the entries change, and every other byte of the file — keys, their
-//! order, indentation, comments, trailing commas — stays as it was.
+//! order, indentation, comments, trailing commas — stays as it was. An entry written on one
+//! line is edited as text instead ([`super::line`]), so that it stays on one line.
 
-use jsonc_parser::ParseOptions;
-use jsonc_parser::cst::{CstInputValue, CstObject, CstObjectProp, CstRootNode};
+use jsonc_parser::common::Ranged;
+use jsonc_parser::cst::{CstArray, CstInputValue, CstObject, CstObjectProp, CstRootNode};
+use jsonc_parser::{CollectOptions, ParseOptions, ast, parse_to_ast};
 use serde_json::Value;
 
 use super::client::{Client, CommandStyle};
-use super::plan::{self, Entry, MARKER, Marker, Plan, Undo};
+use super::line::Line;
+use super::mask;
+use super::plan::{self, Command, Entry, MARKER, Marker, Plan, Undo};
 use super::{Edited, Mode, Outcome, Row, Select, SyntaxError};
 
 /// Edits `text` (a file of `client`'s) as `mode` says.
@@ -21,8 +25,9 @@ pub fn edit(
     let root = CstRootNode::parse(text, &options()).map_err(|e| SyntaxError {
         line: e.line_display(),
         column: e.column_display(),
-        message: e.kind().to_string(),
+        message: format!("{}: correct it there, then run again", e.kind()),
     })?;
+    duplicates(text, client)?;
     let Some(top) = root.object_value() else {
         return Err(SyntaxError {
             line: 1,
@@ -74,7 +79,7 @@ pub fn edit(
 
 /// JSON with comments and trailing commas (VS Code's and opencode's files have them), and
 /// nothing looser: a file its client could not read is not one to edit.
-fn options() -> ParseOptions {
+pub(super) fn options() -> ParseOptions {
     ParseOptions {
         allow_comments: true,
         allow_trailing_commas: true,
@@ -113,6 +118,102 @@ fn containers(top: &CstObject, client: Client) -> Vec<(Option<String>, CstObject
     found
 }
 
+/// Refuses a key written twice on the way to the servers (the servers' key, a project, a
+/// server's name) or inside an entry: its client reads the last one, and an edit of the first
+/// would do nothing. The position is the second one's.
+fn duplicates(text: &str, client: Client) -> Result<(), SyntaxError> {
+    let Ok(parsed) = parse_to_ast(text, &CollectOptions::default(), &options()) else {
+        return Ok(());
+    };
+    let Some(ast::Value::Object(top)) = &parsed.value else {
+        return Ok(());
+    };
+    let mut keys = vec![client.servers_key()];
+    if client == Client::ClaudeCode {
+        keys.push("projects");
+    }
+    twice(text, top, Some(&keys), "key")?;
+    if let Some(servers) = ast_object(top, client.servers_key()) {
+        servers_twice(text, servers, client)?;
+    }
+    if client == Client::ClaudeCode
+        && let Some(projects) = ast_object(top, "projects")
+    {
+        twice(text, projects, None, "project")?;
+        for project in &projects.properties {
+            if let ast::Value::Object(project) = &project.value {
+                twice(text, project, Some(&["mcpServers"]), "key")?;
+                if let Some(servers) = ast_object(project, "mcpServers") {
+                    servers_twice(text, servers, client)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ast_object<'a, 'b>(obj: &'b ast::Object<'a>, key: &str) -> Option<&'b ast::Object<'a>> {
+    obj.properties
+        .iter()
+        .find(|p| p.name.as_str() == key)
+        .and_then(|p| match &p.value {
+            ast::Value::Object(o) => Some(o),
+            _ => None,
+        })
+}
+
+fn servers_twice(text: &str, servers: &ast::Object, client: Client) -> Result<(), SyntaxError> {
+    twice(text, servers, None, "server")?;
+    for entry in &servers.properties {
+        if let ast::Value::Object(entry) = &entry.value {
+            twice(text, entry, None, "key")?;
+            for key in [client.env_key(), "headers"] {
+                if let Some(inner) = ast_object(entry, key) {
+                    twice(text, inner, None, "key")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The second of two keys of `obj` with the same name (among `only`, when given).
+fn twice(
+    text: &str,
+    obj: &ast::Object,
+    only: Option<&[&str]>,
+    what: &str,
+) -> Result<(), SyntaxError> {
+    for (i, prop) in obj.properties.iter().enumerate() {
+        let name = prop.name.as_str();
+        if only.is_some_and(|only| !only.contains(&name)) {
+            continue;
+        }
+        if let Some(first) = obj.properties[..i].iter().find(|p| p.name.as_str() == name) {
+            let (line, column) = line_column(text, prop.name.start());
+            let (first_line, first_column) = line_column(text, first.name.start());
+            return Err(SyntaxError {
+                line,
+                column,
+                message: format!(
+                    "the {what} {name:?} is written twice (first at {first_line}:{first_column}); \
+                     the client reads only the last one, so an edit of the first would do \
+                     nothing: keep one of the two (merge them into one), then run again"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The 1-based line and column (in characters) of a byte offset.
+pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
 /// What an entry says, as [`plan::plan`] reads it.
 fn read_entry(value: &Value, client: Client) -> Entry {
     let mut entry = Entry::default();
@@ -120,9 +221,13 @@ fn read_entry(value: &Value, client: Client) -> Entry {
         entry.unsupported = Some("not an object".into());
         return entry;
     };
-    if let Some(env) = obj.get(client.env_key()).and_then(Value::as_object) {
-        entry.env_names = env.keys().cloned().collect();
-        entry.marker = env.get(MARKER).and_then(Value::as_str).map(String::from);
+    match obj.get(client.env_key()) {
+        Some(Value::Object(env)) => {
+            entry.env_names = env.keys().cloned().collect();
+            entry.marker = env.get(MARKER).and_then(Value::as_str).map(String::from);
+        }
+        Some(_) => entry.unsupported = Some(format!("its {} is not an object", client.env_key())),
+        None => {}
     }
     entry.kind = obj.get("type").and_then(Value::as_str).map(String::from);
     let strings = |v: &Value| -> Option<Vec<String>> {
@@ -231,6 +336,279 @@ fn set_words(prop: &CstObjectProp, words: &[String], multiline: bool) {
     }
 }
 
+/// A JSON string's source text.
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+/// A value's source text, parsed.
+fn parsed(raw: &str) -> Option<Value> {
+    CstRootNode::parse(raw, &options())
+        .ok()?
+        .value()?
+        .to_serde_value()
+}
+
+/// A value to write into an entry.
+enum New {
+    Str(String),
+    Words(Vec<String>),
+    /// Source text, byte for byte.
+    Raw(String),
+}
+
+impl New {
+    /// The value's source text on one line.
+    fn text(&self) -> String {
+        match self {
+            New::Str(s) => quoted(s),
+            New::Words(words) => one_line(&Value::Array(
+                words.iter().map(|w| Value::String(w.clone())).collect(),
+            )),
+            New::Raw(raw) => raw.clone(),
+        }
+    }
+
+    fn input(&self) -> CstInputValue {
+        match self {
+            New::Str(s) => CstInputValue::String(s.clone()),
+            New::Words(words) => strings(words),
+            New::Raw(_) => CstInputValue::Null,
+        }
+    }
+}
+
+/// The edits `wrap` and `unwrap` make to an entry: on the syntax tree ([`Tree`]), or on the
+/// text of an entry written on one line ([`Flat`]).
+trait Ops {
+    /// A key's value, as written.
+    fn raw(&self, key: &str) -> Option<String>;
+    fn index(&self, key: &str) -> Option<usize>;
+    /// Sets a key's value; a key not there is put in at the end.
+    fn set(&mut self, key: &str, value: New);
+    fn rename(&mut self, key: &str, to: &str, value: New) -> bool;
+    fn insert(&mut self, at: usize, key: &str, value: New);
+    /// Takes a key out; what [`Ops::restore`] needs to put it back where it was.
+    fn remove(&mut self, key: &str) -> Vec<String>;
+    fn restore(&mut self, at: usize, key: &str, raw: &str, removal: &[String]);
+    /// Adds variables to the environment `key` (made when there is none).
+    fn env_add(&mut self, key: &str, vars: &[(String, String)]);
+    fn env_remove(&mut self, key: &str, names: &[String]);
+
+    /// A key's value, parsed.
+    fn value(&self, key: &str) -> Option<Value> {
+        parsed(&self.raw(key)?)
+    }
+}
+
+/// `vars` added at the end of a one-line object's text.
+fn line_add(text: &str, vars: &[(String, String)]) -> Option<String> {
+    let mut line = Line::new(text)?;
+    for (name, value) in vars {
+        let at = line.props().len();
+        line.insert(at, name, &quoted(value));
+    }
+    Some(line.text)
+}
+
+/// `names` taken out of a one-line object's text.
+fn line_remove(text: &str, names: &[String]) -> Option<String> {
+    let mut line = Line::new(text)?;
+    for name in names {
+        line.remove(name);
+    }
+    Some(line.text)
+}
+
+/// An entry written over several lines: edited on the tree.
+struct Tree<'a> {
+    obj: &'a CstObject,
+}
+
+impl Tree<'_> {
+    fn put(&self, prop: &CstObjectProp, value: &New, was_multiline: bool) {
+        match value {
+            New::Words(words) => set_words(prop, words, was_multiline),
+            New::Raw(raw) => set_raw(prop, raw),
+            other => prop.set_value(other.input()),
+        }
+    }
+}
+
+impl Ops for Tree<'_> {
+    fn raw(&self, key: &str) -> Option<String> {
+        self.obj.get(key).map(|p| raw(&p))
+    }
+
+    fn index(&self, key: &str) -> Option<usize> {
+        self.obj.get(key).map(|p| p.property_index())
+    }
+
+    fn set(&mut self, key: &str, value: New) {
+        match self.obj.get(key) {
+            Some(prop) => {
+                let multiline = raw(&prop).contains('\n');
+                self.put(&prop, &value, multiline);
+            }
+            None => {
+                let prop = self.obj.append(key, value.input());
+                if let New::Raw(raw) = &value {
+                    set_raw(&prop, raw);
+                }
+            }
+        }
+    }
+
+    fn rename(&mut self, key: &str, to: &str, value: New) -> bool {
+        let Some(prop) = self.obj.get(key) else {
+            return false;
+        };
+        let Some(new) = prop
+            .replace_with(to, value.input())
+            .and_then(|n| n.as_object_prop())
+        else {
+            return false;
+        };
+        if let New::Raw(raw) = &value {
+            set_raw(&new, raw);
+        }
+        true
+    }
+
+    fn insert(&mut self, at: usize, key: &str, value: New) {
+        let at = at.min(self.obj.properties().len());
+        let prop = self.obj.insert(at, key, value.input());
+        if let New::Raw(raw) = &value {
+            set_raw(&prop, raw);
+        }
+    }
+
+    fn remove(&mut self, key: &str) -> Vec<String> {
+        if let Some(prop) = self.obj.get(key) {
+            prop.remove();
+        }
+        Vec::new()
+    }
+
+    fn restore(&mut self, at: usize, key: &str, raw: &str, _removal: &[String]) {
+        self.insert(at, key, New::Raw(raw.to_string()));
+    }
+
+    fn env_add(&mut self, key: &str, vars: &[(String, String)]) {
+        let Some(env) = self.obj.get(key) else {
+            let added = vars
+                .iter()
+                .map(|(name, value)| (name.clone(), CstInputValue::String(value.clone())))
+                .collect();
+            self.obj.append(key, CstInputValue::Object(added));
+            return;
+        };
+        // An environment on one line stays on one line.
+        let text = raw(&env);
+        if !text.contains('\n')
+            && let Some(new) = line_add(&text, vars)
+        {
+            set_raw(&env, &new);
+        } else if let Some(env) = env.object_value() {
+            for (name, value) in vars {
+                env.append(name, CstInputValue::String(value.clone()));
+            }
+        }
+    }
+
+    fn env_remove(&mut self, key: &str, names: &[String]) {
+        let Some(env) = self.obj.get(key) else { return };
+        let text = raw(&env);
+        if !text.contains('\n')
+            && let Some(new) = line_remove(&text, names)
+        {
+            set_raw(&env, &new);
+        } else if let Some(env) = env.object_value() {
+            for name in names {
+                if let Some(prop) = env.get(name) {
+                    prop.remove();
+                }
+            }
+        }
+    }
+}
+
+/// An entry written on one line: edited as text.
+struct Flat {
+    line: Line,
+}
+
+impl Ops for Flat {
+    fn raw(&self, key: &str) -> Option<String> {
+        self.line.raw(key)
+    }
+
+    fn index(&self, key: &str) -> Option<usize> {
+        self.line.index(key)
+    }
+
+    fn set(&mut self, key: &str, value: New) {
+        self.line.set(key, &value.text());
+    }
+
+    fn rename(&mut self, key: &str, to: &str, value: New) -> bool {
+        self.line.rename(key, to, &value.text())
+    }
+
+    fn insert(&mut self, at: usize, key: &str, value: New) {
+        self.line.insert(at, key, &value.text());
+    }
+
+    fn remove(&mut self, key: &str) -> Vec<String> {
+        self.line.remove(key).unwrap_or_default()
+    }
+
+    fn restore(&mut self, at: usize, key: &str, raw: &str, removal: &[String]) {
+        self.line.restore(at, key, raw, removal);
+    }
+
+    fn env_add(&mut self, key: &str, vars: &[(String, String)]) {
+        match self.line.raw(key) {
+            Some(text) => {
+                if let Some(new) = line_add(&text, vars) {
+                    self.line.set(key, &new);
+                }
+            }
+            None => {
+                let at = self.line.props().len();
+                let env = line_add("{}", vars).unwrap_or_else(|| "{}".into());
+                self.line.insert(at, key, &env);
+            }
+        }
+    }
+
+    fn env_remove(&mut self, key: &str, names: &[String]) {
+        if let Some(new) = self.line.raw(key).and_then(|t| line_remove(&t, names)) {
+            self.line.set(key, &new);
+        }
+    }
+}
+
+/// Runs `edit` on the entry `obj` (the value of `prop`): on the tree, or, for an entry written
+/// on one line, on its text, put back as the entry's source text when `edit` succeeds.
+fn on_entry<T>(
+    prop: &CstObjectProp,
+    obj: &CstObject,
+    edit: impl FnOnce(&mut dyn Ops) -> Option<T>,
+) -> Option<(T, String)> {
+    let whole = obj.to_string();
+    if whole.contains('\n') {
+        let done = edit(&mut Tree { obj })?;
+        return Some((done, obj.to_string()));
+    }
+    let mut flat = Flat {
+        line: Line::new(&whole)?,
+    };
+    let done = edit(&mut flat)?;
+    set_raw(prop, &flat.line.text);
+    Some((done, flat.line.text))
+}
+
 fn wrap_entry(
     prop: &CstObjectProp,
     obj: &CstObject,
@@ -243,146 +621,125 @@ fn wrap_entry(
         |argv| plan::shell_words(&argv),
     );
     let plan = plan::plan(entry, client, launcher);
-    let (argv, secrets) = match &plan {
+    let argv = match &plan {
         Plan::Leave(reason) => return Outcome::Left(reason.clone()),
-        Plan::Stdio { argv } => (argv.clone(), Vec::new()),
-        Plan::Remote { argv, secrets, .. } => (argv.clone(), secrets.clone()),
+        Plan::Stdio { argv } | Plan::Remote { argv, .. } => argv.clone(),
     };
-    // An entry on one line is kept whole: the tree would spread it over several.
-    let whole = obj.to_string();
-    let whole = (!whole.contains('\n')).then(|| Undo::Entry {
-        raw: entry_template(&whole, &secrets),
-        secrets: secrets.iter().map(|(var, _)| var.clone()).collect(),
-    });
-    let mut undo = Vec::new();
-    let mut edit = || -> Option<()> {
-        if let Plan::Remote { .. } = plan {
-            if let Some(kind) = obj.get("type") {
-                undo.push(Undo::Set {
-                    key: "type".into(),
-                    raw: raw(&kind),
-                });
-                kind.set_value(CstInputValue::String(client.stdio_type().into()));
-            }
-            let url = obj.get(client.url_key())?;
-            undo.push(Undo::Rename {
-                key: "command".into(),
-                from: client.url_key().into(),
-                raw: raw(&url),
-            });
-            let command = match client.command_style() {
-                CommandStyle::Array => strings(&argv),
-                CommandStyle::StringAndArgs => CstInputValue::String(argv[0].clone()),
-            };
-            url.replace_with("command", command);
-            if let Some(headers) = obj.get("headers") {
-                let at = headers.property_index();
-                let template = header_template(&raw(&headers), &secrets);
-                undo.push(Undo::Removed {
-                    key: "headers".into(),
-                    at,
-                    raw: template,
-                    secrets: secrets.iter().map(|(var, _)| var.clone()).collect(),
-                    decor: Vec::new(),
-                });
-                headers.remove();
-            }
-        }
-        let command = obj.get("command")?;
-        match client.command_style() {
-            CommandStyle::Array => {
-                if matches!(plan, Plan::Stdio { .. }) {
-                    let old = raw(&command);
-                    undo.push(Undo::Set {
-                        key: "command".into(),
-                        raw: old.clone(),
-                    });
-                    set_words(&command, &argv, old.contains('\n'));
-                }
-            }
-            CommandStyle::StringAndArgs => {
-                if matches!(plan, Plan::Stdio { .. }) {
-                    undo.push(Undo::Set {
-                        key: "command".into(),
-                        raw: raw(&command),
-                    });
-                    command.set_value(CstInputValue::String(argv[0].clone()));
-                }
-                match obj.get("args") {
-                    Some(args) => {
-                        let old = raw(&args);
-                        undo.push(Undo::Set {
-                            key: "args".into(),
-                            raw: old.clone(),
-                        });
-                        set_words(&args, &argv[1..], old.contains('\n'));
-                    }
-                    None => {
-                        undo.push(Undo::Added {
-                            key: "args".into(),
-                            if_empty: false,
-                        });
-                        obj.insert(command.property_index() + 1, "args", strings(&argv[1..]));
-                    }
-                }
-            }
-        }
-        let mut names: Vec<String> = secrets.iter().map(|(var, _)| var.clone()).collect();
-        names.push(MARKER.into());
-        let env = obj.get(client.env_key());
-        if env.as_ref().and_then(CstObjectProp::object_value).is_none() {
-            undo.push(Undo::Added {
-                key: client.env_key().into(),
-                if_empty: true,
-            });
-        }
-        match env.as_ref().and_then(|e| e.value()).map(|v| v.to_string()) {
-            // An environment on one line is kept whole, as an entry is.
-            Some(text) if !text.contains('\n') && text.starts_with('{') => {
-                undo.push(Undo::Set {
-                    key: client.env_key().into(),
-                    raw: text,
-                });
-            }
-            _ => undo.push(Undo::Env { names }),
-        }
-        let undo = match whole.clone() {
-            Some(whole) => vec![whole],
-            None => std::mem::take(&mut undo),
-        };
-        let marker = Marker::new(undo).to_text();
-        let mut added: Vec<(String, CstInputValue)> = secrets
-            .iter()
-            .map(|(var, value)| (var.clone(), CstInputValue::String(value.clone())))
-            .collect();
-        added.push((MARKER.into(), CstInputValue::String(marker)));
-        match env.and_then(|e| e.object_value()) {
-            Some(env) => {
-                for (name, value) in added {
-                    env.append(&name, value);
-                }
-            }
-            None => {
-                obj.append(client.env_key(), CstInputValue::Object(added));
-            }
-        }
-        Some(())
-    };
-    let edited = edit();
-    // An entry written on one line stays on one line.
-    if edited.is_some()
-        && whole.is_some()
-        && let Some(value) = obj.to_serde_value()
-    {
-        set_raw(prop, &one_line(&value));
-    }
-    match edited {
-        Some(()) => Outcome::Wrapped {
+    match on_entry(prop, obj, |ops| wrap_with(ops, entry, &plan, client)) {
+        Some(_) => Outcome::Wrapped {
             was,
             now: plan::shell_words(&argv),
         },
         None => Outcome::Left("its shape changed while it was edited".into()),
     }
+}
+
+/// Wrap's edits of one entry, each recorded in the marker it puts into the environment.
+fn wrap_with(ops: &mut dyn Ops, entry: &Entry, plan: &Plan, client: Client) -> Option<()> {
+    let (argv, secrets) = match plan {
+        Plan::Leave(_) => return None,
+        Plan::Stdio { argv } => (argv.clone(), Vec::new()),
+        Plan::Remote { argv, secrets, .. } => (argv.clone(), secrets.clone()),
+    };
+    let program = argv.first()?.clone();
+    // What the edits need is there before the first one is made: the tree is edited in place.
+    let needs = match plan {
+        Plan::Remote { .. } => client.url_key(),
+        _ => "command",
+    };
+    ops.raw(needs)?;
+    let mut undo = Vec::new();
+    if let Plan::Remote { .. } = plan {
+        if let Some(kind) = ops.raw("type") {
+            undo.push(Undo::Set {
+                key: "type".into(),
+                raw: kind,
+            });
+            ops.set("type", New::Str(client.stdio_type().into()));
+        }
+        let url = ops.raw(client.url_key())?;
+        undo.push(Undo::Rename {
+            key: "command".into(),
+            from: client.url_key().into(),
+            raw: url,
+        });
+        let command = match client.command_style() {
+            CommandStyle::Array => New::Words(argv.clone()),
+            CommandStyle::StringAndArgs => New::Str(program.clone()),
+        };
+        if !ops.rename(client.url_key(), "command", command) {
+            return None;
+        }
+        if let Some(headers) = ops.raw("headers") {
+            let at = ops.index("headers")?;
+            let template = header_template(&headers, &secrets);
+            let removal = ops.remove("headers");
+            undo.push(Undo::Removed {
+                key: "headers".into(),
+                at,
+                raw: template,
+                secrets: secrets.iter().map(|(var, _)| var.clone()).collect(),
+                decor: removal,
+            });
+        }
+    }
+    let command = ops.raw("command")?;
+    let stdio = matches!(plan, Plan::Stdio { .. });
+    match client.command_style() {
+        CommandStyle::Array => {
+            if stdio {
+                undo.push(Undo::Set {
+                    key: "command".into(),
+                    raw: command,
+                });
+                ops.set("command", New::Words(argv.clone()));
+            }
+        }
+        CommandStyle::StringAndArgs => {
+            if stdio {
+                undo.push(Undo::Set {
+                    key: "command".into(),
+                    raw: command,
+                });
+                ops.set("command", New::Str(program));
+            }
+            let words = New::Words(argv.get(1..).unwrap_or_default().to_vec());
+            match ops.raw("args") {
+                Some(old) => {
+                    undo.push(Undo::Set {
+                        key: "args".into(),
+                        raw: old,
+                    });
+                    ops.set("args", words);
+                }
+                None => {
+                    undo.push(Undo::Added {
+                        key: "args".into(),
+                        if_empty: false,
+                    });
+                    let at = ops.index("command")? + 1;
+                    ops.insert(at, "args", words);
+                }
+            }
+        }
+    }
+    let mut names: Vec<String> = secrets.iter().map(|(var, _)| var.clone()).collect();
+    names.push(MARKER.into());
+    if ops.raw(client.env_key()).is_none() {
+        undo.push(Undo::Added {
+            key: client.env_key().into(),
+            if_empty: true,
+        });
+    }
+    undo.push(Undo::Env { names });
+    let mut marker = Marker::new(undo);
+    if let (true, Some(server)) = (stdio, &entry.argv) {
+        marker = marker.with_lead(argv.len().saturating_sub(server.len()));
+    }
+    let mut added = secrets;
+    added.push((MARKER.into(), marker.to_text()));
+    ops.env_add(client.env_key(), &added);
+    Some(())
 }
 
 /// A value on one line, spaced as people write one: `{"a": [1, 2], "b": "c"}`.
@@ -395,29 +752,12 @@ fn one_line(value: &Value) -> String {
         Value::Object(map) => format!(
             "{{{}}}",
             map.iter()
-                .map(|(k, v)| format!(
-                    "{}: {}",
-                    serde_json::to_string(k).unwrap_or_default(),
-                    one_line(v)
-                ))
+                .map(|(k, v)| format!("{}: {}", quoted(k), one_line(v)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
-}
-
-/// An entry's source text with each header value that moved into the environment replaced
-/// by `${VAR}`.
-fn entry_template(raw_entry: &str, secrets: &[(String, String)]) -> String {
-    let Ok(root) = CstRootNode::parse(raw_entry, &options()) else {
-        return raw_entry.to_string();
-    };
-    if let Some(headers) = root.object_value().and_then(|o| o.get("headers")) {
-        let template = header_template(&raw(&headers), secrets);
-        set_raw(&headers, &template);
-    }
-    root.to_string()
 }
 
 /// The source text of a `headers` object with each value that moved into the environment
@@ -434,6 +774,26 @@ fn header_template(raw_headers: &str, secrets: &[(String, String)]) -> String {
     root.to_string()
 }
 
+/// `template` with the string `"${VAR}"` of each of `secrets` replaced by the variable's
+/// value in `env`.
+fn fill(
+    template: &str,
+    secrets: &[String],
+    env: Option<&Value>,
+    env_key: &str,
+) -> Result<String, String> {
+    let mut text = template.to_string();
+    for var in secrets {
+        let Some(value) = env.and_then(|e| e.get(var)).and_then(Value::as_str) else {
+            return Err(format!(
+                "{var}, which holds one of its header values, is gone from its {env_key}"
+            ));
+        };
+        text = text.replace(&format!("\"${{{var}}}\""), &quoted(value));
+    }
+    Ok(text)
+}
+
 fn unwrap_entry(prop: &CstObjectProp, obj: &CstObject, entry: &Entry, client: Client) -> Outcome {
     let Some(text) = &entry.marker else {
         return Outcome::Left("not wrapped".into());
@@ -442,128 +802,237 @@ fn unwrap_entry(prop: &CstObjectProp, obj: &CstObject, entry: &Entry, client: Cl
         Ok(marker) => marker,
         Err(err) => return Outcome::Left(format!("its {MARKER} cannot be read: {err}")),
     };
-    // The header values, from the environment as it is now (before it is taken apart).
-    let env = obj.get(client.env_key()).and_then(|e| e.object_value());
-    let env_value = |name: &str| -> Option<String> {
-        env.as_ref()?
-            .get(name)?
-            .to_serde_value()?
-            .as_str()
-            .map(String::from)
+    // An earlier mcp-budget kept a one-line entry whole.
+    if let Some(Undo::Entry {
+        raw: whole,
+        secrets,
+    }) = marker.undo.iter().find(|u| matches!(u, Undo::Entry { .. }))
+    {
+        let env = obj.get(client.env_key()).and_then(|e| parsed(&raw(&e)));
+        return match fill(whole, secrets, env.as_ref(), client.env_key()) {
+            Ok(text) => {
+                set_raw(prop, &text);
+                Outcome::Unwrapped {
+                    now: describe(&text, client),
+                }
+            }
+            Err(reason) => Outcome::Left(reason),
+        };
+    }
+    let mut refused = None;
+    let done = on_entry(prop, obj, |ops| match unwrap_with(ops, &marker, client) {
+        Ok(()) => Some(()),
+        Err(reason) => {
+            refused = Some(reason);
+            None
+        }
+    });
+    match (done, refused) {
+        (Some(((), text)), _) => Outcome::Unwrapped {
+            now: describe(&text, client),
+        },
+        (None, Some(reason)) => Outcome::Left(reason),
+        (None, None) => Outcome::Left("its shape changed since it was wrapped".into()),
+    }
+}
+
+/// A command line's words as an entry holds them: `command` (a string, or for opencode an
+/// array) and `args`.
+fn command_words(command: &str, args: Option<&str>) -> Option<Vec<String>> {
+    let words = |v: &Value| -> Option<Vec<String>> {
+        match v {
+            Value::String(s) => Some(vec![s.clone()]),
+            Value::Array(items) => items.iter().map(|w| w.as_str().map(String::from)).collect(),
+            _ => None,
+        }
     };
+    let mut argv = words(&parsed(command)?)?;
+    if let Some(args) = args {
+        argv.extend(words(&parsed(args)?)?);
+    }
+    Some(argv)
+}
+
+/// Unwrap's edits of one entry: those its marker records, undone last first. Everything it
+/// needs is read before anything changes; the reason, when it cannot.
+fn unwrap_with(ops: &mut dyn Ops, marker: &Marker, client: Client) -> Result<(), String> {
+    let env_key = client.env_key();
+    // The header values, from the environment as it is now (before it is taken apart).
+    let env = ops.value(env_key);
     let mut filled = Vec::new();
     for undo in &marker.undo {
-        if let Undo::Removed { raw, secrets, .. } | Undo::Entry { raw, secrets } = undo {
-            let mut text = raw.clone();
-            for var in secrets {
-                let Some(value) = env_value(var) else {
-                    return Outcome::Left(format!(
-                        "{var}, which holds one of its header values, is gone from its {}",
-                        client.env_key()
-                    ));
-                };
-                let encoded = serde_json::to_string(&value).unwrap_or_default();
-                text = text.replace(&format!("\"${{{var}}}\""), &encoded);
-            }
-            filled.push(text);
+        if let Undo::Removed { raw, secrets, .. } = undo {
+            filled.push(fill(raw, secrets, env.as_ref(), env_key)?);
         }
     }
+    // A stdio entry: the server's own command as it is now, the launcher's words taken out.
+    let command = if marker.undo.iter().any(|u| matches!(u, Undo::Rename { .. })) {
+        Command::Raw
+    } else {
+        let old = |key: &str| {
+            marker.undo.iter().find_map(|u| match u {
+                Undo::Set { key: k, raw } if k == key => Some(raw.clone()),
+                _ => None,
+            })
+        };
+        let was = old("command").and_then(|c| command_words(&c, old("args").as_deref()));
+        let now = ops
+            .raw("command")
+            .and_then(|c| command_words(&c, ops.raw("args").as_deref()));
+        plan::decide(was, now, marker.lead)
+    };
     for undo in marker.undo.iter().rev() {
         match undo {
-            Undo::Env { names } => {
-                if let Some(env) = obj.get(client.env_key()).and_then(|e| e.object_value()) {
-                    for name in names {
-                        if let Some(prop) = env.get(name) {
-                            prop.remove();
+            Undo::Env { names } => ops.env_remove(env_key, names),
+            Undo::Added { key, .. } if key == "args" && command != Command::Raw => {
+                if let Command::New(words) = &command {
+                    match words.get(1..).filter(|rest| !rest.is_empty()) {
+                        Some(rest) => ops.set("args", New::Words(rest.to_vec())),
+                        None => {
+                            ops.remove("args");
                         }
                     }
                 }
             }
             Undo::Added { key, if_empty } => {
-                if let Some(prop) = obj.get(key) {
-                    let kept = *if_empty
-                        && prop
-                            .object_value()
-                            .is_some_and(|o| !o.properties().is_empty());
-                    if !kept {
-                        prop.remove();
-                    }
+                let kept = *if_empty
+                    && ops
+                        .value(key)
+                        .as_ref()
+                        .and_then(Value::as_object)
+                        .is_some_and(|o| !o.is_empty());
+                if !kept && ops.raw(key).is_some() {
+                    ops.remove(key);
                 }
             }
-            Undo::Removed { key, at, .. } => {
+            Undo::Removed { key, at, decor, .. } => {
                 let text = filled.pop().unwrap_or_default();
-                let at = (*at).min(obj.properties().len());
-                let prop = obj.insert(at, key, CstInputValue::Null);
-                set_raw(&prop, &text);
+                ops.restore(*at, key, &text, decor);
             }
             Undo::Rename { key, from, raw } => {
-                if let Some(prop) = obj.get(key)
-                    && let Some(new) = prop
-                        .replace_with(from, CstInputValue::Null)
-                        .and_then(|n| n.as_object_prop())
-                {
-                    set_raw(&new, raw);
-                }
+                ops.rename(key, from, New::Raw(raw.clone()));
             }
-            Undo::Set { key, raw } => match obj.get(key) {
-                Some(prop) => set_raw(&prop, raw),
-                None => {
-                    let prop = obj.append(key, CstInputValue::Null);
-                    set_raw(&prop, raw);
-                }
+            Undo::Set { key, raw } => match (key.as_str(), &command) {
+                ("command" | "args", Command::Keep) => {}
+                ("command", Command::New(words)) => match client.command_style() {
+                    CommandStyle::Array => ops.set("command", New::Words(words.clone())),
+                    CommandStyle::StringAndArgs => ops.set(
+                        "command",
+                        New::Str(words.first().cloned().unwrap_or_default()),
+                    ),
+                },
+                ("args", Command::New(words)) => ops.set(
+                    "args",
+                    New::Words(words.get(1..).unwrap_or_default().to_vec()),
+                ),
+                _ => ops.set(key, New::Raw(raw.clone())),
             },
-            Undo::Entry { .. } => {
-                set_raw(prop, &filled.pop().unwrap_or_default());
-                break;
-            }
-            Undo::Order { .. } => {}
+            Undo::Entry { .. } | Undo::Order { .. } => {}
         }
     }
-    Outcome::Unwrapped {
-        now: restored(&marker),
+    Ok(())
+}
+
+/// What an entry's source text runs (or reaches), for the table.
+fn describe(text: &str, client: Client) -> String {
+    let value = parsed(text).unwrap_or(Value::Null);
+    let entry = read_entry(&value, client);
+    entry
+        .argv
+        .map(|argv| plan::shell_words(&argv))
+        .or(entry.url)
+        .unwrap_or_default()
+}
+
+/// The text with what looks secret shown as `***` ([`mask`]); `None` if it does not parse.
+pub fn masked(text: &str) -> Option<String> {
+    let root = CstRootNode::parse(text, &options()).ok()?;
+    if let Some(obj) = root.object_value() {
+        mask_object(&obj, false);
+    } else if let Some(array) = root.array_value() {
+        mask_array(&array);
+    }
+    Some(root.to_string())
+}
+
+fn mask_object(obj: &CstObject, headers: bool) {
+    for prop in obj.properties() {
+        let Some(name) = prop.decoded_name() else {
+            continue;
+        };
+        if let Some(inner) = prop.object_value() {
+            mask_object(&inner, mask::is_headers(&name));
+            continue;
+        }
+        if let Some(array) = prop.array_value() {
+            mask_array(&array);
+            continue;
+        }
+        let Some(Value::String(text)) = prop.value().and_then(|v| v.to_serde_value()) else {
+            continue;
+        };
+        if name == MARKER {
+            if let Some(marker) = masked_marker(&text) {
+                prop.set_value(CstInputValue::String(marker));
+            }
+        } else if mask::hides(&name, headers) {
+            prop.set_value(CstInputValue::String(mask::MASK.into()));
+        }
     }
 }
 
-/// What the entry runs (or reaches) once unwrapped, read from its marker (the tree, with raw
-/// text set into it, is not read again).
-fn restored(marker: &Marker) -> String {
-    let mut argv: Vec<String> = Vec::new();
-    for undo in &marker.undo {
-        let value = match undo {
-            Undo::Set { key, raw }
-            | Undo::Rename {
-                key: _,
-                from: key,
-                raw,
-            } => (key.as_str(), serde_json::from_str::<Value>(raw).ok()),
-            Undo::Entry { raw, .. } => {
-                let entry = serde_json::from_str::<Value>(raw).unwrap_or(Value::Null);
-                let program = entry["command"].as_str().map(String::from);
-                let url = entry["url"].as_str().or(entry["httpUrl"].as_str());
-                match (program, &entry["command"]) {
-                    (Some(program), _) => argv.push(program),
-                    (None, Value::Array(words)) => {
-                        argv.extend(words.iter().filter_map(|w| w.as_str().map(String::from)))
-                    }
-                    _ => return url.unwrap_or_default().to_string(),
-                }
-                if let Value::Array(words) = &entry["args"] {
-                    argv.extend(words.iter().filter_map(|w| w.as_str().map(String::from)));
-                }
-                break;
-            }
+fn mask_array(array: &CstArray) {
+    let mut header_next = false;
+    for element in array.elements() {
+        if let Some(obj) = element.as_object() {
+            mask_object(&obj, false);
+        } else if let Some(inner) = element.as_array() {
+            mask_array(&inner);
+        }
+        let Some(lit) = element.as_string_lit() else {
+            header_next = false;
+            continue;
+        };
+        let word = lit.decoded_value().unwrap_or_default();
+        let hidden = if header_next {
+            Some(mask::header_word(&word))
+        } else {
+            word.strip_prefix("--upstream-header=")
+                .map(|h| format!("--upstream-header={}", mask::header_word(h)))
+        };
+        if let Some(hidden) = hidden {
+            lit.set_raw_value(quoted(&hidden));
+        }
+        header_next = word == "--upstream-header";
+    }
+}
+
+/// A marker's text with the secrets in the source text it keeps masked; `None` when there are
+/// none (or it cannot be read).
+fn masked_marker(text: &str) -> Option<String> {
+    let mut marker = Marker::parse(text).ok()?;
+    let mut changed = false;
+    for undo in &mut marker.undo {
+        let (key, raw) = match undo {
+            Undo::Set { key, raw } | Undo::Removed { key, raw, .. } => (key.clone(), raw),
+            Undo::Entry { raw, .. } => (String::new(), raw),
             _ => continue,
         };
-        match value {
-            ("command", Some(Value::String(program))) => argv.insert(0, program),
-            ("command" | "args", Some(Value::Array(words))) => {
-                argv.extend(words.iter().filter_map(|w| w.as_str().map(String::from)))
-            }
-            ("url" | "httpUrl", Some(Value::String(url))) => return url,
-            _ => {}
+        let Ok(root) = CstRootNode::parse(raw, &options()) else {
+            continue;
+        };
+        if let Some(obj) = root.object_value() {
+            mask_object(&obj, mask::is_headers(&key));
+        } else if let Some(array) = root.array_value() {
+            mask_array(&array);
+        }
+        let new = root.to_string();
+        if new != *raw {
+            *raw = new;
+            changed = true;
         }
     }
-    plan::shell_words(&argv)
+    changed.then(|| marker.to_text())
 }
 
 #[cfg(test)]

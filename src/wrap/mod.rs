@@ -6,12 +6,24 @@
 //! JSON and JSON with comments are edited on a concrete syntax tree ([`json`]), TOML with
 //! toml_edit ([`toml`]), every other byte stays. A wrapped entry carries what `unwrap` needs to
 //! give it back byte for byte ([`plan`]'s marker), so undoing needs no backup — though one is
-//! written next to the file anyway (`FILE.mcp-budget.bak`). The file is replaced atomically
-//! (a temporary file in the same folder, renamed over it) with its permissions kept, and a
-//! file that does not parse is left untouched: its `file:line:column` and exit 2.
+//! written next to the file anyway (`FILE.mcp-budget.bak`), created with the file's own
+//! permissions before a byte is written to it (it can hold tokens). `unwrap` removes it once
+//! the file holds no wrapped entry any more (the file is then what it was, with the user's
+//! later edits, and the backup only an older copy of their secrets); while entries stay
+//! wrapped (`--only`, `--except`), it writes one as `wrap` does.
+//!
+//! A symbolic link is followed: the file it points to is edited and replaced (a temporary file
+//! in that file's folder, renamed over it), and the link stays a link. The file is replaced
+//! atomically with its permissions kept. Anything but a regular file (a FIFO, a folder, a
+//! device) is refused before it is opened, and it is opened without blocking; a file that does
+//! not parse, or has a key written twice on the way to its servers, is left untouched: its
+//! `file:line:column`, the fix, and exit 2. `--dry-run` shows its diff with secrets masked
+//! ([`mask`]).
 
 pub mod client;
 mod json;
+mod line;
+pub mod mask;
 pub mod plan;
 mod toml;
 
@@ -79,11 +91,22 @@ pub enum WrapError {
         column: usize,
         message: String,
     },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {source}; {}", path.display(), io_fix(source))]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{} is {kind}, not a regular file: wrap and unwrap edit a client's configuration file in place; give the path of that file (a symbolic link to one is fine)",
+        path.display()
+    )]
+    NotAFile { path: PathBuf, kind: &'static str },
+    #[error(
+        "{} is a symbolic link to {}, which does not exist: point the link at the configuration file (or give that file's path)",
+        path.display(),
+        target.display()
+    )]
+    DanglingLink { path: PathBuf, target: PathBuf },
     #[error(
         "{}: which client's file is it? Give --client NAME ({})",
         path.display(),
@@ -134,8 +157,24 @@ pub fn edit(
     }
 }
 
+/// A file to edit: the path given (or found), and the regular file it is (a symbolic link
+/// followed).
+struct Target {
+    path: PathBuf,
+    file: PathBuf,
+    client: Client,
+}
+
+/// What became of a file's backup.
+enum Backup {
+    None,
+    Written(PathBuf),
+    Removed(PathBuf),
+    WouldRemove(PathBuf),
+}
+
 /// Runs `wrap`/`unwrap`: finds the file(s), edits them, prints what it did (or, with
-/// `--dry-run`, a unified diff and what it would do) to `out`.
+/// `--dry-run`, a unified diff with secrets masked and what it would do) to `out`.
 pub fn run(request: &Request, out: &mut dyn Write) -> Result<(), WrapError> {
     let named = match &request.client {
         Some(name) => {
@@ -154,9 +193,10 @@ pub fn run(request: &Request, out: &mut dyn Write) -> Result<(), WrapError> {
             let cwd = std::env::current_dir().unwrap_or_default();
             let home = home();
             let looked = client.locations(&cwd, &home);
+            // Whatever is there, link or not: one that is not a regular file is refused below.
             let found: Vec<_> = looked
                 .iter()
-                .filter(|p| p.is_file())
+                .filter(|p| p.symlink_metadata().is_ok())
                 .map(|p| (p.clone(), client))
                 .collect();
             if found.is_empty() {
@@ -174,13 +214,13 @@ pub fn run(request: &Request, out: &mut dyn Write) -> Result<(), WrapError> {
         (None, None) => return Err(WrapError::NothingToEdit),
     };
     // Read and edit every file before writing any: one that does not parse stops them all.
-    let mut edits = Vec::new();
+    let mut edits: Vec<(Target, String, Edited)> = Vec::new();
     for (path, client) in files {
-        let io = |source| WrapError::Io {
-            path: path.clone(),
-            source,
-        };
-        let text = std::fs::read_to_string(&path).map_err(io)?;
+        let file = regular_file(&path)?;
+        if edits.iter().any(|(t, _, _)| t.file == file) {
+            continue;
+        }
+        let text = read_text(&path, &file)?;
         let edited = edit(
             &text,
             client,
@@ -194,7 +234,7 @@ pub fn run(request: &Request, out: &mut dyn Write) -> Result<(), WrapError> {
             column: e.column,
             message: e.message,
         })?;
-        edits.push((path, text, edited));
+        edits.push((Target { path, file, client }, text, edited));
     }
     for name in &request.select.only {
         let named = edits.iter().any(|(_, _, e)| {
@@ -210,25 +250,155 @@ pub fn run(request: &Request, out: &mut dyn Write) -> Result<(), WrapError> {
         path: PathBuf::from("<stdout>"),
         source,
     };
-    for (path, old, edited) in edits {
-        if request.dry_run {
-            write!(out, "{}", diff(&path, &old, &edited.text)).map_err(io_out)?;
-        } else if edited.text != old {
-            let backup = backup_path(&path);
-            write_atomically(&backup, old.as_bytes(), &path).map_err(|source| WrapError::Io {
-                path: backup.clone(),
-                source,
-            })?;
-            write_atomically(&path, edited.text.as_bytes(), &path).map_err(|source| {
-                WrapError::Io {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-        }
-        write!(out, "{}", table(&path, request, &old, &edited)).map_err(io_out)?;
+    for (target, old, edited) in edits {
+        let changed = edited.text != old;
+        let backup = backup_path(&target.file);
+        // Unwrap, once no entry is left wrapped: the backup has served (and may hold tokens).
+        let spent = request.mode == Mode::Unwrap
+            && !edited.text.contains(plan::MARKER)
+            && backup.symlink_metadata().is_ok();
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| WrapError::Io { path, source }
+        };
+        let note = if request.dry_run {
+            let shown = masked(&old, target.client)
+                .zip(masked(&edited.text, target.client))
+                .map(|(old, new)| diff(&target.path, &old, &new))
+                .unwrap_or_else(|| {
+                    format!(
+                        "{}: the diff is not shown (it could not be masked)\n",
+                        target.path.display()
+                    )
+                });
+            write!(out, "{shown}").map_err(io_out)?;
+            match spent {
+                true => Backup::WouldRemove(backup),
+                false => Backup::None,
+            }
+        } else {
+            let mut note = Backup::None;
+            if changed && !spent {
+                write_atomically(&backup, old.as_bytes(), &target.file).map_err(io(&backup))?;
+                note = Backup::Written(backup.clone());
+            }
+            if changed {
+                write_atomically(&target.file, edited.text.as_bytes(), &target.file)
+                    .map_err(io(&target.path))?;
+            }
+            if spent {
+                std::fs::remove_file(&backup).map_err(io(&backup))?;
+                note = Backup::Removed(backup);
+            }
+            note
+        };
+        write!(out, "{}", table(&target, request, &old, &edited, &note)).map_err(io_out)?;
     }
     Ok(())
+}
+
+/// The text with what looks secret shown as `***` ([`mask`]); `None` if it does not parse.
+pub fn masked(text: &str, client: Client) -> Option<String> {
+    match client.syntax() {
+        client::Syntax::Json => json::masked(text),
+        client::Syntax::Toml => toml::masked(text),
+    }
+}
+
+/// The regular file `path` is (a symbolic link followed), checked without opening it: a FIFO
+/// would block the open, a device would be read from.
+fn regular_file(path: &Path) -> Result<PathBuf, WrapError> {
+    let io = |source| WrapError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if let Ok(target) = std::fs::read_link(path) {
+                return Err(WrapError::DanglingLink {
+                    path: path.to_path_buf(),
+                    target,
+                });
+            }
+            return Err(io(err));
+        }
+        Err(err) => return Err(io(err)),
+    };
+    if !meta.is_file() {
+        return Err(WrapError::NotAFile {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta.file_type()),
+        });
+    }
+    std::fs::canonicalize(path).map_err(io)
+}
+
+/// Reads `file` (what `path` names), opened without blocking and checked again once open.
+fn read_text(path: &Path, file: &Path) -> Result<String, WrapError> {
+    use std::io::Read;
+    let io = |source| WrapError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    let mut opened = options.open(file).map_err(io)?;
+    let meta = opened.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(WrapError::NotAFile {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta.file_type()),
+        });
+    }
+    let mut text = String::new();
+    opened.read_to_string(&mut text).map_err(io)?;
+    Ok(text)
+}
+
+fn kind_of(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_block_device() {
+            return "a block device";
+        }
+        if kind.is_char_device() {
+            return "a character device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "something else"
+    }
+}
+
+/// The fix for a file that cannot be read or written.
+fn io_fix(err: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match err.kind() {
+        ErrorKind::NotFound => {
+            "check the path (or give --client NAME to edit the client's files where they are)"
+        }
+        ErrorKind::PermissionDenied => {
+            "run as a user who may read and write the file and its folder, or change their permissions"
+        }
+        ErrorKind::InvalidData => "the file is not UTF-8 text: save it as UTF-8, then run again",
+        ErrorKind::StorageFull => "free some space on its disk, then run again",
+        _ => "check the file and its folder, then run again",
+    }
 }
 
 fn home() -> PathBuf {
@@ -238,7 +408,7 @@ fn home() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// `FILE.mcp-budget.bak`, next to the file.
+/// `FILE.mcp-budget.bak`, next to the file (the file a symbolic link points to).
 pub fn backup_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".mcp-budget.bak");
@@ -246,7 +416,8 @@ pub fn backup_path(path: &Path) -> PathBuf {
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder, renamed over it, with
-/// the permissions of `like` (the file being edited).
+/// the permissions of `like` (the file being edited), given before any byte is written: the
+/// temporary file is made readable by its owner only, then given them.
 fn write_atomically(path: &Path, bytes: &[u8], like: &Path) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -256,13 +427,26 @@ fn write_atomically(path: &Path, bytes: &[u8], like: &Path) -> std::io::Result<(
     name.push(path.file_name().unwrap_or_default());
     name.push(format!(".mcp-budget.{}.tmp", std::process::id()));
     let tmp = dir.join(name);
+    let permissions = std::fs::metadata(like)?.permissions();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = match options.open(&tmp) {
+        // Left by a process of the same id that did not finish.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&tmp)?;
+            options.open(&tmp)?
+        }
+        other => other?,
+    };
     let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
+        file.set_permissions(permissions)?;
         file.write_all(bytes)?;
         file.sync_all()?;
-        if let Ok(meta) = std::fs::metadata(like) {
-            std::fs::set_permissions(&tmp, meta.permissions())?;
-        }
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -285,8 +469,14 @@ pub fn diff(path: &Path, old: &str, new: &str) -> String {
 }
 
 /// What was done (or would be) to each entry of one file.
-fn table(path: &Path, request: &Request, old: &str, edited: &Edited) -> String {
-    let (mode, dry_run) = (request.mode, request.dry_run);
+fn table(
+    target: &Target,
+    request: &Request,
+    old: &str,
+    edited: &Edited,
+    backup: &Backup,
+) -> String {
+    let (mode, dry_run, path) = (request.mode, request.dry_run, &target.path);
     let mut text = String::new();
     let done = match (mode, dry_run) {
         (Mode::Wrap, false) => "wrapped",
@@ -295,6 +485,12 @@ fn table(path: &Path, request: &Request, old: &str, edited: &Edited) -> String {
         (Mode::Unwrap, true) => "would unwrap",
     };
     text.push_str(&format!("{}:\n", path.display()));
+    if path
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        text.push_str(&format!("  a link to {}\n", target.file.display()));
+    }
     if edited.rows.is_empty() {
         text.push_str("  no MCP servers in this file\n");
     }
@@ -324,8 +520,20 @@ fn table(path: &Path, request: &Request, old: &str, edited: &Edited) -> String {
         .count();
     if changed == 0 {
         text.push_str("  nothing to change\n");
-    } else if !dry_run && old != edited.text {
-        text.push_str(&format!("  backup: {}\n", backup_path(path).display()));
+    }
+    match backup {
+        Backup::None => {}
+        Backup::Written(backup) => text.push_str(&format!("  backup: {}\n", backup.display())),
+        Backup::Removed(backup) => text.push_str(&format!(
+            "  backup removed: {} (no entry is wrapped any more)\n",
+            backup.display()
+        )),
+        Backup::WouldRemove(backup) => text.push_str(&format!(
+            "  would remove the backup {} (no entry would be wrapped any more)\n",
+            backup.display()
+        )),
+    }
+    if changed > 0 && !dry_run && old != edited.text {
         match mode {
             Mode::Wrap => text.push_str(&format!(
                 "  undo: {} unwrap {}  (restart the client to apply)\n",

@@ -11,8 +11,12 @@
 //! environment; `order`: the keys' order, for TOML). A header value moved into the
 //! environment is kept there only: the removed `headers` text holds `${VAR}` in its place, and
 //! `unwrap` puts back the variable's value as it is then (a rotated token survives the trip).
-//! An entry (or environment) written on one line is kept whole instead (`entry`, or `set` of
-//! the environment): the syntax tree spreads an object it inserts into over several lines.
+//! An entry (or environment) written on one line is edited as text, key by key, so it stays on
+//! one line and `unwrap` undoes the same edits, keeping what the user changed since (the
+//! `entry` edit, the whole one-line entry, and `set` of a one-line environment are what an
+//! earlier mcp-budget wrote; they are still read). `lead`: how many words of a stdio entry's
+//! command line are the launcher's (through `--`); `unwrap` takes those out and keeps the
+//! server's own command as it is then.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +33,10 @@ pub const HEADER_PREFIX: &str = "MCP_BUDGET_HEADER_";
 pub struct Marker {
     pub v: u32,
     pub undo: Vec<Undo>,
+    /// How many words of the wrapped command line (program included) wrap put before the
+    /// server's own command, `--` the last of them (a stdio entry only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead: Option<usize>,
 }
 
 /// One edit that takes a wrapped entry back (applied last recorded, first).
@@ -77,7 +85,18 @@ pub enum Undo {
 
 impl Marker {
     pub fn new(undo: Vec<Undo>) -> Marker {
-        Marker { v: 1, undo }
+        Marker {
+            v: 1,
+            undo,
+            lead: None,
+        }
+    }
+
+    /// The marker of a stdio entry whose wrapped command line starts with `lead` words of the
+    /// launcher's (through `--`), then the server's command.
+    pub fn with_lead(mut self, lead: usize) -> Marker {
+        self.lead = Some(lead);
+        self
     }
 
     pub fn to_text(&self) -> String {
@@ -194,6 +213,45 @@ pub fn plan(entry: &Entry, client: Client, launcher: &[String]) -> Plan {
         argv,
         secrets,
         pass,
+    }
+}
+
+/// The server's own command in a wrapped command line: the words after the launcher's (the
+/// first `lead` when they still end with `--`, else those after the first `--`); `None` when
+/// the line no longer runs the server through the proxy.
+pub fn server_words(argv: &[String], lead: Option<usize>) -> Option<&[String]> {
+    let after = match lead {
+        Some(n) if n >= 1 && argv.get(n - 1).is_some_and(|w| w == "--") => n,
+        _ => argv.iter().position(|w| w == "--")? + 1,
+    };
+    let words = argv.get(after..)?;
+    (!words.is_empty()).then_some(words)
+}
+
+/// What `unwrap` does with a stdio entry's command line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// The server's command is still the one wrap found: its old source text goes back.
+    Raw,
+    /// The server's command was changed since: these words (the launcher's taken out).
+    New(Vec<String>),
+    /// The command line no longer runs the server through the proxy: left as it is.
+    Keep,
+}
+
+/// Decides [`Command`] from the server's command as wrap found it (`was`, from the marker) and
+/// the wrapped command line as it is now (`now`).
+pub fn decide(was: Option<Vec<String>>, now: Option<Vec<String>>, lead: Option<usize>) -> Command {
+    let Some(was) = was else {
+        return Command::Raw;
+    };
+    let Some(now) = now else {
+        return Command::Keep;
+    };
+    match server_words(&now, lead) {
+        Some(server) if server == was.as_slice() => Command::Raw,
+        Some(server) => Command::New(server.to_vec()),
+        None => Command::Keep,
     }
 }
 

@@ -4,7 +4,8 @@
 use toml_edit::{Array, DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use super::client::Client;
-use super::plan::{self, Entry, MARKER, Marker, Plan, Undo};
+use super::mask;
+use super::plan::{self, Command, Entry, MARKER, Marker, Plan, Undo};
 use super::{Edited, Mode, Outcome, Row, Select, SyntaxError};
 
 /// Edits `text` (Codex's `config.toml`) as `mode` says.
@@ -20,10 +21,17 @@ pub fn edit(
             .span()
             .map(|span| line_column(text, span.start))
             .unwrap_or((1, 1));
+        let message = e.message().trim_end();
+        let fix = if message.contains("duplicate key") {
+            "Codex reads no file with a key (or table) written twice: keep one of the two \
+             (merge them into one), then run again"
+        } else {
+            "correct it there, then run again"
+        };
         SyntaxError {
             line,
             column,
-            message: e.message().to_string(),
+            message: format!("{message}: {fix}"),
         }
     })?;
     let mut rows = Vec::new();
@@ -358,7 +366,11 @@ fn wrap_entry(
         });
     }
     undo.push(Undo::Env { names });
-    let marker = Marker::new(undo).to_text();
+    let mut marker = Marker::new(undo);
+    if let (Plan::Stdio { .. }, Some(server)) = (&plan, &entry.argv) {
+        marker = marker.with_lead(argv.len().saturating_sub(server.len()));
+    }
+    let marker = marker.to_text();
     let mut added: Vec<(String, String)> = secrets.clone();
     added.push((MARKER.into(), marker));
     if !has_env {
@@ -374,6 +386,142 @@ fn wrap_entry(
         was,
         now: plan::shell_words(&argv),
     }
+}
+
+/// The variables a remote entry's proxy takes from Codex's environment: those its
+/// `bearer_token_env_var` and `env_http_headers` named (wrap added them to `env_vars`).
+fn passed_vars(marker: &Marker) -> Vec<String> {
+    let mut vars = Vec::new();
+    for undo in &marker.undo {
+        let Undo::Removed { key, raw, .. } = undo else {
+            continue;
+        };
+        let Ok(value) = raw.parse::<Value>() else {
+            continue;
+        };
+        match (key.as_str(), &value) {
+            ("bearer_token_env_var", Value::String(var)) => vars.push(var.value().clone()),
+            ("env_http_headers", Value::InlineTable(headers)) => vars.extend(
+                headers
+                    .iter()
+                    .filter_map(|(_, v)| v.as_str().map(String::from)),
+            ),
+            _ => {}
+        }
+    }
+    vars
+}
+
+/// A command line's words: `command` and `args` as TOML values.
+fn argv_of(command: Option<&Value>, args: Option<&Value>) -> Option<Vec<String>> {
+    let mut argv = vec![command?.as_str()?.to_string()];
+    if let Some(args) = args {
+        for word in args.as_array()? {
+            argv.push(word.as_str()?.to_string());
+        }
+    }
+    Some(argv)
+}
+
+/// The text with what looks secret shown as `***` ([`mask`]); `None` if it does not parse.
+pub fn masked(text: &str) -> Option<String> {
+    let mut doc: DocumentMut = text.parse().ok()?;
+    mask_table(doc.as_table_mut(), false);
+    Some(doc.to_string())
+}
+
+fn mask_table(table: &mut Table, headers: bool) {
+    for (key, item) in table.iter_mut() {
+        let name = key.get().to_string();
+        match item {
+            Item::Table(inner) => mask_table(inner, mask::is_headers(&name)),
+            Item::ArrayOfTables(tables) => {
+                for inner in tables.iter_mut() {
+                    mask_table(inner, false);
+                }
+            }
+            Item::Value(value) => mask_value(value, &name, headers),
+            Item::None => {}
+        }
+    }
+}
+
+fn mask_value(value: &mut Value, name: &str, headers: bool) {
+    match value {
+        Value::InlineTable(inner) => {
+            let headers = mask::is_headers(name);
+            for (key, value) in inner.iter_mut() {
+                let key = key.get().to_string();
+                mask_value(value, &key, headers);
+            }
+        }
+        Value::Array(array) => mask_array(array),
+        Value::String(text) => {
+            let text = text.value().clone();
+            let hidden = if name == MARKER {
+                masked_marker(&text)
+            } else if mask::hides(name, headers) {
+                Some(mask::MASK.to_string())
+            } else {
+                None
+            };
+            if let Some(hidden) = hidden {
+                set_string(value, hidden);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Replaces a value by a string, keeping the whitespace and comments around it.
+fn set_string(value: &mut Value, text: String) {
+    let decor = value.decor().clone();
+    *value = Value::from(text);
+    *value.decor_mut() = decor;
+}
+
+fn mask_array(array: &mut Array) {
+    let mut header_next = false;
+    for value in array.iter_mut() {
+        let Some(word) = value.as_str().map(String::from) else {
+            mask_value(value, "", false);
+            header_next = false;
+            continue;
+        };
+        let hidden = if header_next {
+            Some(mask::header_word(&word))
+        } else {
+            word.strip_prefix("--upstream-header=")
+                .map(|h| format!("--upstream-header={}", mask::header_word(h)))
+        };
+        if let Some(hidden) = hidden {
+            set_string(value, hidden);
+        }
+        header_next = word == "--upstream-header";
+    }
+}
+
+/// A marker's text with the secrets in the source text it keeps masked; `None` when there are
+/// none (or it cannot be read).
+fn masked_marker(text: &str) -> Option<String> {
+    let mut marker = Marker::parse(text).ok()?;
+    let mut changed = false;
+    for undo in &mut marker.undo {
+        let (key, raw) = match undo {
+            Undo::Set { key, raw } | Undo::Removed { key, raw, .. } => (key.clone(), raw),
+            _ => continue,
+        };
+        let Ok(mut value) = raw.parse::<Value>() else {
+            continue;
+        };
+        mask_value(&mut value, &key, false);
+        let new = value.to_string();
+        if new != *raw {
+            *raw = new;
+            changed = true;
+        }
+    }
+    changed.then(|| marker.to_text())
 }
 
 /// An inline table's source text with each header value that moved into the environment
@@ -437,6 +585,27 @@ fn unwrap_entry(table: &mut dyn EntryTableDyn, entry: &Entry) -> Outcome {
             Err(_) => return Outcome::Left(format!("its marker's {key} is not a TOML value")),
         }
     }
+    // A stdio entry: the server's own command as it is now, the launcher's words taken out.
+    let old = |key: &str| {
+        marker.undo.iter().find_map(|u| match u {
+            Undo::Set { key: k, raw } if k == key => raw.parse::<Value>().ok(),
+            _ => None,
+        })
+    };
+    let command = match old("command") {
+        Some(command) => {
+            let was = argv_of(Some(&command), old("args").as_ref());
+            let now = argv_of(
+                table.like().get("command").and_then(Item::as_value),
+                table.like().get("args").and_then(Item::as_value),
+            );
+            plan::decide(was, now, marker.lead)
+        }
+        None => Command::Raw,
+    };
+    // A remote entry: the variables wrap passed to the proxy through `env_vars`; those the user
+    // put there since stay.
+    let passed = passed_vars(&marker);
     let t = table.like_mut();
     let mut order = None;
     for undo in marker.undo.iter().rev() {
@@ -446,6 +615,25 @@ fn unwrap_entry(table: &mut dyn EntryTableDyn, entry: &Entry) -> Outcome {
                     for name in names {
                         env.remove(name);
                     }
+                }
+            }
+            Undo::Added { key, .. } if key == "args" && command != Command::Raw => {
+                if let Command::New(argv) = &command {
+                    match argv.get(1..).filter(|rest| !rest.is_empty()) {
+                        Some(rest) => replace(t, "args", words(rest)),
+                        None => {
+                            t.remove("args");
+                        }
+                    }
+                }
+            }
+            Undo::Added { key, .. } if key == "env_vars" => {
+                let now = t.get(key).and_then(strings).unwrap_or_default();
+                let rest: Vec<String> = now.into_iter().filter(|v| !passed.contains(v)).collect();
+                if rest.is_empty() {
+                    t.remove(key);
+                } else {
+                    replace(t, key, words(&rest));
                 }
             }
             Undo::Added { key, if_empty } => {
@@ -473,7 +661,29 @@ fn unwrap_entry(table: &mut dyn EntryTableDyn, entry: &Entry) -> Outcome {
             }
             Undo::Set { key, .. } | Undo::Rename { key, .. } => {
                 let Some(value) = values.pop() else { break };
-                replace(t, key, value);
+                match (key.as_str(), &command) {
+                    ("command" | "args", Command::Keep) => {}
+                    ("command", Command::New(argv)) => {
+                        let program = argv.first().cloned().unwrap_or_default();
+                        replace(t, "command", Value::from(program));
+                    }
+                    ("args", Command::New(argv)) => {
+                        replace(t, "args", words(argv.get(1..).unwrap_or_default()));
+                    }
+                    ("env_vars", _) => {
+                        let was = strings(&Item::Value(value.clone())).unwrap_or_default();
+                        let now = t.get(key).and_then(strings).unwrap_or_default();
+                        let rest: Vec<String> = now
+                            .into_iter()
+                            .filter(|v| was.contains(v) || !passed.contains(v))
+                            .collect();
+                        match rest == was {
+                            true => replace(t, key, value),
+                            false => replace(t, key, words(&rest)),
+                        }
+                    }
+                    _ => replace(t, key, value),
+                }
             }
             Undo::Order { keys } => order = Some(keys.clone()),
             // Written by the JSON editor only.
