@@ -308,10 +308,17 @@ pub enum Command {
     /// Print the descriptor a client sees for one tool under a policy.
     ///
     /// The upstream descriptor comes from a JSON file (`--descriptor`: one tool, a tools/list
-    /// result or response) or from a live server given after `--`.
+    /// result or response) or from a live server given after `--`. The policy it runs under
+    /// goes to stderr.
     Explain {
-        /// The policy (TOML).
-        file: PathBuf,
+        /// The policy: a TOML file, builtin:NAME or none (the same as --policy).
+        #[arg(value_name = "POLICY")]
+        file: Option<PathBuf>,
+        /// The policy: a TOML file, builtin:NAME or none. Without it, as the proxy: the
+        /// built-in policy for the server's serverInfo.name (a live server after `--`), else
+        /// automatic paging only.
+        #[arg(long, value_name = "FILE", conflicts_with = "file")]
+        policy: Option<PathBuf>,
         /// The tool to explain.
         #[arg(long)]
         tool: String,
@@ -374,13 +381,20 @@ pub enum Command {
         #[arg(long, value_name = "BYTES", default_value_t = 10_000)]
         min_bytes: usize,
     },
-    /// Bytes and tokens of every tools/call in a recording, as received and under a policy.
+    /// Forecast a recorded session through the proxy: for every tools/call, the pages the
+    /// client gets, the bytes its model reads of each, and refusals (with bytes and tokens sent
+    /// by the server and received by the client).
     Report {
         /// The recording (from `mcp-budget record`).
         file: PathBuf,
-        /// The policy to measure (default: the built-in one, the 200000-byte cap only).
+        /// The policy: a TOML file, builtin:NAME or none (automatic paging only). Without it,
+        /// as the proxy: the built-in policy for the recorded serverInfo.name, else none.
         #[arg(long, value_name = "FILE")]
         policy: Option<PathBuf>,
+        /// As this client gets it (a profile such as codex, or a clientInfo.name). Without it:
+        /// the clientInfo.name the recording's initialize sent.
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,

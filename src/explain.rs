@@ -1,4 +1,5 @@
-//! `mcp-budget check` and `mcp-budget explain`: what a policy is, and what it does to a tool.
+//! `mcp-budget check` and `mcp-budget explain`: what a policy is, and what it does to a tool
+//! (without `--policy`, the policy the proxy picks for the server, as it picks it).
 
 use std::time::Duration;
 
@@ -178,22 +179,71 @@ pub fn tools_in(document: &Value) -> Vec<Value> {
     }
 }
 
-/// The descriptor of `tool` as the client sees it through the proxy; with `client` (a profile
-/// or `clientInfo.name`), as that client sees it, and the page sizes it gets.
-pub fn rewrite(
-    policy: Policy,
+/// What `explain` found for one tool.
+#[derive(Debug)]
+pub struct Explained {
+    /// The descriptor the client sees; `None`: the policy hides the tool.
+    pub descriptor: Option<Value>,
+    /// With a client: its page sizes, for a person.
+    pub pages: Option<String>,
+    /// The tools the policy hides.
+    pub hidden: Vec<String>,
+    /// The policy it runs under, and why.
+    pub policy: crate::report::PolicyChoice,
+}
+
+/// Whether `client` names a client profile (built in, or a section of `policy`), looked up as
+/// the proxy looks up `--client`; else the proxy's error, which lists the known ones.
+pub fn check_client(policy: Option<&Policy>, client: Option<&str>) -> Result<(), ExplainError> {
+    let Some(name) = client else { return Ok(()) };
+    let profiles = crate::client::profiles(policy.map_or(&[][..], |p| p.clients.as_slice()));
+    match crate::client::find(&profiles, name) {
+        Some(_) => Ok(()),
+        None => Err(ExplainError::Input(crate::client::unknown(name, &profiles))),
+    }
+}
+
+/// The descriptor of `tool` as a client sees it through the proxy, under `given` (`--policy`:
+/// its text and the policy) or, without one, the policy the proxy picks for the server that
+/// calls itself `server`; with `client` (a profile or a `clientInfo.name`; an unknown one is the
+/// proxy's `--client` error), as that client sees it, and the page sizes it gets. The
+/// descriptors go through the proxy's own interceptor, set up as the proxy sets it up.
+pub fn explain(
+    given: Option<(&std::path::Path, Policy)>,
+    server: Option<&str>,
     tools: Vec<Value>,
     tool: &str,
     client: Option<&str>,
-) -> Result<(Value, Option<String>), ExplainError> {
-    let names: Vec<String> = tools
+) -> Result<Explained, ExplainError> {
+    let (path, policy) = match given {
+        Some((path, policy)) => (Some(path), policy),
+        None => (None, Policy::default()),
+    };
+    // As `mcp-budget [--policy P] [--client NAME] -- SERVER` sets up its budget.
+    let base = std::sync::Arc::new(
+        Budget::new(policy)
+            .choosing(client, path.is_none(), true)
+            .map_err(ExplainError::Input)?,
+    );
+    let choice = crate::report::policy_for(path, server).map_err(ExplainError::Input)?;
+    let profile = base.choice().forced.clone();
+    let session = base.for_session(choice.policy.as_ref(), profile.as_ref());
+    let name_of = |t: &Value| t.get("name").and_then(Value::as_str).map(String::from);
+    let names: Vec<String> = tools.iter().filter_map(name_of).collect();
+    let hidden: Vec<String> = names
         .iter()
-        .filter_map(|t| t.get("name").and_then(Value::as_str).map(String::from))
+        .filter(|name| session.policy().hides(name))
+        .cloned()
         .collect();
-    let Some(descriptor) = tools
-        .into_iter()
-        .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
-    else {
+    if session.policy().hides(tool) {
+        return Ok(Explained {
+            descriptor: None,
+            pages: None,
+            hidden,
+            policy: choice,
+        });
+    }
+    if !names.iter().any(|name| name == tool) {
         return Err(ExplainError::Input(format!(
             "no tool named {tool:?}; the descriptors have: {}",
             if names.is_empty() {
@@ -202,20 +252,37 @@ pub fn rewrite(
                 names.join(", ")
             }
         )));
-    };
-    let mut budget = Budget::new(policy);
-    let mut pages = None;
-    if let Some(client) = client {
-        let base = budget
-            .choosing(Some(client), false, true)
-            .map_err(ExplainError::Input)?;
-        let profile = base.choice().forced.clone();
-        budget = base.for_session(None, profile.as_ref());
-        pages = profile.map(|p| client_pages(&budget, &p, tool));
     }
-    let mut list = json!({"tools": [descriptor]});
-    budget.rewrite_tools_list(&mut list);
-    Ok((list["tools"][0].take(), pages))
+    // The proxy's interceptor: the server names itself (its built-in policy is picked, as in
+    // the proxy), then its tools/list passes.
+    let interceptor = crate::intercept::Interceptor::shared(base.clone());
+    if let Some(server) = server {
+        let named = json!({"jsonrpc": "2.0", "id": 0, "result": {"serverInfo": {"name": server}}});
+        interceptor.initialize_response(named.to_string().as_bytes());
+    }
+    let list = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": tools}});
+    let rewritten = interceptor
+        .tools_list_response(list.to_string().as_bytes(), None)
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .unwrap_or(list);
+    let descriptor = rewritten["result"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+        .cloned()
+        .ok_or_else(|| {
+            ExplainError::Input(format!(
+                "the proxy's tools/list has no tool named {tool:?} (it hides it)"
+            ))
+        })?;
+    let pages = profile.map(|p| client_pages(&session, &p, tool));
+    Ok(Explained {
+        descriptor: Some(descriptor),
+        pages,
+        hidden,
+        policy: choice,
+    })
 }
 
 /// What a client's profile makes of `tool`'s results, for a person.
@@ -269,9 +336,20 @@ fn client_pages(budget: &Budget, profile: &crate::client::Profile, tool: &str) -
     lines.join("\n")
 }
 
+/// What `fetch_tools` learned of a live server.
+#[derive(Debug)]
+pub struct Fetched {
+    /// Every tool of its `tools/list`.
+    pub tools: Vec<Value>,
+    /// Its era, in words.
+    pub detected: String,
+    /// Its `serverInfo.name`, if it gave one.
+    pub server: Option<String>,
+}
+
 /// Starts `command`, learns its protocol era as the proxy does (`server/discover`, else
-/// `initialize`), and reads every page of its `tools/list`; with what was detected, in words.
-pub async fn fetch_tools(command: &[String]) -> Result<(Vec<Value>, String), ExplainError> {
+/// `initialize`), and reads every page of its `tools/list`; with what was detected.
+pub async fn fetch_tools(command: &[String]) -> Result<Fetched, ExplainError> {
     let (mut child, pipes) = ChildServer::spawn(command)?;
     let mut stdin = pipes.stdin;
     let mut frames = FrameReader::new(pipes.stdout, DEFAULT_MAX_MESSAGE_BYTES);
@@ -279,7 +357,12 @@ pub async fn fetch_tools(command: &[String]) -> Result<(Vec<Value>, String), Exp
     let mut request =
         async |method: &str, params: Value, secs: u64| -> Result<Value, ExplainError> {
             next_id += 1;
-            let line = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
+            let mut line = json!({"jsonrpc": "2.0", "id": next_id, "method": method});
+            // No params rather than empty ones (a first tools/list): what clients send, and what
+            // a recorded server (`mcp-budget replay`) matches.
+            if params.as_object().is_none_or(|p| !p.is_empty()) {
+                line["params"] = params;
+            }
             stdin.write_all(format!("{line}\n").as_bytes()).await?;
             stdin.flush().await?;
             loop {
@@ -314,15 +397,18 @@ pub async fn fetch_tools(command: &[String]) -> Result<(Vec<Value>, String), Exp
         crate::message::META_CLIENT_CAPABILITIES: {},
         crate::message::META_CLIENT_INFO: client_info,
     });
-    let (modern, detected) = match request("server/discover", json!({"_meta": meta}), 10).await {
+    let (modern, detected, server) = match request("server/discover", json!({"_meta": meta}), 10)
+        .await
+    {
         Ok(result) => {
-            let name = result["_meta"][crate::message::META_SERVER_INFO]["name"]
+            let server = result["_meta"][crate::message::META_SERVER_INFO]["name"]
                 .as_str()
-                .unwrap_or("unnamed")
-                .to_string();
+                .map(String::from);
+            let name = server.as_deref().unwrap_or("unnamed");
             (
                 true,
                 format!("server {name}: modern (2026-07-28), it answered server/discover"),
+                server,
             )
         }
         Err(why) => {
@@ -332,13 +418,15 @@ pub async fn fetch_tools(command: &[String]) -> Result<(Vec<Value>, String), Exp
                 30,
             )
             .await?;
-            let name = init["serverInfo"]["name"].as_str().unwrap_or("unnamed");
+            let server = init["serverInfo"]["name"].as_str().map(String::from);
+            let name = server.as_deref().unwrap_or("unnamed");
             let version = init["protocolVersion"].as_str().unwrap_or("?");
             (
                 false,
                 format!(
                     "server {name}: legacy ({version}, by initialize); server/discover: {why}; a 2026-07-28 client reaches it through mcp-budget's era bridge"
                 ),
+                server,
             )
         }
     };
@@ -364,7 +452,11 @@ pub async fn fetch_tools(command: &[String]) -> Result<(Vec<Value>, String), Exp
     }
     drop(stdin);
     child.terminate(Duration::from_millis(500)).await.ok();
-    Ok((tools, detected))
+    Ok(Fetched {
+        tools,
+        detected,
+        server,
+    })
 }
 
 /// What `check --recording` found.

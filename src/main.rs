@@ -201,52 +201,63 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Explain {
             file,
+            policy,
             tool,
             client,
             descriptor,
             server,
         }) => {
-            let policy = Policy::load(&file)?;
-            let tools = match (descriptor, server.is_empty()) {
+            let path = policy.or(file);
+            let given = match &path {
+                Some(path) => Some((path.as_path(), Policy::load(path)?)),
+                None => None,
+            };
+            // An unknown client stops explain before a server is started.
+            explain::check_client(given.as_ref().map(|(_, p)| p), client.as_deref())?;
+            let (tools, server_name) = match (descriptor, server.is_empty()) {
                 (Some(path), _) => {
                     let text = std::fs::read_to_string(&path)
                         .with_context(|| format!("cannot read {}", path.display()))?;
                     let document: serde_json::Value = serde_json::from_str(&text)
                         .with_context(|| format!("{} is not JSON", path.display()))?;
-                    explain::tools_in(&document)
+                    (explain::tools_in(&document), None)
                 }
                 (None, false) => {
-                    let (tools, detected) = explain::fetch_tools(&server).await?;
+                    let fetched = explain::fetch_tools(&server).await?;
                     // What was detected goes to stderr: stdout is the descriptor.
-                    eprintln!("{detected}");
-                    tools
+                    eprintln!("{}", fetched.detected);
+                    (fetched.tools, fetched.server)
                 }
                 (None, true) => anyhow::bail!(
                     "explain needs the upstream descriptor: --descriptor FILE.json, or the server command after `--`"
                 ),
             };
-            let hidden: Vec<String> = tools
-                .iter()
-                .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str))
-                .filter(|name| policy.hides(name))
-                .map(String::from)
-                .collect();
-            if policy.hides(&tool) {
+            let explained = explain::explain(
+                given,
+                server_name.as_deref(),
+                tools,
+                &tool,
+                client.as_deref(),
+            )?;
+            eprintln!(
+                "policy: {} — {}",
+                explained.policy.name, explained.policy.why
+            );
+            let Some(rewritten) = explained.descriptor else {
                 println!(
                     "{tool} is hidden by the policy's [tools] allow/deny: clients do not see it in tools/list, and a call to it is refused.\nhidden: {}",
-                    hidden.join(", ")
+                    explained.hidden.join(", ")
                 );
                 return Ok(ExitCode::SUCCESS);
-            }
-            let (rewritten, pages) = explain::rewrite(policy, tools, &tool, client.as_deref())?;
+            };
             println!("{}", serde_json::to_string_pretty(&rewritten)?);
-            if let Some(pages) = pages {
+            if let Some(pages) = explained.pages {
                 println!("\n{pages}");
             }
-            if !hidden.is_empty() {
+            if !explained.hidden.is_empty() {
                 println!(
                     "\nhidden by the policy's [tools] allow/deny: {}",
-                    hidden.join(", ")
+                    explained.hidden.join(", ")
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -280,20 +291,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", mcp_budget::suggest::suggest(&recording, min_bytes));
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Report { file, policy, json }) => {
-            let policy = match &policy {
-                Some(path) => Policy::load(path)?,
-                None => Policy::default(),
-            };
+        Some(Command::Report {
+            file,
+            policy,
+            client,
+            json,
+        }) => {
             let recording = Recording::load(&file)?;
+            // The proxy's set-up for the same --policy and --client; the relay picks the rest.
+            let setup = report::Setup::new(&recording, policy.as_deref(), client.as_deref())
+                .map_err(anyhow::Error::msg)?;
             let tokenizer = report::Tokenizer::o200k().map_err(anyhow::Error::msg)?;
-            // A fixed cursor key: the same recording and policy give the same figures.
-            let budget = Arc::new(Budget::with_key(
-                policy,
-                CursorKey::from_secret(b"mcp-budget report"),
-            ));
             let mut last = std::time::Instant::now();
-            let report = report::build(&recording, &budget, &tokenizer, |done, total| {
+            let report = report::build(&recording, &setup, &tokenizer, |done, total| {
                 if total >= 20 && (done == total || last.elapsed() >= Duration::from_millis(500)) {
                     last = std::time::Instant::now();
                     eprint!("\rreport: {done}/{total} tools/call measured");

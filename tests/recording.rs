@@ -416,9 +416,14 @@ async fn the_report_of_the_fleet_recording() {
     assert_eq!(report["capped_tools"], json!([]));
     assert_eq!(report["tools_without_rule"], json!([]));
 
-    // Without a policy: fleet_show is over the default budget and is paged automatically by
-    // its largest list; nothing is refused.
-    let table = common::run_ok(["report".as_ref(), recording.as_os_str()]);
+    // With --policy none: fleet_show is over the default budget and is paged automatically
+    // by its largest list; nothing is refused.
+    let table = common::run_ok([
+        "report".as_ref(),
+        "--policy".as_ref(),
+        "none".as_ref(),
+        recording.as_os_str(),
+    ]);
     let fleet_row = table.lines().find(|l| l.contains("fleet_show")).unwrap();
     assert!(
         fleet_row.contains("paged automatically: items 1-") && fleet_row.contains("more pages"),
