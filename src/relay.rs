@@ -1482,17 +1482,21 @@ impl Relay {
                     routed.probe = Some(self.probe(&mut state, &meta.version));
                 }
                 // A modern client names tasks by the tokens the proxy showed it: the server
-                // gets its own ids, and a token that does not open is refused.
+                // gets its own ids, and a token that does not open is refused. Whether or not
+                // the client declared the tasks extension: a task id the proxy did not hand to
+                // this principal never reaches the server (which sees one client, the proxy,
+                // and would answer with another principal's task).
                 let mut named_task: Option<(String, String)> = None;
                 let mut task_forward: Option<Vec<u8>> = None;
-                // A client that did not declare the tasks extension has no tasks: the server
-                // refuses it (-32021) in its own words.
                 if modern.is_some()
                     && matches!(
                         method.as_str(),
-                        "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen"
+                        "tasks/get"
+                            | "tasks/update"
+                            | "tasks/cancel"
+                            | "tasks/result"
+                            | "subscriptions/listen"
                     )
-                    && crate::holds!(bytes, b"modelcontextprotocol/tasks")
                 {
                     match self.interceptor.task_request(&method, bytes) {
                         Ok(None) => {}

@@ -285,6 +285,37 @@ async fn a_modern_client_names_a_task_by_a_token_the_server_never_sees() {
     assert_eq!(listen["error"]["code"], -32602, "{listen:.200}");
 }
 
+/// A modern client that does not declare the tasks extension is no way around the tokens: the
+/// server's own id (another principal's task, behind a shared upstream) is refused all the same.
+#[tokio::test]
+async fn a_raw_task_id_is_refused_without_the_tasks_extension_too() {
+    let mut client = Client::start("tasks-test", true, &[]).await;
+    let created = client.call("journal", json!({"lines": 5}), true).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "no-extension", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    for (n, method) in ["tasks/get", "tasks/result", "tasks/cancel", "tasks/update"]
+        .into_iter()
+        .enumerate()
+    {
+        let id = 900 + n;
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": {"taskId": "task-0001", "_meta": meta}});
+        client.peer.send(&request.to_string()).await;
+        let answer = loop {
+            let message: Value = serde_json::from_str(&client.peer.recv().await).unwrap();
+            if message["id"] == id {
+                break message;
+            }
+        };
+        assert_eq!(answer["error"]["code"], -32602, "{method}: {answer:.300}");
+        assert!(answer.get("result").is_none(), "{method}: {answer:.300}");
+    }
+}
+
 /// A token altered in any byte, cut, or made for another principal is refused with -32602,
 /// and the server is never asked.
 #[tokio::test]
