@@ -945,22 +945,20 @@ impl Interceptor {
 
     /// A response to the client's `tools/list`: the rewritten message, or `None` to forward it.
     /// `modern`: the request's `_meta` (2026-07-28): the list is fitted to the client it names,
-    /// and marked `cacheScope: "private"` when that client's profile shaped it.
+    /// and marked `cacheScope: "private"` whenever its bytes depend on who asked: a rule's
+    /// descriptor names the page sizes of the asking client's profile (an unknown client's
+    /// list differs from codex's too), unless `--client` gives every client the same.
     pub fn tools_list_response(&self, message: &[u8], modern: Option<&Modern>) -> Option<Vec<u8>> {
         if let Some(name) = server_info_in_meta(message) {
             self.server_named(&name);
         }
         let budget = self.budget_for(modern);
         let text = self.list_result(message, &budget)?;
-        let profiled = modern
-            .and_then(|m| m.client.as_deref())
-            .is_some_and(|name| {
-                let base = self.base.get();
-                let choice = base.choice();
-                choice.fit_clients
-                    && choice.forced.is_none()
-                    && crate::client::find(&choice.profiles, name).is_some()
-            });
+        let profiled = modern.is_some() && {
+            let base = self.base.get();
+            let choice = base.choice();
+            choice.fit_clients && choice.forced.is_none() && !budget.policy().rules.is_empty()
+        };
         let (raw, text) = text;
         let text = match profiled {
             true => crate::era::private(&text).unwrap_or(text),

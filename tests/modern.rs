@@ -145,6 +145,18 @@ async fn a_list_fitted_to_a_client_is_private() {
     )
     .await;
     assert_eq!(answer["result"]["cacheScope"], "private");
+    // A client with no profile gets a list fitted to the default budget: its bytes depend on
+    // who asked too (codex's says 10 per page, this one 25), so it is private as well.
+    let other = request(json!(2), "tools/list", json!({}), "no-such-profile");
+    let (_, unknown) = message(
+        post(&http, &url, "tools/list", None, other)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(unknown["result"]["cacheScope"], "private", "{unknown:.300}");
+    assert_ne!(unknown["result"]["tools"], answer["result"]["tools"]);
     assert!(
         answer["result"]["ttlMs"].as_u64().is_some(),
         "{}",
