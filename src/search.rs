@@ -21,10 +21,10 @@ use serde_json::{Map, Value, json};
 
 use crate::budget::Budget;
 use crate::budget::auto::Searchable;
+use crate::budget::cache::Cached;
 use crate::budget::cursor::{self, CursorError, SelectionDigest};
 use crate::budget::page::Position;
 use crate::budget::raw;
-use crate::cache::Cached;
 
 /// The tool's name.
 pub const TOOL: &str = "mcp_budget_search";
@@ -571,12 +571,129 @@ fn items(regex: &regex::Regex, doc: &str, elements: &[Range<usize>]) -> Found {
     }
 }
 
+/// The most nodes a JSONPath may select along the way (every segment's node set added up,
+/// filters' own reads included). A path is bounded by what it does, not by its text: 89 bytes
+/// of nested wildcards, or a union of one index a thousand times, select millions.
+pub const MAX_NODES: usize = 200_000;
+
+/// Refuses a path that would select more than [`MAX_NODES`] nodes on `doc`, before it runs:
+/// the node sets are counted (as references into the document, nothing copied), segment by
+/// segment, stopping at the bound.
+fn bound_path(path: &str, doc: &Value) -> Result<(), String> {
+    use jsonpath_rust::parser::model::{Segment, Selector};
+    let query = jsonpath_rust::parser::parse_json_path(path)
+        .map_err(|err| format!("path is not a JSONPath this proxy can evaluate: {err}"))?;
+    let over = || {
+        format!(
+            "path selects more than {MAX_NODES} nodes on the way to its matches (wildcards, unions or .. multiply them): name the list and fields to look in, e.g. $.items[*].id, or search with pattern"
+        )
+    };
+    let mut visited = 0usize;
+    let mut charge = |n: usize| -> Result<(), String> {
+        visited = visited.saturating_add(n);
+        if visited > MAX_NODES {
+            Err(over())
+        } else {
+            Ok(())
+        }
+    };
+    fn children(value: &Value) -> Box<dyn Iterator<Item = &Value> + '_> {
+        match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => Box::new(std::iter::empty()),
+        }
+    }
+    fn subtree(value: &Value) -> usize {
+        1 + children(value).map(subtree).sum::<usize>()
+    }
+    // What one selector picks from one node (a filter: every child, its own reads charged).
+    fn select<'v>(
+        selector: &Selector,
+        node: &'v Value,
+        out: &mut Vec<&'v Value>,
+        charge: &mut dyn FnMut(usize) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let before = out.len();
+        match selector {
+            Selector::Name(name) => out.extend(node.get(name.as_str())),
+            Selector::Index(i) => {
+                if let Value::Array(items) = node {
+                    let at = if *i < 0 { items.len() as i64 + i } else { *i };
+                    out.extend(usize::try_from(at).ok().and_then(|at| items.get(at)));
+                }
+            }
+            Selector::Wildcard | Selector::Slice(..) => out.extend(children(node)),
+            Selector::Filter(filter) => {
+                // Each query in the filter reads at most a child's subtree (a .. inside one
+                // could read it again for every node: refused).
+                let text = filter.to_string();
+                if text.contains("..") {
+                    return Err("path may not use .. inside a filter: name the field the filter compares, e.g. $.items[?@.state == 'open']".into());
+                }
+                let queries = text.matches(['@', '$']).count().max(1);
+                // A query of names and indices reads one node a step; one with a wildcard, a
+                // slice or a union may read the child's whole subtree.
+                let fans_out = text.contains(['*', ':', ',']);
+                let steps = text.matches(['.', '[']).count().max(1);
+                for child in children(node) {
+                    let reads = if fans_out { subtree(child) } else { steps };
+                    charge(reads.saturating_mul(queries))?;
+                    out.push(child);
+                }
+            }
+        }
+        charge(out.len() - before)
+    }
+    fn apply<'v>(
+        segment: &Segment,
+        nodes: &[&'v Value],
+        charge: &mut dyn FnMut(usize) -> Result<(), String>,
+    ) -> Result<Vec<&'v Value>, String> {
+        let mut out = Vec::new();
+        match segment {
+            Segment::Selector(selector) => {
+                for node in nodes {
+                    select(selector, node, &mut out, charge)?;
+                }
+            }
+            Segment::Selectors(selectors) => {
+                for node in nodes {
+                    for selector in selectors {
+                        select(selector, node, &mut out, charge)?;
+                    }
+                }
+            }
+            Segment::Descendant(inner) => {
+                // Every node under each (itself included), then the inner segment on each.
+                let mut all = Vec::new();
+                for node in nodes {
+                    let mut stack = vec![*node];
+                    while let Some(next) = stack.pop() {
+                        charge(1)?;
+                        all.push(next);
+                        stack.extend(children(next));
+                    }
+                }
+                out = apply(inner, &all, charge)?;
+            }
+        }
+        Ok(out)
+    }
+    let mut nodes = vec![doc];
+    for step in &query.segments {
+        nodes = apply(step, &nodes, &mut charge)?;
+    }
+    Ok(())
+}
+
 fn json_path(path: &str, doc: &str) -> Result<Found, String> {
     let value: Value = serde_json::from_str(doc).map_err(|err| {
         format!(
             "the result's JSON document could not be read ({err}): search it with pattern instead"
         )
     })?;
+    bound_path(path, &value)?;
     let found = jsonpath_rust::query::js_path(path, &value)
         .map_err(|err| format!("path is not a JSONPath this proxy can evaluate: {err}"))?;
     let total_matches = found.len();
@@ -746,5 +863,37 @@ mod tests {
         let long = "a".repeat(100_000) + "!";
         let found = lines(&regex("(a+)+$"), &long, 0);
         assert_eq!(found.total_matches, 0);
+    }
+
+    /// A path is bounded by the nodes it selects, not by its text: nested wildcards and a union
+    /// of one index repeated are refused before they run, a plain path over a large list runs.
+    #[test]
+    fn paths_are_bounded_by_the_nodes_they_select() {
+        let items: Vec<Value> = (0..20_000)
+            .map(|n| serde_json::json!({"id": n, "tags": [[1, 2], [3, 4], [5, 6]], "name": format!("item {n}")}))
+            .collect();
+        let doc = serde_json::json!({"items": items});
+        bound_path("$.items[*].id", &doc).unwrap();
+        assert!(bound_path("$.items[?@.id == 7].name", &doc).is_ok());
+        let nested = format!("$.items[*]{}", "[*]".repeat(20));
+        assert!(bound_path(&nested, &doc).is_err());
+        let union = format!("$.items[*].tags[{}]", vec!["0"; 400].join(","));
+        let err = bound_path(&union, &doc).unwrap_err();
+        assert!(
+            err.contains(&format!("more than {MAX_NODES} nodes")),
+            "{err}"
+        );
+        let wide = "$.items[*].tags[*][*,*,*,*,*,*]";
+        assert!(bound_path(wide, &doc).is_err());
+        let descendant = "$..tags..*";
+        assert!(bound_path(descendant, &doc).is_err());
+        let err = bound_path("$.items[?@..id]", &doc).unwrap_err();
+        assert!(err.contains("inside a filter"), "{err}");
+        // The whole search refuses it with the same words, and never builds the matches.
+        let text = doc.to_string();
+        let Err(err) = json_path(&union, &text) else {
+            panic!("the union ran")
+        };
+        assert!(err.contains("name the list and fields"), "{err}");
     }
 }
