@@ -23,6 +23,74 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// Sixteen 60 MB requests at once, each in a session of its own with a valid token, each
+/// going upstream: a body's room of `--max-body-bytes-in-flight` is held until its bytes are
+/// written to the server (the queues hold them too), so memory stays under 256 MiB. Before:
+/// 917–976 MiB (the room was let go when the body was queued, not when it was written).
+#[tokio::test]
+async fn concurrent_huge_requests_in_sessions_are_bounded_in_total() {
+    let (proxy, url) = common::listen(
+        &["--auth-token-env", "FLOOD_TOKEN", "--", &quirky()],
+        &[("FLOOD_TOKEN", "flood-secret")],
+    )
+    .await;
+    let pid = proxy.id().unwrap();
+    let client = http();
+    let mut sessions = Vec::new();
+    for _ in 0..16 {
+        let init = client
+            .post(&url)
+            .header("authorization", "Bearer flood-secret")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}"#)
+            .send()
+            .await
+            .unwrap();
+        let session = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        drop(init.bytes().await);
+        sessions.push(session);
+    }
+    let filler = "x".repeat(60 * 1024 * 1024);
+    let body = bytes::Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"executions","arguments":{{"x":"{filler}"}}}}}}"#
+    ));
+    drop(filler);
+    let slow = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let posts = sessions.iter().map(|session| {
+        slow.post(&url)
+            .header("authorization", "Bearer flood-secret")
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.clone())
+            .send()
+    });
+    let statuses: Vec<u16> = futures_util::future::join_all(posts)
+        .await
+        .into_iter()
+        .map(|r| r.map(|r| r.status().as_u16()).unwrap_or(0))
+        .collect();
+    // Each was answered: passed on (200), or refused for room (503), never lost.
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+    let peak = memory(pid, "VmHWM");
+    eprintln!(
+        "16 sessions' 60 MB requests: peak {} MiB, statuses {statuses:?}",
+        peak >> 20
+    );
+    assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
+}
+
 /// Sixteen 60 MB request bodies at once (no session: they are refused once read, but every one
 /// is read first): the listener holds `--max-body-bytes-in-flight` of them at a time, the rest
 /// wait or get 503, and memory stays under 256 MiB. Before: 1,473 MiB.

@@ -743,7 +743,7 @@ async fn handle_post(
         Some(_) => Some(find_session(listener, headers, &client)?),
         None => None,
     };
-    let (body, room) = read_body(listener, headers, body).await?;
+    let (body, mut room) = read_body(listener, headers, body).await?;
     let parsed = match message::parse_from_client(&body) {
         Ok(parsed) => parsed,
         Err(err) => {
@@ -1050,11 +1050,13 @@ async fn handle_post(
     {
         tracing::warn!(session = %session.id, "upstream no longer takes messages");
     }
-    if let Some(message) = routed.to_server
-        && session.to_server.send(message).await.is_err()
-    {
-        // The upstream is gone; its end answers the waiting requests through `route`.
-        tracing::warn!(session = %session.id, "upstream no longer takes messages");
+    if let Some(mut message) = routed.to_server {
+        // The body's room goes with its bytes until they are written upstream.
+        message.held = crate::upstream::Held(room.take().map(std::sync::Arc::new));
+        if session.to_server.send(message).await.is_err() {
+            // The upstream is gone; its end answers the waiting requests through `route`.
+            tracing::warn!(session = %session.id, "upstream no longer takes messages");
+        }
     }
     for message in routed.also_to_server {
         if session.to_server.send(message).await.is_err() {

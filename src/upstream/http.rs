@@ -404,6 +404,8 @@ async fn send_message(shared: Arc<Shared>, outgoing: Outgoing) {
         initialize,
         initialized,
         modern,
+        // The client body's room, held until the POST is done.
+        held: _held,
     } = outgoing;
     // A cancellation (the client's, or the proxy's at a timeout) ends its request: the
     // request's stream is no longer resumed.

@@ -102,7 +102,24 @@ pub struct Outgoing {
     pub initialized: bool,
     /// It is a modern request (2026-07-28): the HTTP headers it travels with.
     pub modern: Option<Box<crate::era::Headers>>,
+    /// The room a large client body took of `--max-body-bytes-in-flight`: held until these
+    /// bytes are written upstream (dropped with the message), so that the bound counts what
+    /// the proxy really holds, queued bytes included.
+    pub held: Held,
 }
+
+/// Room held for a message's bytes (see [`Outgoing::held`]); two messages compare equal
+/// whatever they hold.
+#[derive(Debug, Clone, Default)]
+pub struct Held(pub Option<std::sync::Arc<tokio::sync::OwnedSemaphorePermit>>);
+
+impl PartialEq for Held {
+    fn eq(&self, _: &Held) -> bool {
+        true
+    }
+}
+
+impl Eq for Held {}
 
 impl Outgoing {
     /// A message the proxy wrote itself that asks nothing of the server (a notification).
