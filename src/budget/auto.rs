@@ -488,12 +488,11 @@ fn block_kind(block: &str, room: usize) -> Kind {
 }
 
 fn mirror(result: &str, structured: &str, blocks: &[Block], room: usize) -> Mirror {
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(structured) else {
-        return Mirror::None;
-    };
     for (index, block) in blocks.iter().enumerate() {
+        // The same JSON, token for token (whitespace aside): compared as text, never read
+        // into two value trees (a 24 MB document is several times that as a tree).
         if let Kind::Items { doc, array, .. } = &block.kind
-            && serde_json::from_str::<serde_json::Value>(doc).ok().as_ref() == Some(&value)
+            && same_tokens(doc, structured)
             && let Some(array) = raw::array_at(structured, &array.path)
         {
             return Mirror::Json {
@@ -537,6 +536,51 @@ fn mirror(result: &str, structured: &str, blocks: &[Block], room: usize) -> Mirr
     match raw::largest_array(structured, room / 2) {
         Some(array) if structured.len() > room / 4 => Mirror::Own { array },
         _ => Mirror::None,
+    }
+}
+
+/// Whether two JSON texts are the same tokens, whitespace between them aside (strings and
+/// numbers byte for byte): one pass over both, nothing allocated.
+fn same_tokens(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    loop {
+        while i < a.len() && ws(a[i]) {
+            i += 1;
+        }
+        while j < b.len() && ws(b[j]) {
+            j += 1;
+        }
+        match (a.get(i), b.get(j)) {
+            (None, None) => return true,
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                if x == b'"' {
+                    // Inside a string every byte counts, up to its closing quote.
+                    loop {
+                        match (a.get(i), b.get(j)) {
+                            (Some(&x), Some(&y)) if x == y => {
+                                i += 1;
+                                j += 1;
+                                if x == b'\\' {
+                                    if a.get(i) != b.get(j) || a.get(i).is_none() {
+                                        return false;
+                                    }
+                                    i += 1;
+                                    j += 1;
+                                } else if x == b'"' {
+                                    break;
+                                }
+                            }
+                            _ => return false,
+                        }
+                    }
+                }
+            }
+            _ => return false,
+        }
     }
 }
 
@@ -1294,6 +1338,16 @@ mod tests {
             .iter()
             .map(|b| b["text"].as_str().unwrap_or_default().to_string())
             .collect()
+    }
+
+    #[test]
+    fn same_tokens_is_json_equality_for_the_same_spelling() {
+        assert!(same_tokens(r#"{"a": [1, "x y"]}"#, "{\"a\":[1,\"x y\"]}"));
+        assert!(same_tokens("[\n  1,\n  2\n]", "[1,2]"));
+        assert!(!same_tokens(r#"{"a":"x y"}"#, r#"{"a":"xy"}"#));
+        assert!(!same_tokens(r#"{"a":"\""}"#, r#"{"a":"\\"}"#));
+        assert!(!same_tokens("[1,2]", "[1,2,3]"));
+        assert!(!same_tokens(r#""a\"b""#, r#""a\"c""#));
     }
 
     #[test]
