@@ -197,7 +197,35 @@ pub fn record(origin: &str, era: Era) {
 pub fn forget(origin: &str) {
     let mut verdicts = VERDICTS.lock().unwrap_or_else(PoisonError::into_inner);
     verdicts.remove(origin);
+    MODERN_ONLY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(origin);
     GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The origins whose modern server refused a legacy `initialize`: it speaks 2026-07-28 only.
+/// A modern server not in it may speak both eras: a legacy client's `initialize` is tried
+/// first, and the client is bridged only if the server refuses it. So each client gets its
+/// own era, whatever order clients arrive in.
+static MODERN_ONLY: LazyLock<Mutex<std::collections::HashSet<String>>> =
+    LazyLock::new(Default::default);
+
+/// Whether the (modern) server at `origin` refused a legacy `initialize` in this process.
+pub fn modern_only(origin: &str) -> bool {
+    MODERN_ONLY
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(origin)
+}
+
+/// Keeps that the server at `origin` refused a legacy `initialize` and answered `server/discover`.
+pub fn record_modern_only(origin: &str) {
+    let mut set = MODERN_ONLY.lock().unwrap_or_else(PoisonError::into_inner);
+    if set.len() >= MAX_ORIGINS && !set.contains(origin) {
+        set.clear();
+    }
+    set.insert(origin.to_string());
 }
 
 #[derive(Deserialize)]

@@ -1541,7 +1541,12 @@ impl Relay {
                     "initialize" if self.bridge_on => {
                         self.interceptor.initialize_request(bytes);
                         let client = LegacyClient::of(bytes);
-                        let by_discover = state.bridge.server == Some(Era::Modern);
+                        // A modern server may speak both eras: unless it is forced modern, or
+                        // refused a legacy initialize before, the client's own initialize is
+                        // tried first (a refusal is bridged: `ask_after_refusal`).
+                        let by_discover = state.bridge.server == Some(Era::Modern)
+                            && (state.bridge.forced
+                                || self.interceptor.origin().is_some_and(bridge::modern_only));
                         let forward = if by_discover {
                             // A modern server has no initialize: its discover answers it.
                             let fresh = upstream.get_or_insert_with(|| {
@@ -2631,6 +2636,17 @@ impl Relay {
             }
             Ok(Pending::Initialize) => {
                 let refused = bridge::is_error(bytes);
+                if !refused && self.bridge_on {
+                    let mut state = self.state();
+                    if state.bridge.server == Some(Era::Modern) && !state.bridge.forced {
+                        // A modern server that took a legacy initialize speaks both eras: this
+                        // client's session is a legacy one, end to end.
+                        tracing::info!(
+                            "the server speaks both eras: this legacy client gets a legacy session"
+                        );
+                        state.bridge.server = Some(Era::Legacy);
+                    }
+                }
                 let ask = {
                     let state = self.state();
                     refused
@@ -2657,6 +2673,13 @@ impl Relay {
                     (Era::Modern, Some(result), Some((client_id, _, _))) => {
                         self.interceptor.discover_response(bytes);
                         self.learned(Era::Modern);
+                        if refused.is_some()
+                            && let Some(origin) = self.interceptor.origin()
+                        {
+                            // It refused the legacy initialize: later legacy clients go
+                            // straight to the bridge.
+                            bridge::record_modern_only(origin);
+                        }
                         let mut state = self.state();
                         state.bridge.serving_legacy = true;
                         state.bridge.discovered = Some(result.into());

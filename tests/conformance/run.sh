@@ -8,6 +8,9 @@
 #   1. directly (the target over Streamable HTTP);
 #   2. through `mcp-budget --listen`, the target a stdio child            (mode "stdio");
 #   3. through `mcp-budget --listen --upstream`, the target over HTTP     (mode "http");
+#   5. both eras on ONE proxy instance (`--listen --upstream`, the dual-era target over HTTP),
+#      in both orders (2026-07-28 then 2025-11-25, and the reverse), mode "shared": each client
+#      gets its own era whatever order clients arrive in, and each run equals the direct one;
 #   4. through the era bridge: `--listen` in front of the target serving the OTHER era only
 #      (--modern-only for the 2025-11-25 suite, --legacy-only for 2026-07-28) (mode "bridge"):
 #      everything the direct run passes, but the scenarios bridge_cannot names (and says why).
@@ -34,7 +37,7 @@ cache="${MCP_BUDGET_CONFORMANCE_CACHE:-$HOME/.cache/mcp-budget-conformance}"
 suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 node22="node@22"  # the suite needs Node >= 22; the target runs on any node >= 20
 eras="${CONFORMANCE_ERAS:-2026-07-28 2025-11-25}"
-modes="${CONFORMANCE_MODES-stdio http bridge}"
+modes="${CONFORMANCE_MODES-stdio http bridge shared}"
 timeout_ms="${CONFORMANCE_TIMEOUT_MS:-10000}"
 
 fail() { echo "conformance: $*" >&2; exit 1; }
@@ -45,7 +48,7 @@ for era in $eras; do
 done
 [ "$modes" = none ] && modes=""
 for mode in $modes; do
-  case "$mode" in stdio | http | bridge) ;; *) fail "unknown mode '$mode' in CONFORMANCE_MODES (stdio, http, bridge, none)" ;; esac
+  case "$mode" in stdio | http | bridge | shared) ;; *) fail "unknown mode '$mode' in CONFORMANCE_MODES (stdio, http, bridge, shared, none)" ;; esac
 done
 [[ "$timeout_ms" =~ ^[0-9]+$ ]] || fail "CONFORMANCE_TIMEOUT_MS must be a number of milliseconds"
 
@@ -202,10 +205,11 @@ is_unscored() { grep -qxF "$2" "$work/$1.unscored"; }
 started="$(date +%s)"
 start_target direct
 direct_url="$url"
-if [[ " $modes " == *" http "* ]]; then
+if [[ " $modes " == *" http "* ]] || [[ " $modes " == *" shared "* ]]; then
   start_target upstream
   upstream_url="$url"
 fi
+declare -A expected_by_era
 
 failed=0
 summary=()
@@ -243,8 +247,10 @@ for era in $eras; do
   line="conformance $era direct: $required_ok of $required required pass, $unscored_ok of $unscored not scored pass (${SECONDS}s)"
   echo "$line"; summary+=("$line")
   [ "${#expected[@]}" -gt 0 ] || fail "no scenario passes directly in $era: the target is broken (logs in $work)"
+  expected_by_era[$era]="${expected[*]}"
 
   for mode in $modes; do
+    [ "$mode" = shared ] && continue  # after every era's direct run: below
     SECONDS=0
     name="proxy-$mode-$era"
     if [ "$mode" = stdio ]; then
@@ -323,6 +329,51 @@ for era in $eras; do
     kill "${pids[-1]}" 2>/dev/null || true
   done
 done
+
+# Both eras on one proxy instance, in both orders: a client of either era gets its own era
+# whichever came first (a dual-era upstream's legacy clients are not bridged once a modern
+# client has come through).
+if [[ " $modes " == *" shared "* ]] && [ "$(echo $eras | wc -w)" -eq 2 ]; then
+  for order in "$eras" "$(echo $eras | awk '{print $2 " " $1}')"; do
+    start_proxy "shared-${order// /-}" --upstream "$upstream_url"
+    proxy_url="$url"
+    for era in $order; do
+      SECONDS=0
+      name="shared-${order// /-}-$era"
+      label="one proxy for both eras ($order), $era"
+      echo "conformance: $label"
+      run_suite "$era" "$proxy_url" "$name"
+      ok=0
+      total=0
+      bad=()
+      for scenario in ${expected_by_era[$era]}; do
+        total=$((total + 1))
+        if passes "$era" "$proxy_url" "$scenario" "$name"; then
+          ok=$((ok + 1))
+        else
+          bad+=("$scenario")
+          echo "FAIL (shared, $order, $era): $scenario passes directly but not through the shared proxy" >&2
+          failed=$((failed + 1))
+        fi
+      done
+      line="conformance $label: $ok of $total pass (${SECONDS}s)"
+      echo "$line"; summary+=("$line")
+      if [ "${#bad[@]}" -gt 0 ]; then
+        {
+          echo "## $label: $ok of $total pass"
+          echo
+          for scenario in "${bad[@]}"; do
+            echo "### $scenario"
+            echo
+            failed_checks "$work/$name.results" "$scenario"
+            echo
+          done
+        } >>"$report"
+      fi
+    done
+    kill "${pids[-1]}" 2>/dev/null || true
+  done
+fi
 
 echo
 printf '%s\n' "${summary[@]}"
