@@ -183,9 +183,15 @@ fn main() -> Result<()> {
     println!("$ mcp-budget --policy policies/fleet.toml -- fleet_server --streams {streams}\n");
     let fleet_str = fleet.to_str().context("path")?;
     let policy_str = policy.to_str().context("path")?;
+    // A fixed cursor key (written 0600 to a file of the demo's own), so that the output is the
+    // README's on every machine: a cursor's MAC changes the token count of a page by a few.
+    let key = demo_cursor_key()?;
+    let key_str = key.to_str().context("path")?;
     let mut client = Client::start(
         &proxy,
         &[
+            "--cursor-key-file",
+            key_str,
             "--policy",
             policy_str,
             "--",
@@ -274,4 +280,25 @@ fn main() -> Result<()> {
         chain.0, chain.1, chain.2
     );
     Ok(())
+}
+
+/// The demo's cursor key (not a secret: it only makes the demo's output the same everywhere;
+/// tests/readme.rs checks the README against it).
+const DEMO_CURSOR_KEY: &str = "mcp-budget README demo cursor key: not a secret, 0123456789";
+
+fn demo_cursor_key() -> Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir().join(format!("mcp-budget-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).context("making the demo's key folder")?;
+    let path = dir.join("cursor.key");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .context("writing the demo's cursor key")?;
+    file.write_all(DEMO_CURSOR_KEY.as_bytes())?;
+    Ok(path)
 }
