@@ -618,8 +618,8 @@ async fn run() {
                 figure.push(value);
             }
         }
-        // Which build goes first alternates by round: the first of a pair ran slower on a
-        // busy VM (session 15 saw it on stdio→stdio, a path the change measured did not touch).
+        // Which build goes first alternates by round: on a busy VM the first of a pair can run
+        // slower, even on a path the change measured does not touch.
         let order: Vec<usize> = (0..builds.len())
             .map(|i| (i + round) % builds.len())
             .collect();
