@@ -2459,6 +2459,28 @@ impl Relay {
                 id: None,
                 result: None,
             }) if line.len() <= NULL_ID_ERROR_BYTES => Delivery::Unchanged,
+            // An answer to a request in flight that cannot be read for certain ends that request
+            // with an error that says so: never passed, never left to hang.
+            Parsed::Single(Kind::Malformed {
+                id: Some(id),
+                problem,
+            }) => {
+                let why = format!("could not be read for certain ({problem:?})");
+                match self.withheld_answer(&id, &why) {
+                    Some((client, answer)) => {
+                        restored = Some(client);
+                        Delivery::Rewritten(answer)
+                    }
+                    None => {
+                        let kind = Kind::Malformed {
+                            id: Some(id),
+                            problem,
+                        };
+                        unclassified_from_server(&kind, &line);
+                        Delivery::Drop
+                    }
+                }
+            }
             Parsed::Single(
                 kind @ (Kind::Malformed { .. } | Kind::Response { id: None, .. } | Kind::Other),
             ) => {
@@ -3787,17 +3809,20 @@ impl Relay {
     /// proxy could not know which it budgeted, so the call ends with an error that says so.
     /// The client's id and that error; `None`: it answers no call in flight (dropped).
     fn twice_answered(&self, id: &Id, key: &str) -> Option<(Id, Vec<u8>)> {
-        let flight = self.finish_for_client(id, "its answer names a key twice")?;
-        tracing::warn!(
-            id = flight.id.raw(),
-            key,
-            "the server's answer names a key twice; withheld"
-        );
+        self.withheld_answer(id, &format!("names a key twice ({key})"))
+    }
+
+    /// A server's answer to `id` that the proxy cannot read for certain (`why`): the call ends
+    /// with an error that says so. The client's id and that error; `None`: it answers no call
+    /// in flight.
+    fn withheld_answer(&self, id: &Id, why: &str) -> Option<(Id, Vec<u8>)> {
+        let flight = self.finish_for_client(id, &format!("its answer {why}"))?;
+        tracing::warn!(id = flight.id.raw(), why, "the server's answer withheld");
         let answer = jsonrpc::error_response(
             Some(&flight.id),
             UPSTREAM_ERROR,
             &format!(
-                "mcp-budget: the server's answer names a key twice ({key}), so the proxy cannot know what a client would read; it was withheld"
+                "mcp-budget: the server's answer {why}, so the proxy cannot know what a client would read; it was withheld"
             ),
             None,
         );

@@ -189,6 +189,9 @@ for line in sys.stdin:
         r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "nullid", "version": "1"}}
     elif m["method"] == "tools/list":
         r = {"tools": [{"name": "x", "inputSchema": {"type": "object"}}]}
+    elif m["params"]["name"] == "noresult":
+        print(json.dumps({"jsonrpc": "2.0", "id": m["id"]}), flush=True)
+        continue
     else:
         big = {"content": [{"type": "text", "text": "x" * 1000000}]}
         print(json.dumps({"jsonrpc": "2.0", "id": None, "result": big}), flush=True)
@@ -224,6 +227,18 @@ async fn a_servers_null_id_result_never_reaches_the_client() {
     let answer = peer.recv_json().await;
     assert_eq!(answer["id"], 2);
     assert_eq!(answer["result"]["content"][0]["text"], "done");
+    // An answer with neither result nor error: the call ends with an error that says so,
+    // never passed on, never left to hang.
+    peer.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"noresult","arguments":{}}}"#).await;
+    let answer = peer.recv_json().await;
+    assert_eq!(answer["id"], 3, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be read for certain"),
+        "{answer}"
+    );
 }
 
 #[tokio::test]

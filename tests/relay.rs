@@ -92,7 +92,7 @@ async fn what_the_client_receives_is_byte_identical_direct_and_through_the_proxy
         r#""x-owner":"team-q""#,
         r#""execution":{"taskSupport":"optional"}"#,
         r#""echo":{"z":1,"a":[1.0,2e5,"\u00e9",-0.0]"#,
-        r#""id":9.0"#,
+        r#""id":9,"#,
     ] {
         assert!(all.contains(needle), "transcript lacks {needle}");
     }
