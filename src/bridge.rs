@@ -125,8 +125,8 @@ pub fn refused_by_client_era(
                 .unwrap_or(serde_json::Value::Null);
             Some((
                 UNSUPPORTED_VERSION,
-                format!("Unsupported protocol version: this mcp-budget serves {} only (--client-era modern); send requests with the 2026-07-28 _meta, no initialize", crate::era::MODERN),
-                Some(serde_json::json!({"supported": [crate::era::MODERN], "requested": requested})),
+                format!("Unsupported protocol version: this mcp-budget serves {} only (--client-era modern); send requests with the 2026-07-28 _meta, no initialize", crate::message::MODERN),
+                Some(serde_json::json!({"supported": [crate::message::MODERN], "requested": requested})),
             ))
         }
         _ => None,
@@ -340,7 +340,7 @@ pub fn discover_for(id: &Id, client: &LegacyClient) -> Vec<u8> {
         r#"{{"jsonrpc":"2.0","id":{},"method":"server/discover","params":{{"_meta":{{"{}":"{}","{}":{},"{}":{}}}}}}}"#,
         id.raw(),
         message::META_VERSION,
-        crate::era::MODERN,
+        crate::message::MODERN,
         message::META_CLIENT_CAPABILITIES,
         client.capabilities,
         message::META_CLIENT_INFO,
@@ -391,7 +391,7 @@ impl LegacyClient {
         let mut members = format!(
             r#""{}":"{}","{}":{},"{}":{}"#,
             message::META_VERSION,
-            crate::era::MODERN,
+            crate::message::MODERN,
             message::META_CLIENT_CAPABILITIES,
             self.capabilities,
             message::META_CLIENT_INFO,
@@ -430,7 +430,7 @@ impl LegacyClient {
             server_info: Option<&'a RawValue>,
         }
         let discover: Option<Discover<'_>> = serde_json::from_str(discover).ok();
-        let version = if crate::era::SUPPORTED.contains(&self.version.as_str())
+        let version = if crate::message::SUPPORTED.contains(&self.version.as_str())
             && !crate::era::is_modern(&self.version)
         {
             self.version.as_str()
@@ -533,7 +533,7 @@ pub fn discover_result(init: &str) -> String {
     let capabilities = without_tasks(object_or(init.as_ref().and_then(|i| i.capabilities), "{}"));
     let mut out = format!(
         r#"{{"resultType":"complete","supportedVersions":["{}"],"capabilities":{capabilities}"#,
-        crate::era::MODERN
+        crate::message::MODERN
     );
     if let Some(instructions) = init.as_ref().and_then(|i| i.instructions) {
         out.push_str(",\"instructions\":");
@@ -554,7 +554,7 @@ pub fn discover_result(init: &str) -> String {
 /// What `Mcp-Name` carries for a request of `method` (its `params.name`, `uri` or `taskId`,
 /// when a string).
 pub fn named(method: &str, request: &[u8]) -> Option<String> {
-    let member = crate::era::name_member(method)?;
+    let member = crate::message::name_member(method)?;
     #[derive(Deserialize)]
     struct Top<'a> {
         #[serde(borrow)]

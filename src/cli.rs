@@ -72,7 +72,7 @@ pub struct RunArgs {
 
     /// With --metrics ADDR: at most this many open connections to it; more are refused at once
     /// (503). Its connections also close after --header-timeout-secs without a request.
-    #[arg(long, value_name = "N", default_value_t = crate::metrics::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, value_name = "N", default_value_t = crate::listen::metrics::DEFAULT_MAX_CONNECTIONS)]
     pub metrics_max_connections: usize,
 
     /// Fit results to this client's profile (claude-code, codex, opencode, copilot-cli,

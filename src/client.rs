@@ -10,6 +10,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::policy::Override;
+
 /// A client's budget, as a profile states it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
@@ -231,18 +233,6 @@ impl Builtin {
 /// The built-in profiles.
 pub fn builtins() -> Vec<Profile> {
     BUILTINS.iter().map(Builtin::profile).collect()
-}
-
-/// What a policy's `[client."name"]` section sets.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Override {
-    /// The section's name: a profile name or a `clientInfo.name`.
-    pub name: String,
-    pub max_bytes: Option<usize>,
-    pub max_tokens: Option<usize>,
-    pub max_lines: Option<usize>,
-    pub page_bytes: Option<usize>,
-    pub default_limit: Option<usize>,
 }
 
 /// The profiles in force: the built-ins with the policy's sections applied.

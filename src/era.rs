@@ -8,17 +8,6 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// The modern revision the proxy serves.
-pub const MODERN: &str = "2026-07-28";
-/// Every revision the proxy's clients may speak: the modern one, then the legacy ones.
-pub const SUPPORTED: &[&str] = &[
-    MODERN,
-    "2025-11-25",
-    "2025-06-18",
-    "2025-03-26",
-    "2024-11-05",
-];
-
 /// The Streamable HTTP headers the proxy reads (as a server) and writes (as a client), named
 /// once: a lookup by a built name skips reading and checking the name each time.
 pub mod headers {
@@ -32,7 +21,7 @@ pub mod headers {
 
 /// Whether `version` is a modern revision this proxy serves statelessly.
 pub fn is_modern(version: &str) -> bool {
-    version == MODERN
+    version == crate::message::MODERN
 }
 
 /// The members of a result the era rules read.
@@ -195,7 +184,7 @@ pub struct Headers {
     pub version: std::borrow::Cow<'static, str>,
     /// `Mcp-Method` (a known one not copied).
     pub method: std::borrow::Cow<'static, str>,
-    /// `Mcp-Name`, for the methods that name something (see [`name_member`]).
+    /// `Mcp-Name`, for the methods that name something (see [`crate::message::name_member`]).
     pub name: Option<String>,
     /// `Mcp-Param-{name}`: the arguments a tool's descriptor marks with `x-mcp-header`.
     pub params: Vec<(String, String)>,
@@ -220,8 +209,8 @@ impl Headers {
                 .collect(),
         };
         Headers {
-            version: interned(version),
-            method: interned(method),
+            version: crate::message::interned(version),
+            method: crate::message::interned(method),
             name,
             params,
         }
@@ -260,49 +249,6 @@ pub fn param_values(bytes: &[u8], annotated: &[(String, String)]) -> Vec<(String
             (header.clone(), value)
         })
         .collect()
-}
-
-/// The member of `params` that `Mcp-Name` carries for `method`, if it carries one.
-pub fn name_member(method: &str) -> Option<&'static str> {
-    match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
-    }
-}
-
-/// `value`, not copied when it is a revision or a method the proxy knows.
-pub fn interned(value: &str) -> std::borrow::Cow<'static, str> {
-    match static_header(value) {
-        Some(known) => std::borrow::Cow::Borrowed(known),
-        None => std::borrow::Cow::Owned(value.to_string()),
-    }
-}
-
-/// `value` as a static string, when it is a revision or a method the proxy knows (a header
-/// made of it is not copied).
-pub fn static_header(value: &str) -> Option<&'static str> {
-    const METHODS: &[&str] = &[
-        "tools/call",
-        "tools/list",
-        "prompts/get",
-        "prompts/list",
-        "resources/read",
-        "resources/list",
-        "resources/templates/list",
-        "server/discover",
-        "subscriptions/listen",
-        "tasks/get",
-        "tasks/result",
-        "tasks/cancel",
-        "ping",
-    ];
-    SUPPORTED
-        .iter()
-        .chain(METHODS)
-        .find(|known| **known == value)
-        .copied()
 }
 
 /// A header value for `text`: as it is when it is visible ASCII without leading or trailing

@@ -7,7 +7,7 @@
 use memchr::memchr;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::message::{Id, Parsed};
+use crate::message::{EnvelopeScanner, Id, Parsed};
 
 /// The default message size limit (64 MiB): every message up to this size passes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -185,144 +185,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-/// A streaming reader of a JSON object's top-level `id` and `method`, fed any number of chunks.
-///
-/// It tracks nesting and strings only; it does not validate JSON. Values it captures are capped
-/// in length, so feeding it a gigabyte costs no memory.
-#[derive(Default)]
-pub struct EnvelopeScanner {
-    depth: u32,
-    in_string: bool,
-    escaped: bool,
-    expecting_key: bool,
-    reading_key: bool,
-    key: Vec<u8>,
-    /// The top-level key whose value comes after the next `:`.
-    pending: Option<Field>,
-    /// The value being captured, with the field it belongs to.
-    capture: Option<(Field, Vec<u8>)>,
-    id: Option<Vec<u8>>,
-    method: Option<Vec<u8>>,
-}
-
-#[derive(Clone, Copy)]
-enum Field {
-    Id,
-    Method,
-}
-
-const MAX_CAPTURE: usize = 512;
-
-impl EnvelopeScanner {
-    pub fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.step(b);
-        }
-    }
-
-    fn push(&mut self, b: u8) {
-        if self.reading_key {
-            if self.key.len() < 16 {
-                self.key.push(b);
-            }
-        } else if let Some((_, value)) = &mut self.capture
-            && value.len() < MAX_CAPTURE
-        {
-            value.push(b);
-        }
-    }
-
-    fn end_value(&mut self) {
-        if let Some((field, value)) = self.capture.take() {
-            let slot = match field {
-                Field::Id => &mut self.id,
-                Field::Method => &mut self.method,
-            };
-            slot.get_or_insert(value);
-        }
-    }
-
-    fn step(&mut self, b: u8) {
-        if self.in_string {
-            if self.escaped {
-                self.escaped = false;
-                self.push(b);
-            } else if b == b'\\' {
-                self.escaped = true;
-                self.push(b);
-            } else if b == b'"' {
-                self.in_string = false;
-                if self.reading_key {
-                    self.reading_key = false;
-                    self.pending = match self.key.as_slice() {
-                        b"id" => Some(Field::Id),
-                        b"method" => Some(Field::Method),
-                        _ => None,
-                    };
-                } else {
-                    self.push(b);
-                }
-            } else {
-                self.push(b);
-            }
-            return;
-        }
-        match b {
-            b'"' => {
-                self.in_string = true;
-                if self.depth == 1 && self.expecting_key {
-                    self.expecting_key = false;
-                    self.reading_key = true;
-                    self.key.clear();
-                } else {
-                    self.push(b);
-                }
-            }
-            b'{' | b'[' => {
-                self.depth += 1;
-                if self.depth == 1 {
-                    self.expecting_key = b == b'{';
-                } else {
-                    self.push(b);
-                }
-            }
-            b'}' | b']' => {
-                if self.depth == 1 {
-                    self.end_value();
-                } else {
-                    self.push(b);
-                }
-                self.depth = self.depth.saturating_sub(1);
-            }
-            b',' if self.depth == 1 => {
-                self.end_value();
-                self.expecting_key = true;
-            }
-            b':' if self.depth == 1 => {
-                if let Some(field) = self.pending.take() {
-                    self.capture = Some((field, Vec::new()));
-                }
-            }
-            b' ' | b'\t' | b'\r' | b'\n' => {}
-            _ => self.push(b),
-        }
-    }
-
-    /// The `id` (if it was a string or number) and `method` (if it was a string) seen so far.
-    pub fn finish(mut self) -> (Option<Id>, Option<String>) {
-        self.end_value();
-        let id = self
-            .id
-            .and_then(|raw| String::from_utf8(raw).ok())
-            .and_then(|text| Id::parse(&text));
-        let method = self
-            .method
-            .and_then(|raw| String::from_utf8(raw).ok())
-            .and_then(|text| serde_json::from_str::<String>(&text).ok());
-        (id, method)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,26 +228,5 @@ mod tests {
             other => panic!("expected TooLarge, got {other:?}"),
         }
         assert_eq!(got[1], Frame::Line(b"{\"ok\":1}".to_vec()));
-    }
-
-    #[test]
-    fn scanner_reads_id_across_chunks_and_ignores_nested_ids() {
-        let text = br#"{"result":{"id":5,"list":[{"id":6}]},"id" : 12 ,"x":"\"id\""}"#;
-        let mut scanner = EnvelopeScanner::default();
-        for chunk in text.chunks(3) {
-            scanner.feed(chunk);
-        }
-        let (id, method) = scanner.finish();
-        assert_eq!(id.map(|i| i.raw().to_string()), Some("12".to_string()));
-        assert_eq!(method, None);
-    }
-
-    #[test]
-    fn scanner_rejects_non_scalar_ids() {
-        let mut scanner = EnvelopeScanner::default();
-        scanner.feed(br#"{"id":{"a":1},"method":"m\u0041"}"#);
-        let (id, method) = scanner.finish();
-        assert!(id.is_none());
-        assert_eq!(method.as_deref(), Some("mA"));
     }
 }

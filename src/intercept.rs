@@ -270,7 +270,7 @@ impl Unsettled {
             id: Id::from_json_text("0"),
             request: Arc::from(request.into_bytes()),
             modern: Some(Modern {
-                version: std::borrow::Cow::Borrowed(crate::era::MODERN),
+                version: std::borrow::Cow::Borrowed(crate::message::MODERN),
                 client: call.client.clone(),
                 capabilities: true,
                 named: Some(call.tool.clone()),
@@ -1417,7 +1417,7 @@ impl Interceptor {
             ));
         };
         let cached = budget.cache().get(self.scope, &digest);
-        if let Some(crate::cache::Cached::Auto(prepared)) = cached.as_deref() {
+        if let Some(crate::budget::cache::Cached::Auto(prepared)) = cached.as_deref() {
             tracing::debug!(tool = %name, "page served from the result cache");
             let max = budget.page_max(&name);
             let answer = match page_fitted(prepared, &budget, at, max, &name, &digest) {
@@ -1764,7 +1764,7 @@ impl Interceptor {
         let digest = budget.chain_digest(plan)?;
         let cached = budget.cache().get(self.scope, &digest).filter(|cached| {
             // An automatic chain took the digest over: only its own cursors continue it.
-            !matches!(&**cached, crate::cache::Cached::Auto(_))
+            !matches!(&**cached, crate::budget::cache::Cached::Auto(_))
                 || budget.auto_position(plan).is_some()
         });
         let Some(cached) = cached else {
@@ -1801,7 +1801,7 @@ impl Interceptor {
             m.cache_hits.get_or_create(tool).inc();
         });
         let result = match &*cached {
-            crate::cache::Cached::Rule(entry) => match budget.finish_rule(plan, entry) {
+            crate::budget::cache::Cached::Rule(entry) => match budget.finish_rule(plan, entry) {
                 Ok((Finished::Bytes(bytes), _)) => bytes,
                 Ok((Finished::Auto { at, digest }, _)) => {
                     let call = AutoCall {
@@ -1824,7 +1824,7 @@ impl Interceptor {
                 }
             },
             // A rule chain that automatic paging took over (its items path matched nothing).
-            crate::cache::Cached::Auto(prepared) => {
+            crate::budget::cache::Cached::Auto(prepared) => {
                 let Some(at) = budget.auto_position(plan) else {
                     return None; // filtered out above
                 };
@@ -1993,7 +1993,7 @@ impl Interceptor {
         };
         let finished = if context.plan.is_paged() {
             match self.rule_response(&budget, &context.plan, raw) {
-                Err(crate::budget::RenderError::Json(_)) => unpaged(&budget)?,
+                Err(crate::budget::render::RenderError::Json(_)) => unpaged(&budget)?,
                 finished => finished,
             }
         } else {
@@ -2025,7 +2025,7 @@ impl Interceptor {
         budget: &Budget,
         plan: &CallPlan,
         raw: &str,
-    ) -> Result<Finished, crate::budget::RenderError> {
+    ) -> Result<Finished, crate::budget::render::RenderError> {
         let text = budget.pages_text(plan);
         let (finished, entry) = if text {
             let entry =
@@ -2060,7 +2060,7 @@ impl Interceptor {
             let stored = budget.cache().put(
                 self.scope,
                 digest,
-                Arc::new(crate::cache::Cached::Rule(entry)),
+                Arc::new(crate::budget::cache::Cached::Rule(entry)),
             );
             if !stored {
                 tracing::warn!(
@@ -2380,7 +2380,7 @@ impl Interceptor {
                             .unwrap_or_else(PoisonError::into_inner)
                             .push(write);
                     }
-                    let prepared = Arc::new(crate::cache::Cached::Auto(prepared));
+                    let prepared = Arc::new(crate::budget::cache::Cached::Auto(prepared));
                     let stored = budget.cache().put(self.scope, digest, prepared);
                     if !stored {
                         tracing::warn!(

@@ -39,7 +39,8 @@
 //! - [`listen`]: clients over Streamable HTTP: a session manager (one relay and one upstream
 //!   per session, and one stateless session per principal for 2026-07-28 requests; limits,
 //!   idle expiry, resumable streams: event ids, a bounded replay log, parked streams) and the
-//!   handlers with the security checks (and a modern request's header checks).
+//!   handlers with the security checks (and a modern request's header checks); the Host guard
+//!   ([`listen::guard`]) and the standalone `/metrics` endpoint ([`listen::metrics`]).
 //! - [`heavy`]: a pool for the budget's heavy work (large results) off the I/O threads.
 //! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
 //! - [`regular`]: policies and recordings are read only from regular files, within bounds.
@@ -54,10 +55,11 @@
 //!   `clientInfo.name` (cited), overridable in the policy; [`tokens`]: token and line budgets
 //!   (o200k, counted only near the edge).
 //! - [`builtin`]: the shipped policies, compiled in and picked by the server's `serverInfo.name`.
-//! - [`cache`]: the per-session result cache of automatically paged results, bounded in bytes
-//!   and shared fairly among sessions.
+//! - [`budget::cache`]: the per-session result cache of automatically paged results, bounded in
+//!   bytes and shared fairly among sessions.
 //! - [`reload`]: the budget every session reads, replaced on SIGHUP or `--watch`.
-//! - [`metrics`]: Prometheus metrics (`--metrics`); [`traces`]: a span per request over OTLP.
+//! - [`metrics`]: the Prometheus metrics registry (`--metrics`); [`traces`]: a span per request
+//!   over OTLP.
 //! - [`wrap`]: `wrap`/`unwrap`, the proxy put in front of every server of a client's
 //!   configuration file and taken out again: one file per syntax (JSON/JSONC on a concrete
 //!   syntax tree, TOML with toml_edit), the clients' formats cited, the undo marker.
@@ -97,7 +99,6 @@ pub(crate) use holds;
 pub mod bridge;
 pub mod budget;
 pub mod builtin;
-pub mod cache;
 pub mod canonical;
 pub mod cli;
 pub mod client;

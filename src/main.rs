@@ -573,7 +573,7 @@ async fn proxy(
             let local = listener.local_addr()?;
             mcp_budget::metrics::enable();
             tracing::info!(url = %format!("http://{local}/metrics"), "serving metrics");
-            let options = mcp_budget::metrics::ServeOptions {
+            let options = mcp_budget::listen::metrics::ServeOptions {
                 allow_hosts: run.allow_host.clone(),
                 max_connections: run.metrics_max_connections,
                 header_timeout: seconds("--header-timeout-secs", run.header_timeout_secs)?,
@@ -583,7 +583,9 @@ async fn proxy(
                 let shutdown = async {
                     let _ = stopped.await;
                 };
-                if let Err(err) = mcp_budget::metrics::serve(listener, options, shutdown).await {
+                if let Err(err) =
+                    mcp_budget::listen::metrics::serve(listener, options, shutdown).await
+                {
                     tracing::error!(%err, "the metrics server stopped");
                 }
             });

@@ -91,6 +91,17 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 /// The `_meta` key of the server's identity on a modern result.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
+/// The modern revision the proxy serves.
+pub const MODERN: &str = "2026-07-28";
+/// Every revision the proxy's clients may speak: the modern one, then the legacy ones.
+pub const SUPPORTED: &[&str] = &[
+    MODERN,
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
 /// How deeply a client's message may nest (serde_json's own recursion limit): deeper ones are
 /// refused before anything parses them, here or upstream.
 pub const MAX_DEPTH: usize = 128;
@@ -604,11 +615,54 @@ from_object!(MetaRead, |map| {
     Ok(MetaRead(out, std::marker::PhantomData))
 });
 
+/// The member of `params` that `Mcp-Name` carries for `method`, if it carries one.
+pub fn name_member(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// `value`, not copied when it is a revision or a method the proxy knows.
+pub fn interned(value: &str) -> Cow<'static, str> {
+    match static_header(value) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(value.to_string()),
+    }
+}
+
+/// `value` as a static string, when it is a revision or a method the proxy knows (a header
+/// made of it is not copied).
+pub fn static_header(value: &str) -> Option<&'static str> {
+    const METHODS: &[&str] = &[
+        "tools/call",
+        "tools/list",
+        "prompts/get",
+        "prompts/list",
+        "resources/read",
+        "resources/list",
+        "resources/templates/list",
+        "server/discover",
+        "subscriptions/listen",
+        "tasks/get",
+        "tasks/result",
+        "tasks/cancel",
+        "ping",
+    ];
+    SUPPORTED
+        .iter()
+        .chain(METHODS)
+        .find(|known| **known == value)
+        .copied()
+}
+
 /// `_meta`'s protocol version: a known revision is not copied. A version that is not a string is
 /// still a modern request's (one the proxy answers with the supported versions).
 fn meta_version(raw: &str) -> Cow<'static, str> {
     match plain(raw) {
-        Some(version) => crate::era::interned(version),
+        Some(version) => interned(version),
         None => Cow::Owned(string_value(raw).unwrap_or_else(|| raw.to_string())),
     }
 }
@@ -701,7 +755,7 @@ impl Envelope<'_> {
         match (method, id) {
             (Some(method), Some(id)) => Kind::Request {
                 modern: params.version.map(|version| {
-                    let slot = match crate::era::name_member(&method) {
+                    let slot = match name_member(&method) {
                         Some("name") => Some(0),
                         Some("uri") => Some(1),
                         Some(_) => Some(2),
@@ -1135,6 +1189,144 @@ fn quick_meta<'a>(scan: &mut Scan<'a>, out: &mut Params<'a>) -> Option<()> {
     })
 }
 
+/// A streaming reader of a JSON object's top-level `id` and `method`, fed any number of chunks.
+///
+/// It tracks nesting and strings only; it does not validate JSON. Values it captures are capped
+/// in length, so feeding it a gigabyte costs no memory.
+#[derive(Default)]
+pub struct EnvelopeScanner {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    expecting_key: bool,
+    reading_key: bool,
+    key: Vec<u8>,
+    /// The top-level key whose value comes after the next `:`.
+    pending: Option<Field>,
+    /// The value being captured, with the field it belongs to.
+    capture: Option<(Field, Vec<u8>)>,
+    id: Option<Vec<u8>>,
+    method: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Copy)]
+enum Field {
+    Id,
+    Method,
+}
+
+const MAX_CAPTURE: usize = 512;
+
+impl EnvelopeScanner {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.step(b);
+        }
+    }
+
+    fn push(&mut self, b: u8) {
+        if self.reading_key {
+            if self.key.len() < 16 {
+                self.key.push(b);
+            }
+        } else if let Some((_, value)) = &mut self.capture
+            && value.len() < MAX_CAPTURE
+        {
+            value.push(b);
+        }
+    }
+
+    fn end_value(&mut self) {
+        if let Some((field, value)) = self.capture.take() {
+            let slot = match field {
+                Field::Id => &mut self.id,
+                Field::Method => &mut self.method,
+            };
+            slot.get_or_insert(value);
+        }
+    }
+
+    fn step(&mut self, b: u8) {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+                self.push(b);
+            } else if b == b'\\' {
+                self.escaped = true;
+                self.push(b);
+            } else if b == b'"' {
+                self.in_string = false;
+                if self.reading_key {
+                    self.reading_key = false;
+                    self.pending = match self.key.as_slice() {
+                        b"id" => Some(Field::Id),
+                        b"method" => Some(Field::Method),
+                        _ => None,
+                    };
+                } else {
+                    self.push(b);
+                }
+            } else {
+                self.push(b);
+            }
+            return;
+        }
+        match b {
+            b'"' => {
+                self.in_string = true;
+                if self.depth == 1 && self.expecting_key {
+                    self.expecting_key = false;
+                    self.reading_key = true;
+                    self.key.clear();
+                } else {
+                    self.push(b);
+                }
+            }
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth == 1 {
+                    self.expecting_key = b == b'{';
+                } else {
+                    self.push(b);
+                }
+            }
+            b'}' | b']' => {
+                if self.depth == 1 {
+                    self.end_value();
+                } else {
+                    self.push(b);
+                }
+                self.depth = self.depth.saturating_sub(1);
+            }
+            b',' if self.depth == 1 => {
+                self.end_value();
+                self.expecting_key = true;
+            }
+            b':' if self.depth == 1 => {
+                if let Some(field) = self.pending.take() {
+                    self.capture = Some((field, Vec::new()));
+                }
+            }
+            b' ' | b'\t' | b'\r' | b'\n' => {}
+            _ => self.push(b),
+        }
+    }
+
+    /// The `id` (if it was a string or number) and `method` (if it was a string) seen so far.
+    pub fn finish(mut self) -> (Option<Id>, Option<String>) {
+        self.end_value();
+        let id = self
+            .id
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .and_then(|text| Id::parse(&text));
+        let method = self
+            .method
+            .and_then(|raw| String::from_utf8(raw).ok())
+            .and_then(|text| serde_json::from_str::<String>(&text).ok());
+        (id, method)
+    }
+}
+
 /// Reads the envelope of one line. The line is not copied or modified.
 pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
     // JSON text must be UTF-8 throughout: checked once, for the whole line, and the text is
@@ -1195,7 +1387,7 @@ pub fn parse(line: &[u8]) -> Result<Parsed, NotJson> {
 /// scan, to answer it).
 pub fn parse_from_client(line: &[u8]) -> Result<Parsed, NotJson> {
     if nests_deeper(line, MAX_DEPTH) {
-        let mut scanner = crate::framing::EnvelopeScanner::default();
+        let mut scanner = EnvelopeScanner::default();
         scanner.feed(line);
         let (id, _) = scanner.finish();
         return Ok(Parsed::Single(Kind::Malformed {
@@ -2163,5 +2355,26 @@ mod tests {
             parse_from_client(strings.as_bytes()).unwrap(),
             Parsed::Single(Kind::Request { .. })
         ));
+    }
+
+    #[test]
+    fn scanner_reads_id_across_chunks_and_ignores_nested_ids() {
+        let text = br#"{"result":{"id":5,"list":[{"id":6}]},"id" : 12 ,"x":"\"id\""}"#;
+        let mut scanner = EnvelopeScanner::default();
+        for chunk in text.chunks(3) {
+            scanner.feed(chunk);
+        }
+        let (id, method) = scanner.finish();
+        assert_eq!(id.map(|i| i.raw().to_string()), Some("12".to_string()));
+        assert_eq!(method, None);
+    }
+
+    #[test]
+    fn scanner_rejects_non_scalar_ids() {
+        let mut scanner = EnvelopeScanner::default();
+        scanner.feed(br#"{"id":{"a":1},"method":"m\u0041"}"#);
+        let (id, method) = scanner.finish();
+        assert!(id.is_none());
+        assert_eq!(method.as_deref(), Some("mA"));
     }
 }

@@ -15,6 +15,11 @@ use toml::Spanned;
 
 /// The cap when a policy names none: results at or above this many bytes are refused.
 pub const DEFAULT_MAX_BYTES: usize = 200_000;
+/// The default limit of the result cache, in bytes of results held.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The default time the result cache keeps a result.
+pub const DEFAULT_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The default page size and its maximum.
 pub const DEFAULT_LIMIT: usize = 25;
 pub const DEFAULT_MAX_LIMIT: usize = 100;
@@ -193,7 +198,7 @@ pub struct Policy {
     pub search: bool,
     pub rules: Vec<Rule>,
     /// The policy's `[client."name"]` sections.
-    pub clients: Vec<crate::client::Override>,
+    pub clients: Vec<Override>,
     /// `[tools] allow`: when not empty, only the tools it matches are shown.
     pub allow: Vec<String>,
     /// `[tools] deny`: the tools it matches are hidden (whatever `allow` says).
@@ -208,8 +213,8 @@ impl Default for Policy {
             max_result_size_chars: DEFAULT_MAX_BYTES,
             cursor_key_env: None,
             auto: true,
-            cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
-            cache_ttl: crate::cache::DEFAULT_CACHE_TTL,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            cache_ttl: DEFAULT_CACHE_TTL,
             search: true,
             rules: Vec::new(),
             clients: Vec::new(),
@@ -217,6 +222,18 @@ impl Default for Policy {
             deny: Vec::new(),
         }
     }
+}
+
+/// What a policy's `[client."name"]` section sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Override {
+    /// The section's name: a profile name or a `clientInfo.name`.
+    pub name: String,
+    pub max_bytes: Option<usize>,
+    pub max_tokens: Option<usize>,
+    pub max_lines: Option<usize>,
+    pub page_bytes: Option<usize>,
+    pub default_limit: Option<usize>,
 }
 
 /// What the policy says about the tools it names.
@@ -433,13 +450,13 @@ impl Resolver<'_> {
             .collect::<Result<_, _>>()?;
         let cache_bytes = match &file.budget.cache_bytes {
             Some(v) => self.positive(v, "budget.cache_bytes")?,
-            None => crate::cache::DEFAULT_CACHE_BYTES,
+            None => DEFAULT_CACHE_BYTES,
         };
         let cache_ttl = match &file.budget.cache_ttl_secs {
             Some(v) => {
                 std::time::Duration::from_secs(self.positive(v, "budget.cache_ttl_secs")? as u64)
             }
-            None => crate::cache::DEFAULT_CACHE_TTL,
+            None => DEFAULT_CACHE_TTL,
         };
         let mut clients = Vec::new();
         for (name, section) in &file.client {
@@ -450,7 +467,7 @@ impl Resolver<'_> {
                     .map(|v| self.positive(v, &what(key)))
                     .transpose()
             };
-            clients.push(crate::client::Override {
+            clients.push(Override {
                 name: name.clone(),
                 max_bytes: get(&section.max_bytes, "max_bytes")?,
                 max_tokens: get(&section.max_tokens, "max_tokens")?,

@@ -448,7 +448,7 @@ fn for_modern_server(state: &State, method: &str, message: Vec<u8>) -> Outgoing 
     };
     Outgoing {
         modern: Some(Box::new(crate::era::Headers::of(
-            crate::era::MODERN,
+            crate::message::MODERN,
             method,
             None,
             &bytes,
@@ -1181,7 +1181,7 @@ impl Relay {
                 bridge::forget(origin);
             }
             tracing::info!("the server refused the proxy's initialize; asking its era again");
-            let probe = self.probe(&mut state, crate::era::MODERN);
+            let probe = self.probe(&mut state, crate::message::MODERN);
             state.later.to_server.push(probe);
             return;
         }
@@ -1686,14 +1686,14 @@ impl Relay {
                             None => modern.named.clone(),
                         },
                     )),
-                    None if by_discover => Some((crate::era::MODERN, "server/discover", None)),
+                    None if by_discover => Some((crate::message::MODERN, "server/discover", None)),
                     None if bridged => {
                         let sent = match &forward {
                             Forward::Rewritten(b) => b.as_slice(),
                             _ => bytes,
                         };
                         Some((
-                            crate::era::MODERN,
+                            crate::message::MODERN,
                             method.as_str(),
                             bridge::named(&method, sent),
                         ))
@@ -2103,7 +2103,7 @@ impl Relay {
             _ => Vec::new(),
         };
         let headers = crate::era::Headers::of(
-            crate::era::MODERN,
+            crate::message::MODERN,
             &round.method,
             bridge::named(&round.method, &bytes),
             &bytes,
@@ -2330,7 +2330,7 @@ impl Relay {
                 }
                 // A broken answer to a request in flight still names its id: that request gets
                 // an error now rather than waiting for a timeout that may never come.
-                let mut scanner = crate::framing::EnvelopeScanner::default();
+                let mut scanner = crate::message::EnvelopeScanner::default();
                 scanner.feed(&line);
                 let (id, method) = scanner.finish();
                 let finished = match (id, method) {
@@ -3654,7 +3654,7 @@ impl Relay {
             },
         );
         let headers =
-            crate::era::Headers::of(crate::era::MODERN, "server/discover", None, &bytes, &[]);
+            crate::era::Headers::of(crate::message::MODERN, "server/discover", None, &bytes, &[]);
         state.later.to_server.push(Outgoing {
             bytes,
             requests: vec![fresh],

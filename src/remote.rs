@@ -4,8 +4,8 @@
 //! What it holds: when a replica pages a result automatically, it cuts every page of the chain
 //! at once and writes them all, each under its own key, before the first page is answered. A
 //! later page then costs its own bytes on any replica: one `GET`, no re-read of the result. The
-//! replica's own memory cache ([`crate::cache`]) stays in front: a page it can cut itself never
-//! asks the shared cache.
+//! replica's own memory cache ([`crate::budget::cache`]) stays in front: a page it can cut
+//! itself never asks the shared cache.
 //!
 //! The shared cache is outside the trust boundary:
 //! - a key names the cursor key's id, a digest of the principal and the chain (the call's
@@ -565,40 +565,6 @@ impl Remote {
     #[cfg(not(feature = "redis"))]
     pub async fn ping(&self) -> bool {
         false
-    }
-}
-
-/// Before a client's call reaches the relay: the page it asks for, read from the shared cache
-/// into the session (when the call continues a chain this replica does not hold).
-pub async fn prefetch(relay: &crate::relay::Relay, line: &[u8]) {
-    let Some(remote) = get() else {
-        return;
-    };
-    let Some(key) = relay.interceptor().remote_lookup(line) else {
-        return;
-    };
-    match remote.fetch(&key).await {
-        Ok(Some(value)) => relay.interceptor().fetched(key, &value),
-        Ok(None) => {
-            if let Some(metrics) = crate::metrics::get() {
-                metrics.remote_misses.inc();
-            }
-        }
-        // Logged and counted by `fetch`: the call goes on as a miss.
-        Err(_) => {}
-    }
-}
-
-/// After a server message went through the budget: the chains it cut, written to the shared
-/// cache before the first page goes out (so that the next page, on any replica, finds them).
-pub async fn flush(relay: &crate::relay::Relay) {
-    let Some(remote) = get() else {
-        return;
-    };
-    let _flushing = relay.interceptor().flushing().await;
-    for write in relay.interceptor().take_writes() {
-        // Logged and counted by `store`: the page goes out either way.
-        let _ = remote.store(write).await;
     }
 }
 

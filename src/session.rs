@@ -283,8 +283,42 @@ async fn budgeted_related(
         relay.from_server_related(frame, related)
     };
     // The chains it cut go to the shared cache before their first page goes out.
-    crate::remote::flush(relay).await;
+    flush(relay).await;
     budgeted
+}
+
+/// Before a client's call reaches the relay: the page it asks for, read from the shared cache
+/// into the session (when the call continues a chain this replica does not hold).
+pub async fn prefetch(relay: &Relay, line: &[u8]) {
+    let Some(remote) = crate::remote::get() else {
+        return;
+    };
+    let Some(key) = relay.interceptor().remote_lookup(line) else {
+        return;
+    };
+    match remote.fetch(&key).await {
+        Ok(Some(value)) => relay.interceptor().fetched(key, &value),
+        Ok(None) => {
+            if let Some(metrics) = crate::metrics::get() {
+                metrics.remote_misses.inc();
+            }
+        }
+        // Logged and counted by `fetch`: the call goes on as a miss.
+        Err(_) => {}
+    }
+}
+
+/// After a server message went through the budget: the chains it cut, written to the shared
+/// cache before the first page goes out (so that the next page, on any replica, finds them).
+pub async fn flush(relay: &Relay) {
+    let Some(remote) = crate::remote::get() else {
+        return;
+    };
+    let _flushing = relay.interceptor().flushing().await;
+    for write in relay.interceptor().take_writes() {
+        // Logged and counted by `store`: the page goes out either way.
+        let _ = remote.store(write).await;
+    }
 }
 
 /// Answers timed-out requests and cancels them upstream, until the client or the upstream is

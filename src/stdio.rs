@@ -252,11 +252,11 @@ async fn relay_frame(
     to_client: &queue::Sender<Vec<u8>>,
 ) -> Result<(), ClientEnd> {
     if let Frame::Line(line) | Frame::Read { line, .. } = &frame {
-        crate::remote::prefetch(relay, line).await;
+        crate::session::prefetch(relay, line).await;
     }
     let routed = relay.from_client(frame);
     // (A rule chain automatic paging took over is cut on the way in.)
-    crate::remote::flush(relay).await;
+    crate::session::flush(relay).await;
     for reply in routed.to_client {
         if to_client.send(reply).await.is_err() {
             return Err(ClientEnd::Eof);

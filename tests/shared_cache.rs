@@ -144,7 +144,9 @@ impl Redis {
                 "{server} is not installed: apt-get install redis-server (or valkey-server from bookworm-backports); \
                  MCP_BUDGET_SKIP_REDIS=1 skips the shared-cache tests instead"
             );
-            eprintln!("SKIPPED (MCP_BUDGET_SKIP_REDIS=1): {server} is not installed (apt-get install redis-server)");
+            eprintln!(
+                "SKIPPED (MCP_BUDGET_SKIP_REDIS=1): {server} is not installed (apt-get install redis-server)"
+            );
             return None;
         }
         let port = free_port();

@@ -234,7 +234,7 @@ pub fn take_text(
     };
     Ok(TextArgs {
         after: position.as_ref().map(|p| p.offset),
-        fingerprint: position.as_ref().and_then(super::chain::fingerprint_of),
+        fingerprint: position.as_ref().and_then(super::page::fingerprint_of),
         auto: position.as_ref().and_then(super::auto::At::from_position),
         digest,
     })

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::args::TextArgs;
 use super::cursor::CursorKey;
-use super::page::Position;
+use super::page::{Position, fingerprint_key};
 use super::raw;
 use super::text::{self, TextPage};
 
@@ -68,17 +68,6 @@ pub fn fingerprint(raw: &str) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     raw.hash(&mut hasher);
     hasher.finish().max(1)
-}
-
-/// How a text cursor carries the fingerprint of the result it pages (in the position's key).
-pub fn fingerprint_key(fingerprint: u64) -> String {
-    format!("fp:{fingerprint:016x}")
-}
-
-/// The fingerprint a text cursor's position carries, if any.
-pub fn fingerprint_of(position: &Position) -> Option<u64> {
-    let hex = position.key.as_deref()?.strip_prefix("fp:")?;
-    u64::from_str_radix(hex, 16).ok()
 }
 
 impl RuleResult {

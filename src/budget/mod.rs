@@ -12,7 +12,7 @@
 //! default narrowed, and [`descriptor`] rewrites `tools/list`. This file is the [`Budget`]
 //! that a relay calls: plan a call, finish its result, refuse it.
 //!
-//! Every chain is served from the per-session [`crate::cache`]: the intercept keeps the
+//! Every chain is served from the per-session [`cache`]: the intercept keeps the
 //! upstream result of a rule's first page ([`chain`], with a text rule's line index) and of an
 //! automatic page ([`auto`]), so a tool runs once per chain; when the entry is gone, a read-only
 //! or idempotent tool is called again with the same upstream arguments (any proxy instance that
@@ -21,6 +21,7 @@
 
 pub mod args;
 pub mod auto;
+pub mod cache;
 pub mod cap;
 pub mod chain;
 pub mod cursor;
@@ -49,6 +50,7 @@ use crate::policy::{Policy, Rule};
 use crate::tokens;
 use args::{ArgError, CallArgs, Detail, HorizonArg};
 use cursor::CursorKey;
+use render::RenderError;
 
 /// A policy, ready to apply.
 #[derive(Debug)]
@@ -56,7 +58,7 @@ pub struct Budget {
     policy: Policy,
     key: CursorKey,
     /// Upstream results of paged calls, for their next pages (all sessions, scoped).
-    cache: Arc<crate::cache::ResultCache>,
+    cache: Arc<cache::ResultCache>,
     /// Tools whose rule's `items` matched nothing, already warned about.
     unmatched: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// What a result is held to: the policy's cap, or the client's profile.
@@ -124,7 +126,7 @@ impl Budget {
 
     /// With a fixed cursor key (tests, benchmarks, replay).
     pub fn with_key(policy: Policy, key: CursorKey) -> Budget {
-        let cache = crate::cache::ResultCache::new(policy.cache_bytes, policy.cache_ttl);
+        let cache = cache::ResultCache::new(policy.cache_bytes, policy.cache_ttl);
         Budget {
             limits: Limits::bytes_only(policy.max_bytes),
             choice: Arc::new(Choice {
@@ -290,7 +292,7 @@ impl Budget {
         &self.key
     }
 
-    pub fn cache(&self) -> &crate::cache::ResultCache {
+    pub fn cache(&self) -> &cache::ResultCache {
         &self.cache
     }
 
@@ -529,7 +531,7 @@ impl Budget {
             }),
             Paging::Text(args) => Paging::Text(args::TextArgs {
                 after: Some(position.offset),
-                fingerprint: chain::fingerprint_of(&position),
+                fingerprint: page::fingerprint_of(&position),
                 auto: auto::At::from_position(&position),
                 digest: args.digest,
             }),
@@ -746,7 +748,7 @@ impl Budget {
         plan: &CallPlan,
         mut result: Value,
         raw: Option<&str>,
-        narrowed: Option<&reduce::Narrowed>,
+        narrowed: Option<&pipeline::Narrowed>,
     ) -> Result<Finished, RenderError> {
         let rule = self.rule_of(plan);
         let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
@@ -858,7 +860,11 @@ impl Budget {
     fn fit_default_limit(
         &self,
         tool: &str,
-        (items, args, narrowed): (&crate::policy::Items, &CallArgs, Option<&reduce::Narrowed>),
+        (items, args, narrowed): (
+            &crate::policy::Items,
+            &CallArgs,
+            Option<&pipeline::Narrowed>,
+        ),
         original: Value,
         raw: Option<&str>,
         result: &mut Value,
@@ -1041,16 +1047,6 @@ impl Finished {
             Finished::Auto { .. } => None,
         }
     }
-}
-
-/// A budgeted result could not be written out (a bug, never the server's doing): the call gets a
-/// JSON-RPC error that says so, never an empty or cut result.
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    #[error("the budgeted result could not be serialized: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("the budgeted table could not be written: {0}")]
-    Table(String),
 }
 
 /// The sentence that ends a first page's notice when search is on.

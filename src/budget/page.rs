@@ -22,6 +22,17 @@ pub struct Position {
     pub key: Option<String>,
 }
 
+/// How a text cursor carries the fingerprint of the result it pages (in the position's key).
+pub fn fingerprint_key(fingerprint: u64) -> String {
+    format!("fp:{fingerprint:016x}")
+}
+
+/// The fingerprint a text cursor's position carries, if any.
+pub fn fingerprint_of(position: &Position) -> Option<u64> {
+    let hex = position.key.as_deref()?.strip_prefix("fp:")?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// One page of a list.
 #[derive(Debug, PartialEq)]
 pub struct Page {

@@ -9,11 +9,26 @@ use serde_json::{Map, Value, json};
 
 use super::args::{CallArgs, Detail, Format, HorizonArg};
 use super::cursor::CursorKey;
+use super::page::Position;
 use super::place::{self, Source};
-use super::reduce::Narrowed;
-use super::render::{self, Continuation};
-use super::{RenderError, filter, horizon, notice, page, project};
+use super::render::{self, Continuation, RenderError};
+use super::{filter, horizon, notice, page, project};
 use crate::policy::Items;
+
+/// What narrowing and paging the whole list gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Narrowed {
+    /// Items the server returned.
+    pub total_count: usize,
+    /// Items the horizon dropped.
+    pub horizon_dropped: usize,
+    /// Items left after the horizon and the filters.
+    pub matching: usize,
+    /// Matching items before the page.
+    pub skipped: usize,
+    /// Where the next page starts, when more items remain.
+    pub next: Option<Position>,
+}
 
 /// Pages the items of `result` for one call; the result is rewritten in place. A result with
 /// no item list where the rule says is left as it is, and `Ok(false)` says so.

@@ -10,7 +10,7 @@
 //! smaller list (or, for a list in a text block, the text and the field of `structuredContent`
 //! that repeats it), and the rest of the result is kept byte for byte. The pipeline then
 //! renders that small result exactly as it would have rendered the whole one, with the counts
-//! and the position the whole list gave ([`Narrowed`]).
+//! and the position the whole list gave (`pipeline::Narrowed`).
 //!
 //! Whatever this stage is not sure to do exactly as the whole pipeline would — a nested rule, a
 //! path other than plain keys, an item that is not an object, a text copy that is not the first
@@ -34,24 +34,10 @@ use std::ops::Range;
 use serde_json::{Map, Value};
 
 use super::args::CallArgs;
-use super::page::{self, Position};
-use super::{exact, pipeline, raw};
+use super::page;
+use super::pipeline::{self, Narrowed};
+use super::{exact, raw};
 use crate::policy::{FieldPath, Items};
-
-/// What narrowing and paging the whole list gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Narrowed {
-    /// Items the server returned.
-    pub total_count: usize,
-    /// Items the horizon dropped.
-    pub horizon_dropped: usize,
-    /// Items left after the horizon and the filters.
-    pub matching: usize,
-    /// Matching items before the page.
-    pub skipped: usize,
-    /// Where the next page starts, when more items remain.
-    pub next: Option<Position>,
-}
 
 /// A result cut down to its page, and what the whole list gave.
 #[derive(Debug)]

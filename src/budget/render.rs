@@ -8,6 +8,16 @@ use serde_json::{Map, Value, json};
 use super::field;
 use crate::policy::FieldPath;
 
+/// A budgeted result could not be written out (a bug, never the server's doing): the call gets a
+/// JSON-RPC error that says so, never an empty or cut result.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the budgeted result could not be serialized: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the budgeted table could not be written: {0}")]
+    Table(String),
+}
+
 /// What a page says about the list it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Continuation {
@@ -33,12 +43,8 @@ pub fn decorate(envelope: &mut Map<String, Value>, continuation: &Continuation) 
 }
 
 /// A csv/tsv table of `columns` for `page`.
-pub fn table(
-    page: &[Value],
-    columns: &[FieldPath],
-    delimiter: u8,
-) -> Result<String, super::RenderError> {
-    let failed = |e: &dyn std::fmt::Display| super::RenderError::Table(e.to_string());
+pub fn table(page: &[Value], columns: &[FieldPath], delimiter: u8) -> Result<String, RenderError> {
+    let failed = |e: &dyn std::fmt::Display| RenderError::Table(e.to_string());
     let mut writer = csv::WriterBuilder::new()
         .delimiter(delimiter)
         .terminator(csv::Terminator::Any(b'\n'))

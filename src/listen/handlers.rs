@@ -96,7 +96,7 @@ impl Listener {
 
 impl Listener {
     pub fn new(sessions: Arc<Sessions>, local: SocketAddr) -> Listener {
-        let hosts = super::allowed_hosts(local.ip(), &sessions.options().allow_hosts);
+        let hosts = super::guard::allowed_hosts(local.ip(), &sessions.options().allow_hosts);
         let room = (sessions.options().max_body_bytes_in_flight / 1024)
             .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         Listener {
@@ -186,7 +186,7 @@ fn check_modern(
     }
     if !crate::era::is_modern(&modern.version) {
         let data = serde_json::json!({
-            "supported": [crate::era::MODERN],
+            "supported": [crate::message::MODERN],
             "requested": modern.version,
         });
         return Err(refuse(
@@ -194,7 +194,7 @@ fn check_modern(
             &format!(
                 "Unsupported protocol version {:?}: without a session this proxy serves {}; earlier revisions send initialize first",
                 modern.version,
-                crate::era::MODERN
+                crate::message::MODERN
             ),
             Some(&data),
         ));
@@ -203,7 +203,7 @@ fn check_modern(
     if !sent_method.is_some_and(|sent| crate::era::header_says(sent, method)) {
         return Err(mismatch("Mcp-Method", method, sent_method));
     }
-    if crate::era::name_member(method).is_some() {
+    if crate::message::name_member(method).is_some() {
         let sent_name = seen.name.text();
         let expected = modern.named.as_deref().unwrap_or_default();
         if !sent_name.is_some_and(|sent| crate::era::header_says(sent, expected)) {
@@ -364,7 +364,7 @@ fn check_access(
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<Client, Refusal> {
-    if let Err((status, message)) = super::check_host(&listener.hosts, headers) {
+    if let Err((status, message)) = super::guard::check_host(&listener.hosts, headers) {
         return Err(refuse(status, &message));
     }
     let options = listener.sessions.options();
@@ -992,7 +992,7 @@ async fn handle_post(
     if !sse {
         tokens.clear();
     }
-    crate::remote::prefetch(&session.relay, &body).await;
+    crate::session::prefetch(&session.relay, &body).await;
     let post = match claim.as_mut().and_then(super::session::Claim::take_post) {
         Some(post) => post,
         None => session.open_post(),
@@ -1001,7 +1001,7 @@ async fn handle_post(
         .relay
         .from_client(Frame::Read { line: body, parsed });
     // (A rule chain automatic paging took over is cut on the way in.)
-    crate::remote::flush(&session.relay).await;
+    crate::session::flush(&session.relay).await;
     // The proxy's own answers that take work (a search) are written off the I/O threads.
     for job in std::mem::take(&mut routed.deferred) {
         routed.to_client.push(job.run_heavy().await);

@@ -22,9 +22,9 @@ use url::Url;
 use super::body::{self, BodyError};
 use super::conn::{self, ClientResponse, ConnError};
 use super::{Event, Link, Outgoing, Upstream};
-use crate::framing::{EnvelopeScanner, Frame};
+use crate::framing::Frame;
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind};
+use crate::message::{self, EnvelopeScanner, Id, Kind};
 use crate::queue;
 
 use crate::era::headers::{

@@ -5,11 +5,11 @@
 
 use jsonc_parser::common::Ranged;
 use jsonc_parser::cst::{CstArray, CstInputValue, CstObject, CstObjectProp, CstRootNode};
-use jsonc_parser::{CollectOptions, ParseOptions, ast, parse_to_ast};
+use jsonc_parser::{CollectOptions, ast, parse_to_ast};
 use serde_json::Value;
 
 use super::client::{Client, CommandStyle};
-use super::line::Line;
+use super::line::{Line, options};
 use super::mask;
 use super::plan::{self, Command, Entry, MARKER, Marker, Plan, Undo};
 use super::{Edited, Mode, Outcome, Row, Select, SyntaxError};
@@ -75,23 +75,6 @@ pub fn edit(
         text: root.to_string(),
         rows,
     })
-}
-
-/// JSON with comments and trailing commas (VS Code's and opencode's files have them), and
-/// nothing looser: a file its client could not read is not one to edit.
-pub(super) fn options() -> ParseOptions {
-    ParseOptions {
-        allow_comments: true,
-        allow_trailing_commas: true,
-        allow_loose_object_property_names: false,
-        allow_missing_commas: false,
-        allow_single_quoted_strings: false,
-        allow_hexadecimal_numbers: false,
-        allow_unary_plus_numbers: false,
-        allow_bare_decimal_point_numbers: false,
-        allow_non_finite_numbers: false,
-        allow_extended_string_escapes: false,
-    }
 }
 
 /// The objects that hold server entries: the top-level one and, for Claude Code's

@@ -5,7 +5,24 @@
 
 use jsonc_parser::ast::Value;
 use jsonc_parser::common::Ranged;
-use jsonc_parser::{CollectOptions, parse_to_ast};
+use jsonc_parser::{CollectOptions, ParseOptions, parse_to_ast};
+
+/// JSON with comments and trailing commas (VS Code's and opencode's files have them), and
+/// nothing looser: a file its client could not read is not one to edit.
+pub(super) fn options() -> ParseOptions {
+    ParseOptions {
+        allow_comments: true,
+        allow_trailing_commas: true,
+        allow_loose_object_property_names: false,
+        allow_missing_commas: false,
+        allow_single_quoted_strings: false,
+        allow_hexadecimal_numbers: false,
+        allow_unary_plus_numbers: false,
+        allow_bare_decimal_point_numbers: false,
+        allow_non_finite_numbers: false,
+        allow_extended_string_escapes: false,
+    }
+}
 
 /// One key of the object, by byte offsets into its text.
 #[derive(Debug, Clone)]
@@ -50,12 +67,7 @@ impl Line {
     }
 
     fn layout(&self) -> Option<Layout> {
-        let parsed = parse_to_ast(
-            &self.text,
-            &CollectOptions::default(),
-            &super::json::options(),
-        )
-        .ok()?;
+        let parsed = parse_to_ast(&self.text, &CollectOptions::default(), &options()).ok()?;
         let Some(Value::Object(object)) = parsed.value else {
             return None;
         };

@@ -46,11 +46,6 @@ impl Cached {
     }
 }
 
-/// The default limit of the cache, in bytes of results held.
-pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
-/// The default time a result is kept.
-pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(600);
-
 struct Entry {
     result: Arc<Cached>,
     bytes: usize,
