@@ -61,6 +61,18 @@ async fn refused(peer: &mut Peer, words: &str) -> Value {
     answer["id"].clone()
 }
 
+/// The next `n` answers, whether they come alone or in a batch; none a raw result.
+async fn answers(peer: &mut Peer, n: usize) -> Vec<Value> {
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let line = peer.recv().await;
+        assert!(line.len() < 10_000, "a raw result: {} bytes", line.len());
+        let value: Value = serde_json::from_str(&line).unwrap();
+        seen.extend(value.as_array().cloned().unwrap_or_else(|| vec![value]));
+    }
+    seen
+}
+
 #[tokio::test]
 async fn a_null_id_request_is_refused_never_run_as_a_notification() {
     let mut peer = quirky_behind_deny().await;
@@ -74,13 +86,7 @@ async fn a_null_id_request_is_refused_never_run_as_a_notification() {
     assert_eq!(refused(&mut peer, "must not be null").await, Value::Null);
     // In a batch, the same: the element is refused, the rest goes on.
     peer.send(r#"[{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"big","arguments":{"bytes":1000000}}},{"jsonrpc":"2.0","id":5,"method":"ping"}]"#).await;
-    let mut seen = Vec::new();
-    while seen.len() < 2 {
-        let line = peer.recv().await;
-        assert!(line.len() < 10_000, "a raw result: {} bytes", line.len());
-        let value: Value = serde_json::from_str(&line).unwrap();
-        seen.extend(value.as_array().cloned().unwrap_or_else(|| vec![value]));
-    }
+    let seen = answers(&mut peer, 2).await;
     assert!(
         seen.iter()
             .any(|v| v["id"].is_null() && v["error"]["code"] == -32600)
@@ -105,13 +111,7 @@ async fn a_batch_element_that_serde_cannot_decode_is_refused_alone() {
             r#"[{place},{{"jsonrpc":"2.0","id":7,"method":"ping"}}]"#
         ))
         .await;
-        let mut seen = Vec::new();
-        while seen.len() < 2 {
-            let line = peer.recv().await;
-            assert!(line.len() < 10_000, "a raw result: {} bytes", line.len());
-            let value: Value = serde_json::from_str(&line).unwrap();
-            seen.extend(value.as_array().cloned().unwrap_or_else(|| vec![value]));
-        }
+        let seen = answers(&mut peer, 2).await;
         assert!(
             seen.iter().any(|v| v["error"]["code"] == -32600),
             "{place}: {seen:?}"
