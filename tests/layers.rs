@@ -28,6 +28,7 @@ const FLOORS: &str = "cli
     era framing jsonrpc policy recording
     builtin canonical heavy keyfile message metrics queue quiet regular traces
     wrap::json wrap::toml
+    wrap::twice
     wrap wrap::mask
     wrap::plan
     wrap::client wrap::line";

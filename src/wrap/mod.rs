@@ -26,6 +26,7 @@ mod line;
 pub mod mask;
 pub mod plan;
 mod toml;
+mod twice;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

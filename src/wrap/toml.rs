@@ -6,6 +6,7 @@ use toml_edit::{Array, DocumentMut, InlineTable, Item, Table, TableLike, Value};
 use super::client::Client;
 use super::mask;
 use super::plan::{self, Command, Entry, MARKER, Marker, Plan, Undo};
+use super::twice::line_column;
 use super::{Edited, Mode, Outcome, Row, Select, SyntaxError};
 
 /// Edits `text` (Codex's `config.toml`) as `mode` says.
@@ -67,13 +68,6 @@ pub fn edit(
         text: doc.to_string(),
         rows,
     })
-}
-
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// A server entry: a `[mcp_servers.NAME]` table or an inline table.
