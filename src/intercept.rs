@@ -2361,6 +2361,7 @@ impl Interceptor {
             p.with_argument(argument)
                 .with_budget(named)
                 .with_reads(budget.limits().reads)
+                .with_text_limit(budget.text_page(tool))
                 .with_search(budget.search_hint())
                 .with_rerun(rerun)
         });

@@ -230,6 +230,9 @@ pub struct Prepared {
     /// What the client's model reads of a page: a page is measured by that, and a mirrored
     /// text costs once when the model reads one of the two.
     reads: Reads,
+    /// The most text of one piece a page takes (a text rule's page size), past its first line
+    /// or item: a page never refuses what the whole budget can hold.
+    text_limit: Option<usize>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -313,6 +316,7 @@ pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageabl
         search: None,
         rerun: false,
         reads: Reads::Both,
+        text_limit: None,
     })
 }
 
@@ -332,6 +336,12 @@ impl Prepared {
     /// Marks the cursors: the tool may be run again on a miss (it is read-only).
     pub fn with_rerun(mut self, rerun: bool) -> Prepared {
         self.rerun = rerun;
+        self
+    }
+
+    /// Bounds the text of one piece a page takes (past its first line or item).
+    pub fn with_text_limit(mut self, limit: Option<usize>) -> Prepared {
+        self.text_limit = limit;
         self
     }
 
@@ -474,7 +484,9 @@ fn block_kind(block: &str, room: usize) -> Kind {
     if (trimmed.starts_with('{') || trimmed.starts_with('['))
         && serde_json::from_str::<&RawValue>(&text).is_ok()
         && let Some(array) = raw::largest_array(&text, room / 2)
-        && text.len() - array.span.len() < room / 2
+            .filter(|array| text.len() - array.span.len() < room / 2)
+            // No list to page: an object is paged by its members.
+            .or_else(|| raw::root_members(&text, room / 2))
     {
         let around = escaped_len(&text) - escaped_len(&text[array.span.clone()]);
         return Kind::Items {
@@ -493,7 +505,10 @@ fn mirror(result: &str, structured: &str, blocks: &[Block], room: usize) -> Mirr
         // into two value trees (a 24 MB document is several times that as a tree).
         if let Kind::Items { doc, array, .. } = &block.kind
             && same_tokens(doc, structured)
-            && let Some(array) = raw::array_at(structured, &array.path)
+            && let Some(array) = match array.object {
+                true => raw::root_members(structured, usize::MAX),
+                false => raw::array_at(structured, &array.path),
+            }
         {
             return Mirror::Json {
                 block: index,
@@ -533,7 +548,9 @@ fn mirror(result: &str, structured: &str, blocks: &[Block], room: usize) -> Mirr
             }
         }
     }
-    match raw::largest_array(structured, room / 2) {
+    match raw::largest_array(structured, room / 2)
+        .or_else(|| raw::root_members(structured, room / 2))
+    {
         Some(array) if structured.len() > room / 4 => Mirror::Own { array },
         _ => Mirror::None,
     }
@@ -794,7 +811,13 @@ impl Prepared {
                         return Err(Unpageable::Gone);
                     }
                     let budget = left / factor;
-                    match line_end_before(inner, offset, offset + budget) {
+                    // A text rule's page size, unless not even one line fits in it.
+                    let limited = self
+                        .text_limit
+                        .filter(|limit| *limit < budget)
+                        .and_then(|limit| line_end_before(inner, offset, offset + limit))
+                        .filter(|end| *end > offset);
+                    match limited.or_else(|| line_end_before(inner, offset, offset + budget)) {
                         Some(end) if end > offset || inner.is_empty() => {
                             (end, end >= inner.len(), (end - offset) * factor + 2)
                         }
@@ -827,6 +850,7 @@ impl Prepared {
                     let mut end = offset;
                     // The document around the list is on every page of it.
                     let mut cost = around;
+                    let mut text = around;
                     while end < array.elements.len() {
                         let element = &doc[array.elements[end].clone()];
                         let size = if in_text {
@@ -834,6 +858,12 @@ impl Prepared {
                         } else {
                             element.len()
                         } + 1;
+                        // A text rule's page size bounds the text, past the first item.
+                        if end > offset && self.text_limit.is_some_and(|limit| text + size > limit)
+                        {
+                            break;
+                        }
+                        text += size;
                         let size = size * factor;
                         if cost + size > left {
                             break;
@@ -1167,7 +1197,8 @@ impl Prepared {
                         total_count = array.elements.len();
                     }
                     format!(
-                        "items {}-{} of {} in {}",
+                        "{} {}-{} of {} in {}",
+                        if array.object { "members" } else { "items" },
                         t.from + 1,
                         t.to,
                         array.elements.len(),
@@ -1234,11 +1265,11 @@ fn whole_what(raw: &str) -> String {
 fn cut(doc: &str, array: &FoundArray, from: usize, to: usize) -> String {
     let mut out = String::with_capacity(doc.len().min(1 << 20));
     out.push_str(&doc[..array.span.start]);
-    out.push('[');
+    out.push(if array.object { '{' } else { '[' });
     if from < to && to <= array.elements.len() {
         out.push_str(&doc[array.elements[from].start..array.elements[to - 1].end]);
     }
-    out.push(']');
+    out.push(if array.object { '}' } else { ']' });
     out.push_str(&doc[array.span.end..]);
     out
 }

@@ -247,30 +247,28 @@ impl Budget {
         }
     }
 
-    /// The largest automatic page of `tool`'s results. Where the automatic pager serves a text
-    /// rule (a JSON document in its text), the rule's page size bounds the text of a page, in
-    /// each of `content` and `structuredContent` where the result carries it twice; the
-    /// client's budget bounds what it reads of the whole page.
+    /// The largest automatic page of `tool`'s results.
     pub fn page_max(&self, tool: &str) -> usize {
         let cap = self.cap_for(tool);
-        let text_page = self
-            .policy
-            .rule_for(tool)
-            .and_then(|rule| rule.text.as_ref())
-            .map(|text| {
-                (text.page_bytes.saturating_mul(2)).saturating_add(auto::CONTINUATION_ALLOWANCE)
-            });
-        [self.limits.page_bytes, text_page]
-            .into_iter()
-            .flatten()
-            .fold(cap, usize::min)
+        self.limits.page_bytes.map_or(cap, |page| page.min(cap))
     }
 
-    /// Whether a result of `tool` passes whole: within the budget, and no larger than a page
-    /// (a text rule's page size holds where the automatic pager serves the rule).
+    /// The most text of one page, where the automatic pager serves a text rule (a JSON
+    /// document in its text): the rule's page size, which bounds each copy of the text (in
+    /// `content`, and in `structuredContent` where the server repeats it there).
+    pub fn text_page(&self, tool: &str) -> Option<usize> {
+        self.policy
+            .rule_for(tool)
+            .and_then(|rule| rule.text.as_ref())
+            .map(|text| text.page_bytes)
+    }
+
+    /// Whether a result of `tool` passes whole: within the budget (and, for a text rule's
+    /// tool, small enough to be one page of its text).
     pub fn fits_whole(&self, tool: &str, result: &str) -> bool {
         self.over(tool, result.as_bytes()).is_none()
             && cap::read_bytes(self.limits.reads, result) <= self.page_max(tool)
+            && self.text_page(tool).is_none_or(|page| result.len() <= page)
     }
 
     /// What a result is held to.

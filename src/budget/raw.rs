@@ -261,6 +261,9 @@ pub struct FoundArray {
     pub path: Vec<Step>,
     pub span: Range<usize>,
     pub elements: Vec<Range<usize>>,
+    /// The "list" is an object's members (`"key": value` each): a JSON document with no list
+    /// to page is paged by its members, every page an object.
+    pub object: bool,
 }
 
 /// How deep the search for the largest array goes.
@@ -314,6 +317,7 @@ fn search(
                     path: path.clone(),
                     span: start..start + size,
                     elements: elements.clone(),
+                    object: false,
                 });
             }
             for (index, element) in elements.into_iter().enumerate() {
@@ -369,6 +373,48 @@ pub fn array_at(doc: &str, path: &[Step]) -> Option<FoundArray> {
         path: path.to_vec(),
         span: start..start + text.trim().len(),
         elements,
+        object: false,
+    })
+}
+
+/// A document's root object as a list of its members (`"key": value` each), when it has at
+/// least two and none is over `max_element` bytes: what pages a JSON document that has no list.
+pub fn root_members(doc: &str, max_element: usize) -> Option<FoundArray> {
+    let bytes = doc.as_bytes();
+    let start = skip_ws(doc, 0);
+    if bytes.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut elements = Vec::new();
+    let mut at = skip_ws(doc, start + 1);
+    let end = if bytes.get(at) == Some(&b'}') {
+        at + 1
+    } else {
+        loop {
+            if bytes.get(at) != Some(&b'"') {
+                return None;
+            }
+            let key_start = at;
+            let (_, key_end) = read_at::<&RawValue>(doc, at)?;
+            at = skip_ws(doc, key_end);
+            if bytes.get(at) != Some(&b':') {
+                return None;
+            }
+            let value_end = value_end(doc, skip_ws(doc, at + 1))?;
+            elements.push(key_start..value_end);
+            at = skip_ws(doc, value_end);
+            match bytes.get(at) {
+                Some(b',') => at = skip_ws(doc, at + 1),
+                Some(b'}') => break at + 1,
+                _ => return None,
+            }
+        }
+    };
+    (elements.len() >= 2 && elements.iter().all(|e| e.len() <= max_element)).then(|| FoundArray {
+        path: Vec::new(),
+        span: start..end,
+        elements,
+        object: true,
     })
 }
 

@@ -254,14 +254,16 @@ def reassemble(pages, texts):
     import re
 
     notice = last_notice(pages[0])
-    found = re.search(r"items \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()", notice)
+    found = re.search(r"(?:items|members) \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()", notice)
     if not found:
         return "".join(texts)
     path = found.group(1)
     whole = json.loads(texts[0])
     items = resolve(whole, path)
     for text in texts[1:]:
-        items.extend(resolve(json.loads(text), path))
+        more = resolve(json.loads(text), path)
+        # A list's items, or (a document with no list) an object's members.
+        items.update(more) if isinstance(items, dict) else items.extend(more)
     return whole
 
 
@@ -430,14 +432,16 @@ async def main():
         result = await session.call_tool(tool, arguments)
         return result.content[0].text, result
 
-    async def page_chain(session, tool, arguments, budget):
+    async def page_chain(session, tool, arguments, budget, results=None):
         pages, args, sizes = [], dict(arguments), []
         for _ in range(500):
             result = await session.call_tool(tool, args)
+            if results is not None:
+                results.append(result)
             page = result.content[0].text
             pages.append(page)
             sizes.append(len(page.encode()))
-            notice = result.content[1].text if len(result.content) > 1 else ""
+            notice = result.content[-1].text if len(result.content) > 1 else ""
             if 'after:"' not in notice:
                 return pages, sizes
             args = dict(arguments, after=notice.split('after:"')[1].split('"')[0])
@@ -455,8 +459,18 @@ async def main():
                 await session.initialize()
                 listed = await session.list_tools()
                 described = [t for t in listed.tools if t.name == tool and "Budgeted by mcp-budget" in (t.description or "")]
-                pages, sizes = await page_chain(session, tool, arguments, budget)
-            ok = "".join(pages) == whole and len(pages) > 1 and max(sizes) <= budget and bool(described)
+                results = []
+                pages, sizes = await page_chain(session, tool, arguments, budget, results)
+            # A JSON document is paged as JSON: every page parses, and their lists make it up.
+            try:
+                document = json.loads(whole) if whole.lstrip()[:1] in ("{", "[") else None
+            except ValueError:
+                document = None
+            if document is not None:
+                same = all(json.loads(p) is not None for p in pages) and reassemble(results, pages) == document
+            else:
+                same = "".join(pages) == whole
+            ok = same and len(pages) > 1 and max(sizes) <= budget and bool(described)
             through = policy or "no --policy (the built-in policy picked by serverInfo.name)"
             check(f"{label}: {len(whole.encode())} bytes direct, {len(pages)} pages of at most {max(sizes)} bytes through {through}, reassembled exactly", ok, f"{len(pages)} pages, sizes {sizes[:5]}, descriptor rewritten: {bool(described)}")
         except Exception as error:

@@ -206,12 +206,17 @@ function resolvePath(doc, jsonPath) {
 function reassemble(pages) {
   const data = pages.map(dataOf);
   const notice = texts(pages[0]).slice(1).join(' ');
-  const found = /items \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()/.exec(notice);
+  const found = /(?:items|members) \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()/.exec(notice);
   if (!found) return data.join('');
   const docs = data.map((text) => JSON.parse(text));
   const whole = docs[0];
   const items = resolvePath(whole, found[1]);
-  for (const doc of docs.slice(1)) items.push(...resolvePath(doc, found[1]));
+  // A list's items, or (a document with no list) an object's members.
+  for (const doc of docs.slice(1)) {
+    const more = resolvePath(doc, found[1]);
+    if (Array.isArray(items)) items.push(...more);
+    else Object.assign(items, more);
+  }
   return JSON.stringify(whole);
 }
 

@@ -306,11 +306,16 @@ function resolve(doc, jsonPath) {
 // The whole result from the pages: their texts concatenated, or (a list paged out of a JSON
 // text) the first page's document with every page's items.
 function reassemble(pages, texts) {
-  const found = /items \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()/.exec(lastNotice(pages[0]));
+  const found = /(?:items|members) \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()/.exec(lastNotice(pages[0]));
   if (!found) return texts.join('');
   const whole = JSON.parse(texts[0]);
   const items = resolve(whole, found[1]);
-  for (const text of texts.slice(1)) items.push(...resolve(JSON.parse(text), found[1]));
+  // A list's items, or (a document with no list) an object's members.
+  for (const text of texts.slice(1)) {
+    const more = resolve(JSON.parse(text), found[1]);
+    if (Array.isArray(items)) items.push(...more);
+    else Object.assign(items, more);
+  }
   return whole;
 }
 
