@@ -252,13 +252,15 @@ def resolve(doc, path):
 
 
 def reassemble(pages, texts):
-    found = re.search(r"items \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()", last_notice(pages[0]))
+    found = re.search(r"(?:items|members) \d+-\d+ of \d+ in (\$\S*?)(?:;|\.(?:\s|$)| \()", last_notice(pages[0]))
     if not found:
         return "".join(texts)
     whole = json.loads(texts[0])
     items = resolve(whole, found.group(1))
     for text in texts[1:]:
-        items.extend(resolve(json.loads(text), found.group(1)))
+        more = resolve(json.loads(text), found.group(1))
+        # A list's items, or (a document with no list) an object's members.
+        items.update(more) if isinstance(items, dict) else items.extend(more)
     return whole
 
 
