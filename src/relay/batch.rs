@@ -7,7 +7,8 @@ use crate::jsonrpc::{self, PARSE_ERROR, UPSTREAM_ERROR};
 use crate::message::{self, Id, Kind};
 use crate::upstream::Outgoing;
 
-use super::{Delivery, Forward, NULL_ID_ERROR_BYTES, Relay, Routed, unclassified_from_server};
+use super::server::{NULL_ID_ERROR_BYTES, unclassified_from_server};
+use super::{Delivery, Forward, Relay, Routed};
 
 impl Relay {
     pub(super) fn client_batch(&self, kinds: Vec<Kind>, line: Vec<u8>) -> Routed {
