@@ -631,22 +631,36 @@ impl Relay {
                     routed.probe = Some(self.probe(&mut state, &meta.version));
                 }
                 // A modern client names tasks by the tokens the proxy showed it: the server
-                // gets its own ids, and a token that does not open is refused. Whether or not
-                // the client declared the tasks extension: a task id the proxy did not hand to
-                // this principal never reaches the server (which sees one client, the proxy,
-                // and would answer with another principal's task).
+                // gets its own ids, and a token that does not open is refused. A task id the
+                // proxy did not hand to this principal never reaches the server (which sees one
+                // client, the proxy, and would answer with another principal's task): a client
+                // that did not declare the tasks extension has no tasks, and is told so here
+                // (-32021, as the extension says), its request never forwarded.
                 let mut named_task: Option<(String, String)> = None;
                 let mut task_forward: Option<Vec<u8>> = None;
+                let names_a_task = matches!(
+                    method.as_str(),
+                    "tasks/get" | "tasks/update" | "tasks/cancel"
+                );
                 if modern.is_some()
-                    && matches!(
-                        method.as_str(),
-                        "tasks/get"
-                            | "tasks/update"
-                            | "tasks/cancel"
-                            | "tasks/result"
-                            | "subscriptions/listen"
-                    )
+                    && names_a_task
+                    && !crate::holds!(bytes, b"modelcontextprotocol/tasks")
                 {
+                    bad_input();
+                    tracing::warn!(id = id.raw(), %method, "a task method from a client without the tasks extension; refused");
+                    routed.to_client.push(jsonrpc::error_response(
+                        Some(&id),
+                        jsonrpc::MISSING_CAPABILITY,
+                        &format!(
+                            "Missing required client capability: {method} needs the tasks extension (io.modelcontextprotocol/tasks) in the request's clientCapabilities; a client that did not declare it has no tasks"
+                        ),
+                        Some(&serde_json::json!({"requiredCapabilities": {"extensions": {
+                            "io.modelcontextprotocol/tasks": {}
+                        }}})),
+                    ));
+                    return Forward::Drop;
+                }
+                if modern.is_some() && (names_a_task || method == "subscriptions/listen") {
                     match self.interceptor.task_request(&method, bytes) {
                         Ok(None) => {}
                         Ok(Some(named)) => {
