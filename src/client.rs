@@ -54,17 +54,6 @@ pub enum Reads {
     Structured,
 }
 
-impl Reads {
-    /// As the profile table writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reads::Both => "both",
-            Reads::Content => "content",
-            Reads::Structured => "structuredContent",
-        }
-    }
-}
-
 /// One built-in profile.
 struct Builtin {
     name: &'static str,

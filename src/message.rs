@@ -23,7 +23,9 @@ use envelope::{client_name, string_value};
 pub use envelope::{interned, name_member, static_header};
 
 pub use scanner::EnvelopeScanner;
-pub use two_ways::{has_lone_surrogate, read_two_ways};
+#[cfg(test)]
+use two_ways::has_lone_surrogate;
+use two_ways::read_two_ways;
 
 use quick::quick_envelope;
 #[cfg(test)]

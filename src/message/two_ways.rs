@@ -8,7 +8,7 @@ use super::Problem;
 /// an integer JavaScript cannot hold exactly (|n| >= 2^53: Python and serde keep every
 /// digit), or a number no double holds (1e400: Python and JavaScript read infinity, serde
 /// refuses or keeps the text). One pass: strings are skipped a run at a time.
-pub fn read_two_ways(text: &[u8]) -> Option<Problem> {
+pub(super) fn read_two_ways(text: &[u8]) -> Option<Problem> {
     let mut at = 0;
     while at < text.len() {
         match text[at] {
@@ -67,7 +67,7 @@ fn number_reads_one_way(number: &[u8]) -> bool {
 /// Whether `text` has a `\u` escape of a UTF-16 surrogate that is not half of a pair (a high
 /// one followed by a low one). serde refuses such a string where it decodes it (a key, a
 /// method, a name) and skips it elsewhere; JavaScript and Python keep it: two readings.
-pub fn has_lone_surrogate(text: &[u8]) -> bool {
+pub(super) fn has_lone_surrogate(text: &[u8]) -> bool {
     let hex = |at: usize| -> Option<u16> {
         let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
         u16::from_str_radix(digits, 16).ok()
