@@ -576,6 +576,24 @@ pub fn splice(line: &[u8], part: &str, new: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `part` (a slice of `line`'s bytes) as text that shares `line`'s buffer: a large result is
+/// kept (by the result cache, for its later pages) without a second copy of it.
+pub fn shared_part(line: &bytes::Bytes, part: &str) -> bytestring::ByteString {
+    // A part of the line, and a `str`: its bytes are UTF-8.
+    bytestring::ByteString::try_from(part_of(line, part.as_bytes()))
+        .unwrap_or_else(|_| bytestring::ByteString::from(part))
+}
+
+/// `part` (a slice of `line`'s bytes) sharing `line`'s buffer; a `part` from elsewhere is
+/// copied.
+pub fn part_of(line: &bytes::Bytes, part: &[u8]) -> bytes::Bytes {
+    let start = (part.as_ptr() as usize).wrapping_sub(line.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if start <= line.len() && end <= line.len() => line.slice(start..end),
+        _ => bytes::Bytes::copy_from_slice(part),
+    }
+}
+
 /// One message with its top-level `id` replaced by `id_text` (JSON text); the rest unchanged.
 pub fn with_id(line: &[u8], id_text: &str) -> Option<Vec<u8>> {
     let message: IdOnly<'_> = serde_json::from_slice(line).ok()?;

@@ -342,6 +342,41 @@ async fn costly_or_forged_queries_are_refused_with_a_way_out() {
     assert_eq!(answer["isError"], true, "{answer}");
 }
 
+/// A path is bounded by what it does, not by its text: a union of 199 names over 20,000 items
+/// selects 4 million nodes (the unit tests hold nested wildcards and descendants to the same
+/// bound). It is refused, naming the bound and a narrower path, before that work is done, and
+/// the proxy stays small (a 1,008-byte union took it to 970 MiB before the bound).
+#[tokio::test]
+async fn a_path_that_selects_millions_of_nodes_is_refused_and_memory_stays_small() {
+    let quirky = example("quirky_server");
+    let peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
+    let pid = peer.child.id().unwrap();
+    let mut client = Client::over(peer).await;
+    let first = client.call("rows", json!({"rows": 20_000})).await;
+    let cursor = next_after(&first);
+    let union = format!("$[*][{}]", vec!["'n'"; 199].join(","));
+    for path in [union.clone(), union.replace("$[*]", "$[0:]")] {
+        let answer = client
+            .call("mcp_budget_search", json!({"cursor": cursor, "path": path}))
+            .await;
+        assert_eq!(answer["isError"], true, "{answer}");
+        let text = answer["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("more than 200000 nodes"), "{text}");
+        assert!(text.contains("$.items[*].id"), "a narrower path: {text}");
+    }
+    // The same result's narrow path still answers.
+    let answer = client
+        .call(
+            "mcp_budget_search",
+            json!({"cursor": cursor, "path": "$[?@.n == 7].label"}),
+        )
+        .await;
+    assert_ne!(answer["isError"], true, "{answer}");
+    assert_eq!(answer["structuredContent"]["total_matches"], 1, "{answer}");
+    let peak = common::memory(pid, "VmHWM");
+    assert!(peak < 128 << 20, "peak {} MiB", peak >> 20);
+}
+
 #[tokio::test]
 async fn a_policy_can_turn_search_off() {
     let policy = temp("off.toml");

@@ -18,8 +18,8 @@
 //! Only a piece that cannot be split and is larger than the whole budget is refused.
 
 use std::ops::Range;
-use std::sync::Arc;
 
+use bytestring::ByteString;
 use serde_json::value::RawValue;
 
 use super::cursor::{CursorKey, SelectionDigest};
@@ -208,7 +208,7 @@ enum Mirror {
 /// A result read into its pieces, once: the pages of a chain are cut from it (the result cache
 /// holds it, so a later page costs only its own bytes).
 pub struct Prepared {
-    result: Arc<str>,
+    result: ByteString,
     /// The members of the result object, as (key, range).
     members: Vec<(String, Range<usize>)>,
     blocks: Vec<Block>,
@@ -262,11 +262,11 @@ pub fn page(
     key: &CursorKey,
     digest: &SelectionDigest,
 ) -> Result<AutoPage, Unpageable> {
-    prepare(Arc::from(result), max_bytes)?.page(at, max_bytes, tool, key, digest)
+    prepare(ByteString::from(result), max_bytes)?.page(at, max_bytes, tool, key, digest)
 }
 
 /// Reads the pieces of a result, for pages under `max_bytes`.
-pub fn prepare(result: Arc<str>, max_bytes: usize) -> Result<Prepared, Unpageable> {
+pub fn prepare(result: ByteString, max_bytes: usize) -> Result<Prepared, Unpageable> {
     let room = max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64);
     let members = raw::members(&result).ok_or(Unpageable::Unreadable)?;
     let member = |name: &str| {

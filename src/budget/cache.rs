@@ -262,7 +262,7 @@ mod tests {
             "x".repeat(n.saturating_sub(37))
         );
         Arc::new(Cached::Auto(
-            crate::budget::auto::prepare(Arc::from(text), 200_000).unwrap(),
+            crate::budget::auto::prepare(bytestring::ByteString::from(text), 200_000).unwrap(),
         ))
     }
 

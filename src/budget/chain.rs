@@ -14,17 +14,17 @@
 //! server's bytes.
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use super::args::TextArgs;
 use super::cursor::CursorKey;
 use super::page::{Position, fingerprint_key};
 use super::raw;
 use super::text::{self, TextPage};
+use bytestring::ByteString;
 
 /// An upstream result of a rule-paged call, read once.
 pub struct RuleResult {
-    raw: Arc<str>,
+    raw: ByteString,
     /// The tool whose result it is (a search finds its rule by it).
     tool: Option<Box<str>>,
     /// The walk of an items rule's list in structuredContent, for later pages.
@@ -73,7 +73,7 @@ pub fn fingerprint(raw: &str) -> u64 {
 impl RuleResult {
     /// `raw`: the server's text of the result; `text`: the rule pages text (its line index is
     /// built now).
-    pub fn new(raw: Arc<str>, text: bool) -> RuleResult {
+    pub fn new(raw: ByteString, text: bool) -> RuleResult {
         let layout = if text { TextLayout::read(&raw) } else { None };
         RuleResult {
             fingerprint: fingerprint(&raw),
@@ -121,6 +121,11 @@ impl RuleResult {
 
     pub fn raw(&self) -> &str {
         &self.raw
+    }
+
+    /// The server's text of the result, sharing this one's bytes.
+    pub fn shared_raw(&self) -> ByteString {
+        self.raw.clone()
     }
 
     pub fn fingerprint(&self) -> u64 {
@@ -409,7 +414,7 @@ mod tests {
 
     /// Every page, following the cursors, and their texts.
     fn chain(raw: &str, budget: usize) -> Vec<Value> {
-        let entry = RuleResult::new(Arc::from(raw), true);
+        let entry = RuleResult::new(ByteString::from(raw), true);
         let mut pages = Vec::new();
         let mut after = None;
         loop {
@@ -497,7 +502,7 @@ mod tests {
             r#"{{"content":[{{"type":"text","text":{}}}]}}"#,
             json_string(&"z\n".repeat(100))
         );
-        let entry = RuleResult::new(Arc::from(raw.as_str()), true);
+        let entry = RuleResult::new(ByteString::from(raw.as_str()), true);
         let mut stale = args(Some(10));
         stale.fingerprint = Some(entry.fingerprint() ^ 1);
         assert!(matches!(

@@ -676,7 +676,7 @@ impl Budget {
     /// unchanged is written with the server's own bytes ([`exact`]).
     pub fn finish_call_raw(&self, plan: &CallPlan, raw: &str) -> Result<Finished, RenderError> {
         if self.pages_text(plan) {
-            let entry = chain::RuleResult::new(Arc::from(raw), true);
+            let entry = chain::RuleResult::new(bytestring::ByteString::from(raw), true);
             if entry.has_layout() {
                 return self.finish_rule(plan, &entry).map(|(finished, _)| finished);
             }

@@ -461,7 +461,7 @@ impl Interceptor {
     pub fn tools_call_response(
         &self,
         mut context: CallContext,
-        message: &[u8],
+        message: &Bytes,
         result: Option<std::ops::Range<usize>>,
     ) -> Option<Vec<u8>> {
         let raw = result_of(message, result)?;
@@ -508,7 +508,7 @@ impl Interceptor {
     pub(super) fn budget_result(
         &self,
         context: CallContext,
-        message: &[u8],
+        message: &Bytes,
         raw: &str,
     ) -> Option<Vec<u8>> {
         let context = self.settled(context, message);
@@ -543,7 +543,7 @@ impl Interceptor {
     pub(super) fn call_response(
         &self,
         context: CallContext,
-        message: &[u8],
+        message: &Bytes,
         raw: &str,
     ) -> Option<Vec<u8>> {
         let budget = context.budget.clone();
@@ -560,7 +560,7 @@ impl Interceptor {
             Err(err) => Some(Err(err)),
         };
         let finished = if context.plan.is_paged() {
-            match self.rule_response(&budget, &context.plan, raw) {
+            match self.rule_response(&budget, &context.plan, message, raw) {
                 Err(crate::budget::render::RenderError::Json(_)) => unpaged(&budget)?,
                 finished => finished,
             }

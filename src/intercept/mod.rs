@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use bytestring::ByteString;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -18,7 +20,7 @@ use serde_json::{Map, Value, json};
 use crate::budget::auto::{self, At, Unpageable};
 use crate::budget::cursor::{self, CursorError, SelectionDigest};
 use crate::budget::{Budget, CallPlan, Finished, descriptor};
-use crate::message::{Id, Modern, splice};
+use crate::message::{Id, Modern, shared_part, splice};
 use crate::policy::Policy;
 use crate::task_token;
 

@@ -289,7 +289,7 @@ impl Interceptor {
                         at,
                         rerun: false,
                     };
-                    self.auto_result(budget, name, call, entry.raw())
+                    self.auto_result(budget, name, call, entry.shared_raw())
                         .unwrap_or_else(|| entry.raw().as_bytes().to_vec())
                 }
                 Err(err) => {
@@ -388,12 +388,13 @@ impl Interceptor {
         &self,
         budget: &Budget,
         plan: &CallPlan,
+        message: &Bytes,
         raw: &str,
     ) -> Result<Finished, crate::budget::render::RenderError> {
         let text = budget.pages_text(plan);
         let (finished, entry) = if text {
-            let entry =
-                crate::budget::chain::RuleResult::new(Arc::from(raw), true).of_tool(&plan.tool);
+            let entry = crate::budget::chain::RuleResult::new(shared_part(message, raw), true)
+                .of_tool(&plan.tool);
             let (finished, more) = budget.finish_rule(plan, &entry)?;
             (finished, more.then_some(entry))
         } else {
@@ -404,7 +405,7 @@ impl Interceptor {
             let more =
                 matches!(&finished, Finished::Bytes(bytes) if crate::holds!(bytes, b"next_after"));
             let entry = more.then(|| {
-                crate::budget::chain::RuleResult::new(Arc::from(raw), false)
+                crate::budget::chain::RuleResult::new(shared_part(message, raw), false)
                     .of_tool(&plan.tool)
                     .with_walk(walked)
             });
@@ -443,10 +444,10 @@ impl Interceptor {
         budget: &Budget,
         tool: &str,
         call: AutoCall,
-        message: &[u8],
+        message: &Bytes,
         raw: &str,
     ) -> Option<Vec<u8>> {
-        let bytes = self.auto_result(budget, tool, call, raw)?;
+        let bytes = self.auto_result(budget, tool, call, shared_part(message, raw))?;
         Some(splice(message, raw, &bytes))
     }
 
@@ -457,10 +458,9 @@ impl Interceptor {
         budget: &Budget,
         tool: &str,
         call: AutoCall,
-        raw: &str,
+        result: ByteString,
     ) -> Option<Vec<u8>> {
-        let result = raw;
-        if call.at.is_none() && budget.fits_whole(tool, result) {
+        if call.at.is_none() && budget.fits_whole(tool, &result) {
             return None;
         }
         let max = budget.page_max(tool);
@@ -476,7 +476,8 @@ impl Interceptor {
         let argument = self.continuation(tool);
         let named = budget.limits().byte_budget(max).to_string();
         let rerun = call.rerun || self.tool_info(tool).read_only || budget.idempotent(tool);
-        let prepared = auto::prepare(Arc::from(result), max).map(|p| {
+        let bytes = result.len();
+        let prepared = auto::prepare(result, max).map(|p| {
             p.with_argument(argument)
                 .with_budget(named)
                 .with_reads(budget.limits().reads)
@@ -505,21 +506,21 @@ impl Interceptor {
                     if !stored {
                         tracing::warn!(
                             tool,
-                            bytes = result.len(),
+                            bytes,
                             "a paged result is larger than the whole result cache; its next pages will call the tool again if it is read-only"
                         );
                     }
                 }
                 tracing::debug!(
                     tool,
-                    bytes = result.len(),
+                    bytes,
                     page = page.result.len(),
                     "result paged automatically"
                 );
                 page.result.into_bytes()
             }
             (Err(why), _) | (_, Err(why)) => {
-                let text = self.unpageable(budget, tool, &why, result.len());
+                let text = self.unpageable(budget, tool, &why, bytes);
                 json!({"content": [{"type": "text", "text": text}], "isError": true})
                     .to_string()
                     .into_bytes()

@@ -216,7 +216,7 @@ impl Interceptor {
         &self,
         task: Option<&str>,
         shown: Option<&str>,
-        message: &[u8],
+        message: &Bytes,
         result: Option<std::ops::Range<usize>>,
     ) -> Option<Vec<u8>> {
         let raw = result_of(message, result)?;
@@ -241,7 +241,7 @@ impl Interceptor {
     /// client was shown, and a completed task's `result` is budgeted as the call that made the
     /// task would have been. `Ok(None)`: unchanged; `Err`: withheld (its task's result is
     /// there twice, so a client could read the one the proxy did not budget).
-    pub fn task_notification(&self, message: &[u8]) -> Result<Option<Vec<u8>>, Withheld> {
+    pub fn task_notification(&self, message: &Bytes) -> Result<Option<Vec<u8>>, Withheld> {
         let Some(params) = crate::message::params_of(message) else {
             return Ok(None);
         };
@@ -284,7 +284,7 @@ impl Interceptor {
     pub(super) fn budget_task_result(
         &self,
         task: Option<&str>,
-        message: &[u8],
+        message: &Bytes,
         last: &str,
     ) -> Option<Vec<u8>> {
         let origin = task.and_then(|task| {

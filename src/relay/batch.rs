@@ -1,10 +1,11 @@
 //! Batches both ways, and the server's answers that cannot be passed on as they are
 //! (twice answered, withheld, too large).
 
+use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use crate::jsonrpc::{self, PARSE_ERROR, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind};
+use crate::message::{self, Id, Kind, part_of};
 use crate::upstream::Outgoing;
 
 use super::server::{NULL_ID_ERROR_BYTES, unclassified_from_server};
@@ -55,7 +56,7 @@ impl Relay {
     pub(super) fn server_batch(
         &self,
         kinds: Vec<Kind>,
-        line: &[u8],
+        line: &Bytes,
         first: &mut Option<Id>,
     ) -> Delivery {
         let Ok(elements) = serde_json::from_slice::<Vec<&RawValue>>(line) else {
@@ -68,8 +69,12 @@ impl Relay {
             let delivery = match kind {
                 Kind::Response { id: Some(id), .. } => {
                     let mut restored = None;
-                    let delivery =
-                        self.server_response(&id, element.get().as_bytes(), None, &mut restored);
+                    let delivery = self.server_response(
+                        &id,
+                        &part_of(line, element.get().as_bytes()),
+                        None,
+                        &mut restored,
+                    );
                     // The batch is routed by its first response the client receives.
                     if !seen_response && !matches!(delivery, Delivery::Drop) {
                         seen_response = true;
@@ -100,7 +105,8 @@ impl Relay {
                 // In a batch as alone: a task's state names it by its token, and a completed
                 // task's result is budgeted.
                 Kind::Notification { method } => {
-                    let element = element.get().as_bytes();
+                    let element = part_of(line, element.get().as_bytes());
+                    let element = &element;
                     let rewritten = match method.as_str() {
                         "notifications/tasks" => self.interceptor.task_notification(element),
                         "notifications/subscriptions/acknowledged" => {

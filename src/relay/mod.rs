@@ -365,9 +365,10 @@ impl Relay {
                 Some(Kind::Response { result, .. }) => result,
                 _ => None,
             };
+            let answer = bytes::Bytes::from(answer);
             match self.server_response(&upstream, &answer, result, &mut restored) {
                 Delivery::Rewritten(bytes) => routed.to_client.push(bytes),
-                Delivery::Unchanged => routed.to_client.push(answer),
+                Delivery::Unchanged => routed.to_client.push(answer.into()),
                 Delivery::Drop => {}
             }
         }

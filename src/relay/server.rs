@@ -1,6 +1,8 @@
 //! The server's path: what reaches the client of each server message (responses, notifications,
 //! a legacy server's requests), and the server's requests the proxy answers itself.
 
+use bytes::Bytes;
+
 use crate::bridge::{self, Era};
 use crate::framing::Frame;
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
@@ -62,9 +64,10 @@ impl Relay {
         frame: Frame,
         related: Option<&Id>,
     ) -> Option<(Vec<u8>, Option<Kind>)> {
+        // Shared, not copied, with what keeps a part of it (the result cache).
         let (line, read) = match frame {
-            Frame::Line(line) => (line, None),
-            Frame::Read { line, parsed } => (line, Some(parsed)),
+            Frame::Line(line) => (Bytes::from(line), None),
+            Frame::Read { line, parsed } => (Bytes::from(line), Some(parsed)),
             Frame::TooLarge { bytes, id, method } => {
                 if let Some(recorder) = &self.recorder {
                     recorder.too_large(Dir::ServerToClient, bytes);
@@ -255,7 +258,7 @@ impl Relay {
             recorder.message(Dir::ServerToClient, &line, changed);
         }
         match delivered {
-            Delivery::Unchanged => Some((line, kind)),
+            Delivery::Unchanged => Some((line.into(), kind)),
             // The range of the result was the server's line's, not these bytes'.
             Delivery::Rewritten(bytes) => Some((
                 bytes,
@@ -273,7 +276,7 @@ impl Relay {
     pub(super) fn server_response(
         &self,
         id: &Id,
-        bytes: &[u8],
+        bytes: &Bytes,
         result: Option<std::ops::Range<usize>>,
         restored: &mut Option<Id>,
     ) -> Delivery {
@@ -329,8 +332,8 @@ impl Relay {
                 match message::with_id(bytes, client_id.raw()) {
                     Some(b) => {
                         *restored = Some(client_id.clone());
-                        restored_bytes = b;
-                        restored_bytes.as_slice()
+                        restored_bytes = Bytes::from(b);
+                        &restored_bytes
                     }
                     None => {
                         tracing::error!(
