@@ -14,10 +14,13 @@
 //! `GET /healthz` answers a load balancer (200 while sessions are taken, else 503) and needs
 //! no token: it says nothing else.
 
+mod body;
+mod checks;
 pub mod guard;
 mod handlers;
 pub mod metrics;
 mod session;
+mod streams;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -198,7 +201,7 @@ pub async fn serve(
     let idle = options.idle;
     let grace = options.session.shutdown_grace;
     let sessions = Arc::new(Sessions::new(options, spec, budget));
-    let state = Arc::new(handlers::Listener::new(sessions.clone(), local));
+    let state = Arc::new(checks::Listener::new(sessions.clone(), local));
     let mut app = Router::new().route(
         &path,
         post(handlers::post)
