@@ -13,7 +13,8 @@ use url::Url;
 use crate::jsonrpc;
 use crate::message::{self, Id};
 
-use super::session::{Client, Session, Sessions};
+use super::session::{Client, Session};
+use super::sessions::Sessions;
 
 use crate::era::headers::{
     METHOD as METHOD_HEADER, NAME as NAME_HEADER, SESSION as SESSION_HEADER,

@@ -19,7 +19,8 @@ use crate::framing::Frame;
 use crate::jsonrpc;
 use crate::message::{self, Id, Kind};
 
-use super::session::{OpenError, Outbound, PostState, PostStream, Resume, ResumeError, Session};
+use super::session::{Outbound, PostState, PostStream, Resume, ResumeError, Session};
+use super::sessions::OpenError;
 
 use super::body::*;
 use super::checks::*;
@@ -732,7 +733,7 @@ async fn handle_get(
 async fn resume(
     session: &Arc<Session>,
     last: &str,
-) -> Result<(super::session::Replayed, Resume), Refusal> {
+) -> Result<(super::replay::Replayed, Resume), Refusal> {
     let deadline = tokio::time::Instant::now() + TAKEOVER;
     loop {
         match session.resume(last) {

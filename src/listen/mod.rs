@@ -19,7 +19,9 @@ mod checks;
 pub mod guard;
 mod handlers;
 pub mod metrics;
+mod replay;
 mod session;
+mod sessions;
 mod streams;
 
 use std::future::Future;
@@ -42,7 +44,7 @@ use crate::session::Options;
 use crate::upstream::UpstreamSpec;
 
 use guard::refuse_connection_with;
-use session::Sessions;
+use sessions::Sessions;
 
 /// The default of `--max-body-bytes-in-flight`: one message of the largest size
 /// (`--max-message-bytes`' default) at a time. A body is held until it is written upstream, and

@@ -16,24 +16,22 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 
 use crate::framing::Frame;
-use crate::intercept::Interceptor;
 use crate::jsonrpc;
 use crate::message::{self, Id, Kind};
 use crate::queue;
 use crate::relay::Relay;
-use crate::upstream::{Event, Stopper, Upstream, UpstreamSpec};
+use crate::upstream::Stopper;
 
-use super::ListenOptions;
+use super::replay::{Replay, Replayed};
 
 /// What the backlog of a session with no open stream may hold.
-const BACKLOG_BYTES: usize = queue::DEFAULT_QUEUE_BYTES;
+pub(super) const BACKLOG_BYTES: usize = queue::DEFAULT_QUEUE_BYTES;
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -109,94 +107,13 @@ pub(super) fn event_id(stream: u64, seq: u64) -> String {
     format!("{stream}-{seq}")
 }
 
-fn parse_event_id(text: &str) -> Option<(u64, u64)> {
+pub(super) fn parse_event_id(text: &str) -> Option<(u64, u64)> {
     let (stream, seq) = text.trim().split_once('-')?;
     Some((stream.parse().ok()?, seq.parse().ok()?))
 }
 
 /// The protocol version from which clients resume cut POST streams (they get a priming event).
-const RESUMABLE_SINCE: &str = "2025-11-25";
-
-/// The events a session sent, for `Last-Event-ID`: the newest, up to a bound in bytes.
-struct Replay {
-    events: VecDeque<Logged>,
-    bytes: usize,
-    max: usize,
-    /// Per stream, the highest event number that can no longer be replayed (dropped from the
-    /// log to make room, or larger than the whole log).
-    lost: BTreeMap<u64, u64>,
-    /// Streams up to this number are treated as lost (the `lost` map is bounded too).
-    lost_through: u64,
-}
-
-struct Logged {
-    stream: u64,
-    seq: u64,
-    /// The event as it was written (id, data lines): sent again as it is.
-    event: bytes::Bytes,
-}
-
-/// At most this many streams are remembered as having lost events.
-const MAX_LOST_STREAMS: usize = 1024;
-
-impl Replay {
-    fn new(max: usize) -> Replay {
-        Replay {
-            events: VecDeque::new(),
-            bytes: 0,
-            max,
-            lost: BTreeMap::new(),
-            lost_through: 0,
-        }
-    }
-
-    /// Logs an event; `keep` names streams whose loss records must not be forgotten (the
-    /// parked ones: a resume must be told exactly).
-    fn push(&mut self, stream: u64, seq: u64, event: bytes::Bytes, keep: impl Fn(u64) -> bool) {
-        let weight = event.len() + queue::OVERHEAD;
-        if weight > self.max {
-            self.lose(stream, seq, &keep);
-            return;
-        }
-        while self.bytes + weight > self.max {
-            let Some(old) = self.events.pop_front() else {
-                break;
-            };
-            self.bytes -= old.event.len() + queue::OVERHEAD;
-            self.lose(old.stream, old.seq, &keep);
-        }
-        self.bytes += weight;
-        self.events.push_back(Logged { stream, seq, event });
-    }
-
-    fn lose(&mut self, stream: u64, seq: u64, keep: &impl Fn(u64) -> bool) {
-        let lost = self.lost.entry(stream).or_insert(0);
-        *lost = (*lost).max(seq);
-        if self.lost.len() > MAX_LOST_STREAMS
-            // The lowest stream number not kept (at most the parked ones are passed over).
-            && let Some(&oldest) = self.lost.keys().find(|&&s| !keep(s))
-        {
-            self.lost.remove(&oldest);
-            self.lost_through = self.lost_through.max(oldest);
-        }
-    }
-
-    /// Whether an event of `stream` after `seq` was sent but can no longer be replayed. (A
-    /// parked stream's record is exact: it is never forgotten.)
-    fn lost_after(&self, stream: u64, seq: u64, parked: bool) -> bool {
-        (!parked && stream <= self.lost_through)
-            || self.lost.get(&stream).is_some_and(|&lost| lost > seq)
-    }
-
-    /// The events of `stream` after `seq`, with their ids.
-    fn after(&self, stream: u64, seq: u64) -> Replayed {
-        self.events
-            .iter()
-            .filter(|e| e.stream == stream && e.seq > seq)
-            .map(|e| e.event.clone())
-            .collect()
-    }
-}
+pub(super) const RESUMABLE_SINCE: &str = "2025-11-25";
 
 /// A POST's stream as it stands: what it still awaits and what is queued for it. It moves
 /// from the handler that writes it to the session (parked) and back (resumed).
@@ -214,17 +131,14 @@ pub(super) struct PostState {
 }
 
 /// A cut POST stream waiting for the client to resume it.
-struct Parked {
-    state: PostState,
-    tx: StreamTx,
+pub(super) struct Parked {
+    pub(super) state: PostState,
+    pub(super) tx: StreamTx,
     /// When it was parked, in the session's order (the longest parked is given up first).
-    order: u64,
+    pub(super) order: u64,
     /// Cancels it when the resume window has passed.
-    expiry: tokio::task::JoinHandle<()>,
+    pub(super) expiry: tokio::task::JoinHandle<()>,
 }
-
-/// Events sent again, with their ids.
-pub(super) type Replayed = Vec<bytes::Bytes>;
 
 /// What follows the replayed events of a resumed stream.
 pub(super) enum Resume {
@@ -254,42 +168,42 @@ pub(super) fn stream_channel() -> (StreamTx, StreamRx) {
     queue::channel(queue::DEFAULT_QUEUE_BYTES)
 }
 
-struct Routes {
+pub(super) struct Routes {
     /// Requests waiting for their response: id key → (the POST's stream number, its queue).
-    waiting: HashMap<String, (u64, StreamTx)>,
+    pub(super) waiting: HashMap<String, (u64, StreamTx)>,
     /// Progress tokens (JSON text) → the POST stream of the request that named them.
-    progress: HashMap<String, u64>,
+    pub(super) progress: HashMap<String, u64>,
     /// Open POST SSE streams, by number (the newest has the highest).
-    streams: BTreeMap<u64, StreamTx>,
-    get: Option<StreamTx>,
-    backlog: VecDeque<Outbound>,
-    backlog_bytes: usize,
-    next_stream: u64,
+    pub(super) streams: BTreeMap<u64, StreamTx>,
+    pub(super) get: Option<StreamTx>,
+    pub(super) backlog: VecDeque<Outbound>,
+    pub(super) backlog_bytes: usize,
+    pub(super) next_stream: u64,
     /// The numbers of the latest GET streams (a resumed one becomes the GET stream again).
-    gets: VecDeque<u64>,
+    pub(super) gets: VecDeque<u64>,
     /// Cut POST streams waiting to be resumed, by number.
-    parked: HashMap<u64, Parked>,
+    pub(super) parked: HashMap<u64, Parked>,
     /// How many streams were ever parked (orders them).
-    parked_count: u64,
+    pub(super) parked_count: u64,
     /// Parked streams whose window passed (their requests cancelled), newest last.
-    expired: VecDeque<u64>,
+    pub(super) expired: VecDeque<u64>,
     /// For each live POST SSE stream: tells its writer to stop (a resume takes the stream over).
-    stops: HashMap<u64, Arc<Notify>>,
-    replay: Replay,
+    pub(super) stops: HashMap<u64, Arc<Notify>>,
+    pub(super) replay: Replay,
 }
 
 /// At most this many cut streams wait to be resumed in one session; past it, the oldest is
 /// given up at once (its requests cancelled upstream).
-const MAX_PARKED: usize = 32;
+pub(super) const MAX_PARKED: usize = 32;
 /// At most this many expired stream numbers are remembered (for a clear refusal).
-const MAX_EXPIRED: usize = 1024;
+pub(super) const MAX_EXPIRED: usize = 1024;
 
 /// At most this many GET stream numbers are remembered.
-const MAX_GETS: usize = 64;
+pub(super) const MAX_GETS: usize = 64;
 
 impl Routes {
     /// Opens a new GET stream, which replaces the current one.
-    fn open_get(&mut self) -> (u64, StreamRx) {
+    pub(super) fn open_get(&mut self) -> (u64, StreamRx) {
         let (tx, rx) = stream_channel();
         self.next_stream += 1;
         let number = self.next_stream;
@@ -307,7 +221,7 @@ impl Routes {
     }
 
     /// Keeps an event for a resume.
-    fn log(&mut self, stream: u64, seq: u64, event: bytes::Bytes) {
+    pub(super) fn log(&mut self, stream: u64, seq: u64, event: bytes::Bytes) {
         let parked = &self.parked;
         self.replay
             .push(stream, seq, event, |s| parked.contains_key(&s));
@@ -315,7 +229,7 @@ impl Routes {
 
     /// Moves what waited for a stream onto `tx`, as far as it takes it now. (The backlog counts
     /// bytes as the queues do, so a new stream takes all of it.)
-    fn drain_backlog_into(&mut self, tx: &StreamTx) {
+    pub(super) fn drain_backlog_into(&mut self, tx: &StreamTx) {
         while let Some(waiting) = self.backlog.pop_front() {
             let weight = waiting.bytes.len() + queue::OVERHEAD;
             match tx.try_send(waiting) {
@@ -335,33 +249,33 @@ pub(super) struct Session {
     pub client: Client,
     pub relay: Arc<Relay>,
     pub to_server: queue::Sender<crate::upstream::Outgoing>,
-    routes: Mutex<Routes>,
+    pub(super) routes: Mutex<Routes>,
     /// Signalled when the backlog has room or a stream opened.
-    room: Notify,
+    pub(super) room: Notify,
     /// Signalled when the session ends.
-    closed: Notify,
-    stopper: Mutex<Stopper>,
-    last_active: Mutex<Instant>,
+    pub(super) closed: Notify,
+    pub(super) stopper: Mutex<Stopper>,
+    pub(super) last_active: Mutex<Instant>,
     /// The negotiated protocol version, once the initialize response passed.
-    protocol: Mutex<Option<String>>,
-    initialize_key: Mutex<Option<String>>,
-    ended: AtomicBool,
+    pub(super) protocol: Mutex<Option<String>>,
+    pub(super) initialize_key: Mutex<Option<String>>,
+    pub(super) ended: AtomicBool,
     /// How long a cut POST stream waits to be resumed.
-    resume_window: Duration,
+    pub(super) resume_window: Duration,
     /// Serves one principal's modern (2026-07-28) requests: no client knows its id, and none
     /// can name it in `Mcp-Session-Id`.
     pub stateless: AtomicBool,
     /// The ids modern requests go upstream under (each POST's own, whatever the client chose).
-    fresh: AtomicU64,
+    pub(super) fresh: AtomicU64,
 }
 
 /// A modern request's id held for its POST until the request is accepted (then its stream
 /// guard answers for it); dropped before that, it lets the id go.
 pub(super) struct Claim {
-    session: Arc<Session>,
-    number: u64,
-    post: Option<PostStream>,
-    settled: bool,
+    pub(super) session: Arc<Session>,
+    pub(super) number: u64,
+    pub(super) post: Option<PostStream>,
+    pub(super) settled: bool,
 }
 
 impl Claim {
@@ -639,7 +553,7 @@ impl Session {
         }
     }
 
-    fn expire_parked(&self, number: u64) {
+    pub(super) fn expire_parked(&self, number: u64) {
         let parked = {
             let mut routes = lock(&self.routes);
             let parked = routes.parked.remove(&number);
@@ -890,7 +804,7 @@ impl Session {
         routes.backlog.push_back(message);
     }
 
-    fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {
+    pub(super) fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {
         if let Some(Kind::Response { id: Some(id), .. }) = kind
             && lock(&self.initialize_key).as_deref() == Some(id.key())
             && let Some(version) = message::protocol_version(bytes)
@@ -927,7 +841,7 @@ impl Session {
 
 /// The one stream a server message is meant for, if any: an answer's request stream, the
 /// stream of the request whose progress it reports, or of the request it relates to.
-fn directed(
+pub(super) fn directed(
     routes: &mut Routes,
     bytes: &[u8],
     kind: Option<&Kind>,
@@ -979,7 +893,7 @@ fn directed(
 
 /// Where a message for no stream in particular goes: the GET stream, else the newest POST
 /// stream.
-fn fallback(routes: &Routes) -> Option<StreamTx> {
+pub(super) fn fallback(routes: &Routes) -> Option<StreamTx> {
     routes.get.clone().filter(|tx| !tx.is_closed()).or_else(|| {
         routes
             .streams
@@ -988,330 +902,6 @@ fn fallback(routes: &Routes) -> Option<StreamTx> {
             .find(|tx| !tx.is_closed())
             .cloned()
     })
-}
-
-/// Why a session could not be opened.
-#[derive(Debug)]
-pub(super) enum OpenError {
-    /// The listener is at `--max-sessions`.
-    Full(usize),
-    /// This client holds `--max-sessions-per-client` already.
-    ClientFull(usize),
-    /// `--max-children` upstream server processes run already.
-    Children(usize),
-    /// The upstream could not be started.
-    Upstream(String),
-    /// No session id could be made.
-    Id(String),
-    /// The listener is shutting down.
-    Closing,
-}
-
-/// A session slot taken while its upstream starts; given back when dropped (the session is in
-/// the map by then, or the open failed).
-struct Opening<'a> {
-    sessions: &'a Sessions,
-    client: Client,
-}
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        let mut opening = lock(&self.sessions.opening);
-        if let Some(n) = opening.get_mut(&self.client) {
-            *n -= 1;
-            if *n == 0 {
-                opening.remove(&self.client);
-            }
-        }
-    }
-}
-
-/// Every session of a listener, and every task they run.
-pub(super) struct Sessions {
-    options: ListenOptions,
-    spec: UpstreamSpec,
-    /// The server's origin (the era bridge's verdicts are kept by it), made once.
-    origin: Option<String>,
-    /// Its verdict, as last read.
-    verdict: crate::bridge::VerdictCopy,
-    budget: Arc<crate::reload::Shared>,
-    map: Mutex<HashMap<String, Arc<Session>>>,
-    /// Sessions being opened (their upstream starting), by client: they count against the
-    /// limits as if open, so that concurrent opens cannot pass them. Locked after `map`.
-    opening: Mutex<HashMap<Client, usize>>,
-    tasks: Mutex<JoinSet<()>>,
-    /// Set when the listener shuts down: no session opens after it.
-    closing: AtomicBool,
-    /// Each principal's stateless sessions (modern requests), by the capabilities a legacy
-    /// server may use that its requests declare (see [`crate::bridge::capability_profile`]; ""
-    /// when none is needed). Weak: an ended session's entry is dropped when the
-    /// next one opens.
-    stateless: Mutex<HashMap<Client, HashMap<String, Weak<Session>>>>,
-    /// One stateless session opens at a time (two first requests of one principal share it).
-    stateless_open: tokio::sync::Mutex<()>,
-}
-
-impl Sessions {
-    pub fn new(
-        options: ListenOptions,
-        spec: UpstreamSpec,
-        budget: Arc<crate::reload::Shared>,
-    ) -> Sessions {
-        Sessions {
-            options,
-            origin: spec.origin(),
-            verdict: crate::bridge::VerdictCopy::default(),
-            spec,
-            budget,
-            map: Mutex::new(HashMap::new()),
-            opening: Mutex::new(HashMap::new()),
-            tasks: Mutex::new(JoinSet::new()),
-            closing: AtomicBool::new(false),
-            stateless: Mutex::new(HashMap::new()),
-            stateless_open: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    /// The session that serves `client`'s modern requests: opened at its first one, and ended
-    /// like any other when idle. Its cache and cursors are the principal's. `profile`: what the
-    /// requests declare that a legacy server may use (the era bridge opens its legacy session
-    /// with it, so requests that declare other capabilities get a session of their own);
-    /// `None` (a notification, which declares nothing) takes any of the principal's.
-    pub async fn stateless(
-        self: &Arc<Self>,
-        client: Client,
-        profile: Option<String>,
-    ) -> Result<Arc<Session>, OpenError> {
-        let find = |sessions: &Sessions| {
-            let stateless = lock(&sessions.stateless);
-            let of_client = stateless.get(&client)?;
-            let live = |session: &Weak<Session>| session.upgrade().filter(|s| !s.is_ended());
-            match &profile {
-                Some(profile) => of_client.get(profile.as_str()).and_then(live),
-                None => of_client.values().find_map(live),
-            }
-        };
-        if let Some(session) = find(self) {
-            return Ok(session);
-        }
-        let _one = self.stateless_open.lock().await;
-        if let Some(session) = find(self) {
-            return Ok(session);
-        }
-        let session = self.open(client.clone()).await?;
-        session.stateless.store(true, Ordering::SeqCst);
-        tracing::info!(session = %session.id, ?client, "stateless session for this client's 2026-07-28 requests");
-        // Entries of sessions that ended go (a client can name many capability profiles).
-        let mut map = lock(&self.stateless);
-        map.retain(|_, of_client| {
-            of_client.retain(|_, s| s.upgrade().is_some_and(|s| !s.is_ended()));
-            !of_client.is_empty()
-        });
-        map.entry(client)
-            .or_default()
-            .insert(profile.unwrap_or_default(), Arc::downgrade(&session));
-        Ok(session)
-    }
-
-    /// What a modern request declares that a legacy server may use, when the server may be
-    /// legacy; `None` when it is known to be modern (one session serves every capability set:
-    /// any of the principal's).
-    pub fn capability_profile(&self, body: &[u8]) -> Option<String> {
-        let modern = self
-            .origin
-            .as_deref()
-            .and_then(|origin| self.verdict.get(origin))
-            == Some(crate::bridge::Era::Modern);
-        if modern || !self.options.session.bridge {
-            return None;
-        }
-        Some(crate::bridge::capability_profile(body))
-    }
-
-    pub fn options(&self) -> &ListenOptions {
-        &self.options
-    }
-
-    /// Whether a new session would be opened now (not shutting down, under `--max-sessions`).
-    pub fn accepting(&self) -> bool {
-        !self.closing.load(Ordering::SeqCst) && lock(&self.map).len() < self.options.max_sessions
-    }
-
-    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        lock(&self.map).get(id).cloned()
-    }
-
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut tasks = lock(&self.tasks);
-        // Collect what has finished, so the set holds only live tasks.
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(task);
-    }
-
-    /// Opens a session for `client`: its upstream, relay, and tasks.
-    pub async fn open(self: &Arc<Self>, client: Client) -> Result<Arc<Session>, OpenError> {
-        if self.closing.load(Ordering::SeqCst) {
-            return Err(OpenError::Closing);
-        }
-        // The slot is taken now, under the lock that checks it, and given back if the open fails.
-        let _slot = {
-            let map = lock(&self.map);
-            let mut opening = lock(&self.opening);
-            let pending: usize = opening.values().sum();
-            let total = map.len() + pending;
-            if total >= self.options.max_sessions {
-                return Err(OpenError::Full(self.options.max_sessions));
-            }
-            let held = map.values().filter(|s| s.client == client).count()
-                + opening.get(&client).copied().unwrap_or(0);
-            if held >= self.options.max_sessions_per_client {
-                return Err(OpenError::ClientFull(self.options.max_sessions_per_client));
-            }
-            // A session in front of a command runs one server process.
-            if matches!(self.spec, UpstreamSpec::Command(_)) && total >= self.options.max_children {
-                return Err(OpenError::Children(self.options.max_children));
-            }
-            *opening.entry(client.clone()).or_insert(0) += 1;
-            Opening {
-                sessions: self,
-                client: client.clone(),
-            }
-        };
-        let mut raw = [0u8; 16];
-        getrandom::fill(&mut raw).map_err(|err| OpenError::Id(err.to_string()))?;
-        let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        let mut upstream = Upstream::start(&self.spec, self.options.session.max_message_bytes)
-            .await
-            .map_err(|err| OpenError::Upstream(err.to_string()))?;
-        let stopper = upstream.stopper();
-        let relay = self.options.session.relay(
-            Interceptor::reloadable(self.budget.clone())
-                .for_origin(self.spec.origin())
-                .for_principal(client.principal()),
-        );
-        let relay = match &self.options.recorder {
-            Some(recorder) => relay.with_recorder(recorder.for_session(&id)),
-            None => relay,
-        };
-        let session = Arc::new(Session {
-            id: id.clone(),
-            client,
-            relay: Arc::new(relay),
-            to_server: upstream.to_server.clone(),
-            routes: Mutex::new(Routes {
-                waiting: HashMap::new(),
-                progress: HashMap::new(),
-                streams: BTreeMap::new(),
-                get: None,
-                backlog: VecDeque::new(),
-                backlog_bytes: 0,
-                next_stream: 0,
-                gets: VecDeque::new(),
-                parked: HashMap::new(),
-                parked_count: 0,
-                expired: VecDeque::new(),
-                stops: HashMap::new(),
-                replay: Replay::new(self.options.replay_bytes),
-            }),
-            room: Notify::new(),
-            closed: Notify::new(),
-            stopper: Mutex::new(stopper),
-            last_active: Mutex::new(Instant::now()),
-            protocol: Mutex::new(None),
-            initialize_key: Mutex::new(None),
-            ended: AtomicBool::new(false),
-            resume_window: self.options.resume_window,
-            stateless: AtomicBool::new(false),
-            fresh: AtomicU64::new(0),
-        });
-        if let Some(task) = upstream.take_task() {
-            self.spawn(async move {
-                let _ = task.await;
-            });
-        }
-        self.spawn(pump(Arc::downgrade(self), session.clone(), upstream.events));
-        self.spawn(sweep_timeouts(session.clone()));
-        lock(&self.map).insert(id.clone(), session.clone());
-        tracing::info!(session = %id, "new session");
-        Ok(session)
-    }
-
-    /// Removes a session and ends it.
-    pub fn end(&self, session: &Session, reason: &str) {
-        lock(&self.map).remove(&session.id);
-        session.end(reason, self.options.session.shutdown_grace);
-    }
-
-    /// Ends sessions idle for longer than `--session-idle-secs` with nothing in flight.
-    pub fn end_idle(&self) {
-        let now = Instant::now();
-        let idle: Vec<Arc<Session>> = {
-            let mut map = lock(&self.map);
-            let ids: Vec<String> = map
-                .iter()
-                .filter(|(_, s)| {
-                    s.relay.in_flight() == 0
-                        && now.duration_since(*lock(&s.last_active)) >= self.options.idle
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.iter().filter_map(|id| map.remove(id)).collect()
-        };
-        for session in idle {
-            tracing::info!(session = %session.id, "session idle; ending it");
-            session.end(
-                "the session was idle too long and was ended",
-                self.options.session.shutdown_grace,
-            );
-        }
-    }
-
-    /// Ends every session and waits (bounded) for every task they ran.
-    pub async fn shut_down(&self) {
-        self.closing.store(true, Ordering::SeqCst);
-        let sessions: Vec<Arc<Session>> = lock(&self.map).drain().map(|(_, s)| s).collect();
-        for session in sessions {
-            session.end(
-                "the proxy is shutting down",
-                self.options.session.shutdown_grace,
-            );
-        }
-        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
-        let bound = self.options.session.shutdown_grace + Duration::from_secs(3);
-        if tokio::time::timeout(bound, async { while tasks.join_next().await.is_some() {} })
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                left = tasks.len(),
-                "session tasks still running after the grace period; aborting them"
-            );
-            tasks.shutdown().await;
-        }
-    }
-}
-
-/// Reads the upstream's messages into the session until it ends.
-async fn pump(sessions: Weak<Sessions>, session: Arc<Session>, events: queue::Receiver<Event>) {
-    let to_server = session.to_server.downgrade();
-    let ended =
-        crate::session::server_to_client(events, &session.relay, &session, &to_server).await;
-    let (reason, stopped) = ended.unwrap_or_else(|| ("the session ended".to_string(), true));
-    if !stopped {
-        tracing::warn!(session = %session.id, %reason, "upstream ended; ending the session");
-        if let Some(sessions) = sessions.upgrade() {
-            lock(&sessions.map).remove(&session.id);
-        }
-    }
-    session.end(&reason, Duration::ZERO);
-}
-
-/// Answers a session's timed-out requests and cancels them upstream, until it ends.
-async fn sweep_timeouts(session: Arc<Session>) {
-    tokio::select! {
-        () = crate::session::sweep_timeouts(&session.relay, &session.to_server, &session) => {}
-        () = session.until_ended() => {}
-    }
 }
 
 /// The HTTP client side of a session: each message goes to the stream it belongs to.
