@@ -25,8 +25,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::budget::Budget;
-use crate::budget::auto::META_CONTINUATION;
 use crate::budget::cap::read_bytes;
+use crate::budget::continuation::META_CONTINUATION;
 use crate::budget::cursor::CursorKey;
 use crate::client::{Profile, Reads};
 use crate::framing::Frame;

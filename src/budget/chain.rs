@@ -357,7 +357,7 @@ impl TextLayout {
             // The continuation at the end of structuredContent, as automatic pages carry it.
             let close = raw[..structured.end].rfind('}').unwrap_or(structured.end);
             let inner = raw::members(&raw[structured.clone()]).unwrap_or_default();
-            let addition = super::auto::continuation_members(
+            let addition = super::continuation::continuation_members(
                 &inner,
                 next,
                 page.total_lines,

@@ -20,12 +20,15 @@
 //! every page with the server's own bytes where a value is unchanged.
 
 pub mod args;
+mod at;
 pub mod auto;
 pub mod cache;
 pub mod cap;
 pub mod chain;
+pub mod continuation;
 pub mod cursor;
 pub mod descriptor;
+mod escaped;
 pub mod exact;
 pub mod field;
 pub mod filter;

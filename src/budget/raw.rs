@@ -434,6 +434,51 @@ pub fn path_text(path: &[Step]) -> String {
     out
 }
 
+/// Whether two JSON texts are the same tokens, whitespace between them aside (strings and
+/// numbers byte for byte): one pass over both, nothing allocated.
+pub fn same_tokens(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    let ws = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+    loop {
+        while i < a.len() && ws(a[i]) {
+            i += 1;
+        }
+        while j < b.len() && ws(b[j]) {
+            j += 1;
+        }
+        match (a.get(i), b.get(j)) {
+            (None, None) => return true,
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                if x == b'"' {
+                    // Inside a string every byte counts, up to its closing quote.
+                    loop {
+                        match (a.get(i), b.get(j)) {
+                            (Some(&x), Some(&y)) if x == y => {
+                                i += 1;
+                                j += 1;
+                                if x == b'\\' {
+                                    if a.get(i) != b.get(j) || a.get(i).is_none() {
+                                        return false;
+                                    }
+                                    i += 1;
+                                    j += 1;
+                                } else if x == b'"' {
+                                    break;
+                                }
+                            }
+                            _ => return false,
+                        }
+                    }
+                }
+            }
+            _ => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
