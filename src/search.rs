@@ -486,10 +486,12 @@ fn search(budget: &Budget, cached: &Cached, request: &Request) -> Result<Found, 
         "this result holds neither text nor a JSON document to search (an image or a resource, say)".to_string()
     })?;
     match (&request.query, subject) {
-        (Query::Pattern(regex), Subject::Lines(text)) => Ok(lines(regex, &text, request.context)),
+        (Query::Pattern(regex), Subject::Lines(text)) => {
+            lines(regex, &text, request.context, Clock::start())
+        }
         (Query::Pattern(regex), Subject::Json { doc, elements }) => match elements {
-            Some(elements) => Ok(items(regex, &doc, &elements)),
-            None => Ok(lines(regex, &doc, request.context)),
+            Some(elements) => items(regex, &doc, &elements, Clock::start()),
+            None => lines(regex, &doc, request.context, Clock::start()),
         },
         (Query::Path(_), Subject::Lines(_)) => Err(
             "this result is text, not JSON: search it with pattern (a regular expression) instead of path".into(),
@@ -498,7 +500,44 @@ fn search(budget: &Budget, cached: &Cached, request: &Request) -> Result<Found, 
     }
 }
 
-fn lines(regex: &regex::Regex, text: &str, context: usize) -> Found {
+/// The most time a pattern may run over a result, on the heavy-work pool: a regular expression
+/// runs in time linear in the text, but a large compiled pattern over a large text is still
+/// long, and the pool's threads are shared by every session.
+pub const MAX_SEARCH_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a search has run, checked every [`Clock::EVERY`] lines or items.
+struct Clock {
+    started: std::time::Instant,
+    limit: std::time::Duration,
+}
+
+impl Clock {
+    const EVERY: usize = 256;
+
+    fn start() -> Clock {
+        Clock::with_limit(MAX_SEARCH_TIME)
+    }
+
+    fn with_limit(limit: std::time::Duration) -> Clock {
+        Clock {
+            started: std::time::Instant::now(),
+            limit,
+        }
+    }
+
+    /// An error once the search has run past its limit (read at every [`Clock::EVERY`]th unit).
+    fn check(&self, unit: usize, searched: usize, of: usize) -> Result<(), String> {
+        if !unit.is_multiple_of(Clock::EVERY) || self.started.elapsed() <= self.limit {
+            return Ok(());
+        }
+        Err(format!(
+            "the pattern ran for more than {} s over this result and was stopped after {searched} of {of} lines or items: search with a simpler pattern (fewer alternatives and repetitions), or a path",
+            self.limit.as_secs()
+        ))
+    }
+}
+
+fn lines(regex: &regex::Regex, text: &str, context: usize, clock: Clock) -> Result<Found, String> {
     let mut starts = vec![0];
     starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|n| n + 1));
     if starts.last() == Some(&text.len()) && !text.is_empty() {
@@ -512,6 +551,7 @@ fn lines(regex: &regex::Regex, text: &str, context: usize) -> Found {
     let mut matched = Vec::new();
     let mut total_matches = 0;
     for i in 0..starts.len() {
+        clock.check(i, i, starts.len())?;
         if regex.is_match(line(i)) {
             total_matches += 1;
             if matched.len() < MAX_MATCHES {
@@ -540,18 +580,24 @@ fn lines(regex: &regex::Regex, text: &str, context: usize) -> Found {
         }
         next_line = next_line.max(to);
     }
-    Found {
+    Ok(Found {
         searched: "lines",
         total: starts.len(),
         total_matches,
         units,
-    }
+    })
 }
 
-fn items(regex: &regex::Regex, doc: &str, elements: &[Range<usize>]) -> Found {
+fn items(
+    regex: &regex::Regex,
+    doc: &str,
+    elements: &[Range<usize>],
+    clock: Clock,
+) -> Result<Found, String> {
     let mut units = Vec::new();
     let mut total_matches = 0;
     for (i, element) in elements.iter().enumerate() {
+        clock.check(i, i, elements.len())?;
         let item = &doc[element.clone()];
         if regex.is_match(item) {
             total_matches += 1;
@@ -563,12 +609,12 @@ fn items(regex: &regex::Regex, doc: &str, elements: &[Range<usize>]) -> Found {
             }
         }
     }
-    Found {
+    Ok(Found {
         searched: "items",
         total: elements.len(),
         total_matches,
         units,
-    }
+    })
 }
 
 /// The most nodes a JSONPath may select along the way (every segment's node set added up,
@@ -788,7 +834,7 @@ mod tests {
     #[test]
     fn lines_with_context_are_grep_dash_n_dash_c() {
         let text = "a\nerror one\nb\nc\nd\nerror two\nerror three\ne\n";
-        let found = lines(&regex("error"), text, 1);
+        let found = lines(&regex("error"), text, 1, Clock::start()).unwrap();
         let got: Vec<(u64, bool)> = found
             .units
             .iter()
@@ -817,7 +863,7 @@ mod tests {
     fn items_are_quoted_as_the_server_wrote_them() {
         let doc = r#"{"xs":[{"a":1e3,"s":"\u00e9"},{"a":2},{"a":"x1"}]}"#;
         let array = raw::array_at(doc, &[raw::Step::Key("xs".into())]).unwrap();
-        let found = items(&regex("1"), doc, &array.elements);
+        let found = items(&regex("1"), doc, &array.elements, Clock::start()).unwrap();
         assert_eq!(found.total_matches, 2);
         assert_eq!(
             found.units[0].json,
@@ -861,7 +907,7 @@ mod tests {
         assert!(check_path("$.streams[?(@.state == 'blocked')].stream_id").is_ok());
         // Linear time: the classic catastrophic pattern is just a pattern.
         let long = "a".repeat(100_000) + "!";
-        let found = lines(&regex("(a+)+$"), &long, 0);
+        let found = lines(&regex("(a+)+$"), &long, 0, Clock::start()).unwrap();
         assert_eq!(found.total_matches, 0);
     }
 
@@ -895,5 +941,24 @@ mod tests {
             panic!("the union ran")
         };
         assert!(err.contains("name the list and fields"), "{err}");
+    }
+
+    /// A pattern that runs past its time is stopped with an error that names the limit and a
+    /// way out; within it, the same search answers.
+    #[test]
+    fn a_search_past_its_time_is_stopped_with_a_way_out() {
+        let text = "line\n".repeat(1000);
+        let Err(err) = lines(
+            &regex("l"),
+            &text,
+            0,
+            Clock::with_limit(std::time::Duration::ZERO),
+        ) else {
+            panic!("a search past its time answered");
+        };
+        assert!(err.contains("more than 0 s"), "{err}");
+        assert!(err.contains("simpler pattern"), "{err}");
+        let found = lines(&regex("l"), &text, 0, Clock::start()).unwrap();
+        assert_eq!(found.total_matches, 1000);
     }
 }
