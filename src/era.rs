@@ -21,7 +21,7 @@ pub mod headers {
 
 /// Whether `version` is a modern revision this proxy serves statelessly.
 pub fn is_modern(version: &str) -> bool {
-    version == crate::message::MODERN
+    version == crate::protocol::MODERN
 }
 
 /// The members of a result the era rules read.

@@ -393,7 +393,7 @@ pub async fn fetch_tools(command: &[String]) -> Result<Fetched, ExplainError> {
         };
     let client_info = json!({"name": "mcp-budget explain", "version": env!("CARGO_PKG_VERSION")});
     let meta = json!({
-        crate::message::META_VERSION: crate::message::MODERN,
+        crate::message::META_VERSION: crate::protocol::MODERN,
         crate::message::META_CLIENT_CAPABILITIES: {},
         crate::message::META_CLIENT_INFO: client_info,
     });

@@ -113,6 +113,7 @@ pub mod listen;
 pub mod message;
 pub mod metrics;
 pub mod policy;
+pub mod protocol;
 pub mod queue;
 pub mod quiet;
 pub mod recording;

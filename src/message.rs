@@ -20,7 +20,7 @@ use envelope::Envelope;
 pub(crate) use envelope::Key;
 #[cfg(test)]
 use envelope::{client_name, string_value};
-pub use envelope::{interned, name_member, static_header};
+pub use envelope::{interned, static_header};
 
 pub use scanner::EnvelopeScanner;
 #[cfg(test)]
@@ -110,17 +110,6 @@ pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// The `_meta` key of the server's identity on a modern result.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-
-/// The modern revision the proxy serves.
-pub const MODERN: &str = "2026-07-28";
-/// Every revision the proxy's clients may speak: the modern one, then the legacy ones.
-pub const SUPPORTED: &[&str] = &[
-    MODERN,
-    "2025-11-25",
-    "2025-06-18",
-    "2025-03-26",
-    "2024-11-05",
-];
 
 /// How deeply a client's message may nest (serde_json's own recursion limit): deeper ones are
 /// refused before anything parses them, here or upstream.

@@ -27,6 +27,7 @@ const FLOORS: &str = "cli
     client replay suggest
     era framing jsonrpc policy recording
     builtin canonical heavy keyfile message metrics queue quiet regular traces
+    protocol
     wrap::json wrap::toml
     wrap::twice
     wrap wrap::mask

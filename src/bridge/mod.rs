@@ -128,8 +128,8 @@ pub fn refused_by_client_era(
                 .unwrap_or(serde_json::Value::Null);
             Some((
                 UNSUPPORTED_VERSION,
-                format!("Unsupported protocol version: this mcp-budget serves {} only (--client-era modern); send requests with the 2026-07-28 _meta, no initialize", crate::message::MODERN),
-                Some(serde_json::json!({"supported": [crate::message::MODERN], "requested": requested})),
+                format!("Unsupported protocol version: this mcp-budget serves {} only (--client-era modern); send requests with the 2026-07-28 _meta, no initialize", crate::protocol::MODERN),
+                Some(serde_json::json!({"supported": [crate::protocol::MODERN], "requested": requested})),
             ))
         }
         _ => None,
@@ -343,7 +343,7 @@ pub fn discover_for(id: &Id, client: &LegacyClient) -> Vec<u8> {
         r#"{{"jsonrpc":"2.0","id":{},"method":"server/discover","params":{{"_meta":{{"{}":"{}","{}":{},"{}":{}}}}}}}"#,
         id.raw(),
         message::META_VERSION,
-        crate::message::MODERN,
+        crate::protocol::MODERN,
         message::META_CLIENT_CAPABILITIES,
         client.capabilities,
         message::META_CLIENT_INFO,
@@ -394,7 +394,7 @@ impl LegacyClient {
         let mut members = format!(
             r#""{}":"{}","{}":{},"{}":{}"#,
             message::META_VERSION,
-            crate::message::MODERN,
+            crate::protocol::MODERN,
             message::META_CLIENT_CAPABILITIES,
             self.capabilities,
             message::META_CLIENT_INFO,
@@ -433,7 +433,7 @@ impl LegacyClient {
             server_info: Option<&'a RawValue>,
         }
         let discover: Option<Discover<'_>> = serde_json::from_str(discover).ok();
-        let version = if crate::message::SUPPORTED.contains(&self.version.as_str())
+        let version = if crate::protocol::SUPPORTED.contains(&self.version.as_str())
             && !crate::era::is_modern(&self.version)
         {
             self.version.as_str()
@@ -536,7 +536,7 @@ pub fn discover_result(init: &str) -> String {
     let capabilities = without_tasks(object_or(init.as_ref().and_then(|i| i.capabilities), "{}"));
     let mut out = format!(
         r#"{{"resultType":"complete","supportedVersions":["{}"],"capabilities":{capabilities}"#,
-        crate::message::MODERN
+        crate::protocol::MODERN
     );
     if let Some(instructions) = init.as_ref().and_then(|i| i.instructions) {
         out.push_str(",\"instructions\":");
@@ -557,7 +557,7 @@ pub fn discover_result(init: &str) -> String {
 /// What `Mcp-Name` carries for a request of `method` (its `params.name`, `uri` or `taskId`,
 /// when a string).
 pub fn named(method: &str, request: &[u8]) -> Option<String> {
-    let member = crate::message::name_member(method)?;
+    let member = crate::protocol::name_member(method)?;
     #[derive(Deserialize)]
     struct Top<'a> {
         #[serde(borrow)]
@@ -660,47 +660,11 @@ pub fn capability_profile(request: &[u8]) -> String {
     out.join(";")
 }
 
-/// The methods a server may answer with `input_required` (basic/patterns/mrtr, "Supported
-/// Requests").
-pub fn takes_input(method: &str) -> bool {
-    matches!(method, "tools/call" | "prompts/get" | "resources/read")
-}
-
-/// The client capability a server-to-client request needs.
-pub fn capability_of(method: &str) -> &'static str {
-    match method {
-        "sampling/createMessage" => "sampling",
-        "roots/list" => "roots",
-        _ => "elicitation",
-    }
-}
-
-/// The server-to-client requests MRTR carries.
-pub fn is_input_request(method: &str) -> bool {
-    matches!(
-        method,
-        "elicitation/create" | "sampling/createMessage" | "roots/list"
-    )
-}
-
 /// The result of a response message (JSON text), when it has one that is an object.
 pub fn result_of(message: &[u8]) -> Option<&str> {
     let answer: Answer<'_> = serde_json::from_slice(message).ok()?;
     let result = answer.result?.get();
     result.trim_start().starts_with('{').then_some(result)
-}
-
-/// The methods whose results are cacheable in 2026-07-28 (`ttlMs` and `cacheScope` required).
-fn cacheable(method: &str) -> bool {
-    matches!(
-        method,
-        "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-            | "server/discover"
-    )
 }
 
 /// A legacy server's answer to a modern client's `method`, made modern: a result gains
@@ -722,7 +686,7 @@ pub fn modern_answer(method: &str, message: &[u8]) -> Option<Vec<u8>> {
         }
         let members: Members<'_> = serde_json::from_str(result).ok()?;
         let mut new = result.to_string();
-        if cacheable(method) {
+        if crate::protocol::cacheable(method) {
             if members.scope.is_none() {
                 new = prepend(&new, "cacheScope", "\"private\"")?;
             }

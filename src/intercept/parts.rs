@@ -48,7 +48,7 @@ impl Unsettled {
             id: Id::from_json_text("0"),
             request: Arc::from(request.into_bytes()),
             modern: Some(Modern {
-                version: std::borrow::Cow::Borrowed(crate::message::MODERN),
+                version: std::borrow::Cow::Borrowed(crate::protocol::MODERN),
                 client: call.client.clone(),
                 capabilities: true,
                 named: Some(call.tool.clone()),

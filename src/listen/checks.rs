@@ -21,15 +21,6 @@ use crate::era::headers::{
     VERSION as VERSION_HEADER,
 };
 
-/// Protocol versions whose `MCP-Protocol-Version` header is accepted.
-pub(super) const KNOWN_VERSIONS: [&str; 5] = [
-    "2024-11-05",
-    "2025-03-26",
-    "2025-06-18",
-    "2025-11-25",
-    "2026-07-28",
-];
-
 /// What the handlers share.
 pub(super) struct Listener {
     pub(super) sessions: Arc<Sessions>,
@@ -177,7 +168,7 @@ pub(super) fn check_modern(
     }
     if !crate::era::is_modern(&modern.version) {
         let data = serde_json::json!({
-            "supported": [crate::message::MODERN],
+            "supported": [crate::protocol::MODERN],
             "requested": modern.version,
         });
         return Err(refuse(
@@ -185,7 +176,7 @@ pub(super) fn check_modern(
             &format!(
                 "Unsupported protocol version {:?}: without a session this proxy serves {}; earlier revisions send initialize first",
                 modern.version,
-                crate::message::MODERN
+                crate::protocol::MODERN
             ),
             Some(&data),
         ));
@@ -194,7 +185,7 @@ pub(super) fn check_modern(
     if !sent_method.is_some_and(|sent| crate::era::header_says(sent, method)) {
         return Err(mismatch("Mcp-Method", method, sent_method));
     }
-    if crate::message::name_member(method).is_some() {
+    if crate::protocol::name_member(method).is_some() {
         let sent_name = seen.name.text();
         let expected = modern.named.as_deref().unwrap_or_default();
         if !sent_name.is_some_and(|sent| crate::era::header_says(sent, expected)) {
@@ -484,7 +475,7 @@ pub(super) fn check_version(session: &Session, headers: &HeaderMap) -> Result<()
     let Some(version) = header_str(headers, VERSION_HEADER) else {
         return Ok(()); // absent: the spec says assume 2025-03-26
     };
-    if !KNOWN_VERSIONS.contains(&version) {
+    if !crate::protocol::SUPPORTED.contains(&version) {
         let negotiated = session
             .protocol()
             .map(|n| format!("; this session negotiated {n:?}"))
@@ -493,7 +484,13 @@ pub(super) fn check_version(session: &Session, headers: &HeaderMap) -> Result<()
             StatusCode::BAD_REQUEST,
             &format!(
                 "unsupported MCP-Protocol-Version {version:?}{negotiated}; supported: {}",
-                KNOWN_VERSIONS.join(", ")
+                // Oldest first, as the revisions are dated.
+                crate::protocol::SUPPORTED
+                    .iter()
+                    .rev()
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ));
     }

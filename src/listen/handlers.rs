@@ -336,7 +336,7 @@ async fn handle_post(
             });
             return Err(match header_version {
                 // A client of an earlier revision that lost its session.
-                Some(version) if KNOWN_VERSIONS.contains(&version) => rpc_refusal(
+                Some(version) if crate::protocol::SUPPORTED.contains(&version) => rpc_refusal(
                     StatusCode::BAD_REQUEST,
                     id.as_ref(),
                     jsonrpc::INVALID_REQUEST,

@@ -8,9 +8,10 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
+use crate::protocol::{METHODS, SUPPORTED};
+
 use super::{
     CallAt, Id, Kind, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_VERSION, Modern, Problem,
-    SUPPORTED,
 };
 
 /// The keys of one object seen so far (the serde read, which is the slow path): a key seen
@@ -310,16 +311,6 @@ from_object!(MetaRead, |map| {
     Ok(MetaRead(out, std::marker::PhantomData))
 });
 
-/// The member of `params` that `Mcp-Name` carries for `method`, if it carries one.
-pub fn name_member(method: &str) -> Option<&'static str> {
-    match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
-    }
-}
-
 /// `value`, not copied when it is a revision or a method the proxy knows.
 pub fn interned(value: &str) -> Cow<'static, str> {
     match static_header(value) {
@@ -331,26 +322,11 @@ pub fn interned(value: &str) -> Cow<'static, str> {
 /// `value` as a static string, when it is a revision or a method the proxy knows (a header
 /// made of it is not copied).
 pub fn static_header(value: &str) -> Option<&'static str> {
-    const METHODS: &[&str] = &[
-        "tools/call",
-        "tools/list",
-        "prompts/get",
-        "prompts/list",
-        "resources/read",
-        "resources/list",
-        "resources/templates/list",
-        "server/discover",
-        "subscriptions/listen",
-        "tasks/get",
-        "tasks/result",
-        "tasks/cancel",
-        "ping",
-    ];
     SUPPORTED
         .iter()
-        .chain(METHODS)
-        .find(|known| **known == value)
         .copied()
+        .chain(METHODS.iter().map(|m| m.name))
+        .find(|known| *known == value)
 }
 
 /// `_meta`'s protocol version: a known revision is not copied. A version that is not a string is
@@ -450,7 +426,7 @@ impl Envelope<'_> {
         match (method, id) {
             (Some(method), Some(id)) => Kind::Request {
                 modern: params.version.map(|version| {
-                    let slot = match name_member(&method) {
+                    let slot = match crate::protocol::name_member(&method) {
                         Some("name") => Some(0),
                         Some("uri") => Some(1),
                         Some(_) => Some(2),

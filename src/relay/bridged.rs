@@ -142,7 +142,7 @@ pub(super) fn for_modern_server(state: &State, method: &str, message: Vec<u8>) -
     };
     Outgoing {
         modern: Some(Box::new(crate::era::Headers::of(
-            crate::message::MODERN,
+            crate::protocol::MODERN,
             method,
             None,
             &bytes,
@@ -294,7 +294,7 @@ impl Relay {
                 bridge::forget(origin);
             }
             tracing::info!("the server refused the proxy's initialize; asking its era again");
-            let probe = self.probe(&mut state, crate::message::MODERN);
+            let probe = self.probe(&mut state, crate::protocol::MODERN);
             state.later.to_server.push(probe);
             return;
         }
@@ -402,10 +402,7 @@ impl Relay {
             Delivery::Rewritten(b) => b.as_slice(),
         };
         if modern && server == Some(Era::Legacy) {
-            if matches!(
-                method,
-                "ping" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
-            ) {
+            if crate::protocol::removed_in_modern(method) {
                 // Held while the era was learned, then answered by the legacy server: still
                 // not a 2026-07-28 method.
                 let id = message::parse(current).ok().and_then(|p| match p.single() {
@@ -509,8 +506,13 @@ impl Relay {
                 )
             },
         );
-        let headers =
-            crate::era::Headers::of(crate::message::MODERN, "server/discover", None, &bytes, &[]);
+        let headers = crate::era::Headers::of(
+            crate::protocol::MODERN,
+            "server/discover",
+            None,
+            &bytes,
+            &[],
+        );
         state.later.to_server.push(Outgoing {
             bytes,
             requests: vec![fresh],

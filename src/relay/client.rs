@@ -210,13 +210,7 @@ impl Relay {
                         // What 2026-07-28 removed is not served to a modern client, though
                         // the legacy server behind would answer it.
                         if state.bridge.server == Some(Era::Legacy)
-                            && matches!(
-                                method.as_str(),
-                                "ping"
-                                    | "logging/setLevel"
-                                    | "resources/subscribe"
-                                    | "resources/unsubscribe"
-                            )
+                            && crate::protocol::removed_in_modern(&method)
                         {
                             routed.to_client.push(jsonrpc::error_response(
                                 Some(&id),
@@ -246,7 +240,7 @@ impl Relay {
                         }
                         // A retry of a call the proxy parked (MRTR to a legacy server).
                         if state.bridge.server == Some(Era::Legacy)
-                            && bridge::takes_input(&method)
+                            && crate::protocol::takes_input(&method)
                             && let Some(token) = bridge::request_state(bytes)
                         {
                             return self.resume(&mut state, &id, &method, bytes, &token, routed);
@@ -518,14 +512,14 @@ impl Relay {
                             None => modern.named.clone(),
                         },
                     )),
-                    None if by_discover => Some((crate::message::MODERN, "server/discover", None)),
+                    None if by_discover => Some((crate::protocol::MODERN, "server/discover", None)),
                     None if bridged => {
                         let sent = match &forward {
                             Forward::Rewritten(b) => b.as_slice(),
                             _ => bytes,
                         };
                         Some((
-                            crate::message::MODERN,
+                            crate::protocol::MODERN,
                             method.as_str(),
                             bridge::named(&method, sent),
                         ))
@@ -557,12 +551,12 @@ impl Relay {
                 let log_level = to_legacy
                     .then(|| bridge::requested_log_level(bytes))
                     .flatten();
-                let digest = (to_legacy && bridge::takes_input(&method))
+                let digest = (to_legacy && crate::protocol::takes_input(&method))
                     .then(|| bridge::call_digest(&method, bytes));
                 let kept = match &forward {
                     Forward::Rewritten(b)
                         if bridged
-                            && bridge::takes_input(&method)
+                            && crate::protocol::takes_input(&method)
                             && b.len() <= MAX_KEPT_REQUEST
                             && kept_bytes(&state) + b.len() <= MAX_KEPT_BYTES =>
                     {

@@ -316,7 +316,7 @@ impl Relay {
         else {
             return None;
         };
-        if !crate::era::is_modern(&modern.version) || !bridge::takes_input(method) {
+        if !crate::era::is_modern(&modern.version) || !crate::protocol::takes_input(method) {
             return None;
         }
         // (While a restarted server's era is asked again, the session's profile stands.)

@@ -309,7 +309,7 @@ impl Relay {
             _ => Vec::new(),
         };
         let headers = crate::era::Headers::of(
-            crate::message::MODERN,
+            crate::protocol::MODERN,
             &round.method,
             bridge::named(&round.method, &bytes),
             &bytes,
@@ -354,7 +354,7 @@ impl Relay {
         line: &[u8],
         related: Option<&Id>,
     ) -> Result<Option<(Id, Vec<u8>)>, ()> {
-        if !bridge::is_input_request(method) {
+        if !crate::protocol::is_input_request(method) {
             return Err(());
         }
         self.park_inner(server_id, method, line, related).ok_or(())
@@ -458,7 +458,7 @@ impl Relay {
         let client = flight.id.clone();
         // Only a call that can take input (a modern call, its digest kept) is parked.
         flight.digest?;
-        let capability = bridge::capability_of(method);
+        let capability = crate::protocol::capability_of(method);
         let declared = flight.caps.as_deref().is_some_and(|caps| {
             caps.split(';')
                 .any(|c| c.starts_with(&format!("{capability}(")))
