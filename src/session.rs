@@ -287,6 +287,20 @@ async fn budgeted_related(
     budgeted
 }
 
+/// One client frame through `relay`, as every transport runs it: the page a call asks for read
+/// from the shared cache first, then the relay's routing, then the chains it cut written to
+/// the shared cache, before any of its pages goes out. What is routed is the transport's to
+/// send.
+pub async fn client_frame(relay: &Relay, frame: crate::framing::Frame) -> crate::relay::Routed {
+    if let crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } = &frame {
+        prefetch(relay, line).await;
+    }
+    let routed = relay.from_client(frame);
+    // (A rule chain automatic paging took over is cut on the way in.)
+    flush(relay).await;
+    routed
+}
+
 /// Before a client's call reaches the relay: the page it asks for, read from the shared cache
 /// into the session (when the call continues a chain this replica does not hold).
 pub async fn prefetch(relay: &Relay, line: &[u8]) {

@@ -251,12 +251,7 @@ async fn relay_frame(
     to_server: &queue::Sender<Outgoing>,
     to_client: &queue::Sender<Vec<u8>>,
 ) -> Result<(), ClientEnd> {
-    if let Frame::Line(line) | Frame::Read { line, .. } = &frame {
-        crate::session::prefetch(relay, line).await;
-    }
-    let routed = relay.from_client(frame);
-    // (A rule chain automatic paging took over is cut on the way in.)
-    crate::session::flush(relay).await;
+    let routed = crate::session::client_frame(relay, frame).await;
     for reply in routed.to_client {
         if to_client.send(reply).await.is_err() {
             return Err(ClientEnd::Eof);

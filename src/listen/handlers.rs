@@ -361,16 +361,12 @@ async fn handle_post(
     if !sse {
         tokens.clear();
     }
-    crate::session::prefetch(&session.relay, &body).await;
     let post = match claim.as_mut().and_then(super::session::Claim::take_post) {
         Some(post) => post,
         None => session.open_post(),
     };
-    let mut routed = session
-        .relay
-        .from_client(Frame::Read { line: body, parsed });
-    // (A rule chain automatic paging took over is cut on the way in.)
-    crate::session::flush(&session.relay).await;
+    let mut routed =
+        crate::session::client_frame(&session.relay, Frame::Read { line: body, parsed }).await;
     // The proxy's own answers that take work (a search) are written off the I/O threads.
     for job in std::mem::take(&mut routed.deferred) {
         routed.to_client.push(job.run_heavy().await);
