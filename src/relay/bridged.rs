@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::bridge::{self, Era};
 use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind};
+use crate::message::{self, Id, Kind, Modern};
 use crate::upstream::Outgoing;
 
 use super::flights::{InFlight, Pending};
 use super::mrtr::{Parked, Round};
-use super::{Delivery, Relay, Routed, State, bad_input};
+use super::{Delivery, Forward, Relay, Routed, State, bad_input};
 
 /// How long the proxy's own `server/discover` may go unanswered.
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -521,5 +521,108 @@ impl Relay {
         });
         drop(state);
         self.deadline_added.notify_one();
+    }
+}
+
+impl Relay {
+    /// The bridge's part of a client request, before it is routed (the era bridge on): the
+    /// server's era asked for first, and what the proxy answers itself in the client's era.
+    /// `Some`: the request was answered or taken here.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn bridge_request(
+        &self,
+        state: &mut State,
+        id: &Id,
+        method: &str,
+        modern: Option<&Modern>,
+        bytes: &[u8],
+        upstream: &mut Option<Id>,
+        routed: &mut Routed,
+    ) -> Option<Forward> {
+        if let Some(meta) = modern {
+            if state.bridge.server.is_none() && !state.bridge.asking {
+                // The server's era is learned before this request goes on.
+                state.bridge.asking = true;
+                state.probed = true;
+                routed.probe = Some(self.probe(state, &meta.version));
+            }
+            if method == "server/discover"
+                && state.bridge.server == Some(Era::Legacy)
+                && let LegacySession::Open(init) = &state.bridge.session
+            {
+                let result = bridge::discover_result(init);
+                routed.to_client.push(jsonrpc::result_response(id, &result));
+                return Some(Forward::Drop);
+            }
+            // What 2026-07-28 removed is not served to a modern client, though
+            // the legacy server behind would answer it.
+            if state.bridge.server == Some(Era::Legacy)
+                && crate::protocol::removed_in_modern(method)
+            {
+                routed.to_client.push(jsonrpc::error_response(
+                    Some(id),
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &format!("Method not found: {method} is not part of MCP 2026-07-28"),
+                    None,
+                ));
+                return Some(Forward::Drop);
+            }
+            // A legacy server has no listen: the proxy serves it from its session.
+            if method == "subscriptions/listen"
+                && state.bridge.server == Some(Era::Legacy)
+                && let LegacySession::Open(init) = &state.bridge.session
+            {
+                let init = init.clone();
+                let filter = crate::subscriptions::Filter::requested(bytes);
+                let served = self.serve_listen(state, id, upstream.take(), filter, &init);
+                if served.open {
+                    routed.accepted.push(id.clone());
+                }
+                routed.to_client.push(served.to_client);
+                routed.also_to_server.extend(served.to_server);
+                return Some(Forward::Drop);
+            }
+            // A retry of a call the proxy parked (MRTR to a legacy server).
+            if state.bridge.server == Some(Era::Legacy)
+                && crate::protocol::takes_input(method)
+                && let Some(token) = bridge::request_state(bytes)
+            {
+                return Some(self.resume(state, id, method, bytes, &token, routed));
+            }
+        } else if state.bridge.serving_legacy {
+            // What a modern server has no use for, the proxy answers itself.
+            match method {
+                "resources/subscribe" | "resources/unsubscribe"
+                    if state
+                        .bridge
+                        .discovered
+                        .as_deref()
+                        .is_some_and(crate::subscriptions::offers_subscribe) =>
+                {
+                    let answer = self.legacy_subscription(state, method, bytes, routed);
+                    routed.to_client.push(match answer {
+                        Ok(()) => jsonrpc::result_response(id, "{}"),
+                        Err(why) => {
+                            jsonrpc::error_response(Some(id), jsonrpc::INVALID_PARAMS, &why, None)
+                        }
+                    });
+                    return Some(Forward::Drop);
+                }
+                "ping" => {
+                    routed.to_client.push(jsonrpc::result_response(id, "{}"));
+                    return Some(Forward::Drop);
+                }
+                "logging/setLevel" => {
+                    let level = bridge::log_level(bytes);
+                    if let Some(client) = state.bridge.legacy_client.as_mut() {
+                        client.log_level = level;
+                    }
+                    routed.to_client.push(jsonrpc::result_response(id, "{}"));
+                    return Some(Forward::Drop);
+                }
+                _ => {}
+            }
+        }
+        None
     }
 }

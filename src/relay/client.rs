@@ -11,7 +11,6 @@ use crate::message::{self, Id, Kind, Parsed};
 use crate::recording::Dir;
 use crate::upstream::Outgoing;
 
-use super::bridged::LegacySession;
 use super::flights::{InFlight, Pending};
 use super::mrtr::{MAX_KEPT_BYTES, MAX_KEPT_REQUEST, kept_bytes};
 
@@ -189,100 +188,18 @@ impl Relay {
                     }
                 };
                 let mut upstream = upstream;
-                if self.bridge_on {
-                    if let Some(meta) = &modern {
-                        if state.bridge.server.is_none() && !state.bridge.asking {
-                            // The server's era is learned before this request goes on.
-                            state.bridge.asking = true;
-                            state.probed = true;
-                            routed.probe = Some(self.probe(&mut state, &meta.version));
-                        }
-                        if method == "server/discover"
-                            && state.bridge.server == Some(Era::Legacy)
-                            && let LegacySession::Open(init) = &state.bridge.session
-                        {
-                            let result = bridge::discover_result(init);
-                            routed
-                                .to_client
-                                .push(jsonrpc::result_response(&id, &result));
-                            return Forward::Drop;
-                        }
-                        // What 2026-07-28 removed is not served to a modern client, though
-                        // the legacy server behind would answer it.
-                        if state.bridge.server == Some(Era::Legacy)
-                            && crate::protocol::removed_in_modern(&method)
-                        {
-                            routed.to_client.push(jsonrpc::error_response(
-                                Some(&id),
-                                jsonrpc::METHOD_NOT_FOUND,
-                                &format!(
-                                    "Method not found: {method} is not part of MCP 2026-07-28"
-                                ),
-                                None,
-                            ));
-                            return Forward::Drop;
-                        }
-                        // A legacy server has no listen: the proxy serves it from its session.
-                        if method == "subscriptions/listen"
-                            && state.bridge.server == Some(Era::Legacy)
-                            && let LegacySession::Open(init) = &state.bridge.session
-                        {
-                            let init = init.clone();
-                            let filter = crate::subscriptions::Filter::requested(bytes);
-                            let served =
-                                self.serve_listen(&mut state, &id, upstream, filter, &init);
-                            if served.open {
-                                routed.accepted.push(id.clone());
-                            }
-                            routed.to_client.push(served.to_client);
-                            routed.also_to_server.extend(served.to_server);
-                            return Forward::Drop;
-                        }
-                        // A retry of a call the proxy parked (MRTR to a legacy server).
-                        if state.bridge.server == Some(Era::Legacy)
-                            && crate::protocol::takes_input(&method)
-                            && let Some(token) = bridge::request_state(bytes)
-                        {
-                            return self.resume(&mut state, &id, &method, bytes, &token, routed);
-                        }
-                    } else if state.bridge.serving_legacy {
-                        // What a modern server has no use for, the proxy answers itself.
-                        match method.as_str() {
-                            "resources/subscribe" | "resources/unsubscribe"
-                                if state
-                                    .bridge
-                                    .discovered
-                                    .as_deref()
-                                    .is_some_and(crate::subscriptions::offers_subscribe) =>
-                            {
-                                let answer =
-                                    self.legacy_subscription(&mut state, &method, bytes, routed);
-                                routed.to_client.push(match answer {
-                                    Ok(()) => jsonrpc::result_response(&id, "{}"),
-                                    Err(why) => jsonrpc::error_response(
-                                        Some(&id),
-                                        jsonrpc::INVALID_PARAMS,
-                                        &why,
-                                        None,
-                                    ),
-                                });
-                                return Forward::Drop;
-                            }
-                            "ping" => {
-                                routed.to_client.push(jsonrpc::result_response(&id, "{}"));
-                                return Forward::Drop;
-                            }
-                            "logging/setLevel" => {
-                                let level = bridge::log_level(bytes);
-                                if let Some(client) = state.bridge.legacy_client.as_mut() {
-                                    client.log_level = level;
-                                }
-                                routed.to_client.push(jsonrpc::result_response(&id, "{}"));
-                                return Forward::Drop;
-                            }
-                            _ => {}
-                        }
-                    }
+                if self.bridge_on
+                    && let Some(forward) = self.bridge_request(
+                        &mut state,
+                        &id,
+                        &method,
+                        modern.as_deref(),
+                        bytes,
+                        &mut upstream,
+                        routed,
+                    )
+                {
+                    return forward;
                 }
                 if let Some(meta) = &modern
                     && !state.probed
