@@ -289,7 +289,7 @@ impl Interceptor {
                         at,
                         rerun: false,
                     };
-                    self.auto_result(budget, name, call, entry.shared_raw())
+                    self.auto_result(budget, name, call, entry.raw(), || entry.shared_raw())
                         .unwrap_or_else(|| entry.raw().as_bytes().to_vec())
                 }
                 Err(err) => {
@@ -447,22 +447,25 @@ impl Interceptor {
         message: &Bytes,
         raw: &str,
     ) -> Option<Vec<u8>> {
-        let bytes = self.auto_result(budget, tool, call, shared_part(message, raw))?;
+        let bytes = self.auto_result(budget, tool, call, raw, || shared_part(message, raw))?;
         Some(splice(message, raw, &bytes))
     }
 
     /// An automatically paged result: `None` when it fits unchanged, else its page (or the
-    /// refusal of what cannot be paged).
+    /// refusal of what cannot be paged). `owned`: the same result, to keep for the chain
+    /// (made only when the result is paged).
     pub(super) fn auto_result(
         &self,
         budget: &Budget,
         tool: &str,
         call: AutoCall,
-        result: ByteString,
+        result: &str,
+        owned: impl FnOnce() -> ByteString,
     ) -> Option<Vec<u8>> {
-        if call.at.is_none() && budget.fits_whole(tool, &result) {
+        if call.at.is_none() && budget.fits_whole(tool, result) {
             return None;
         }
+        let result = owned();
         let max = budget.page_max(tool);
         let digest = call.digest.unwrap_or_else(|| {
             let arguments = call
