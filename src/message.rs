@@ -431,19 +431,25 @@ pub fn parse_from_client(line: &[u8]) -> Result<Parsed, NotJson> {
             problem: Problem::TooDeep,
         }));
     }
+    // The common message: the hand reader checks what JSON readers read two ways as it reads
+    // the envelope, in the same pass.
+    if let Ok(text) = std::str::from_utf8(line)
+        && text.trim_start().starts_with('{')
+        && let Some(envelope) = quick_envelope(text)
+        && let Some(found) = envelope.two_ways
+    {
+        let kind = envelope.kind(line);
+        return Ok(Parsed::Single(match found {
+            None => kind,
+            Some(problem) => refused_two_ways(kind, problem),
+        }));
+    }
     let parsed = parse(line)?;
     let Some(problem) = read_two_ways(line) else {
         return Ok(parsed);
     };
     // What JSON readers read differently is refused, message by message.
-    let refuse = |kind: Kind, problem: Problem| match kind {
-        // Refused already, for a reason of its own (an id that is no id, say).
-        Kind::Malformed { .. } => kind,
-        kind => Kind::Malformed {
-            id: kind_id(&kind),
-            problem,
-        },
-    };
+    let refuse = refused_two_ways;
     Ok(match parsed {
         Parsed::Single(kind) => Parsed::Single(refuse(kind, problem)),
         Parsed::Batch(kinds) => {
@@ -462,6 +468,18 @@ pub fn parse_from_client(line: &[u8]) -> Result<Parsed, NotJson> {
             )
         }
     })
+}
+
+/// `kind`, refused for `problem` (something JSON readers read differently), unless it was
+/// refused already for a reason of its own (an id that is no id, say).
+fn refused_two_ways(kind: Kind, problem: Problem) -> Kind {
+    match kind {
+        Kind::Malformed { .. } => kind,
+        kind => Kind::Malformed {
+            id: kind_id(&kind),
+            problem,
+        },
+    }
 }
 
 /// The id a message was read with, when it has a valid one.
@@ -899,6 +917,7 @@ mod tests {
             r#"{"id":[1],"method":"m"}"#,
             r#"{"method":"me\u0074hod","x":[[[]]],"y":{"z":{"w":"\/"}}}"#,
             r#"{}"#,
+            r#"{"id":1,"method":"m","params":{"a":"\ud800\udc00","b":"\udfff","c":12345678901234567,"d":-9007199254740991,"e":1e400,"f":0.5e3}}"#,
         ];
         let bytes: &[u8] = b"\"\\{}[],:0-e.u n\x01";
         let mut taken = 0;
@@ -938,6 +957,11 @@ mod tests {
                 assert_eq!(quick.error, serde.error, "{text}");
                 assert_eq!(quick.bad_params, serde.bad_params, "{text}");
                 assert_eq!(
+                    quick.two_ways,
+                    Some(read_two_ways(text.as_bytes())),
+                    "{text}"
+                );
+                assert_eq!(
                     quick.kind(text.as_bytes()),
                     serde.kind(text.as_bytes()),
                     "{text}"
@@ -967,6 +991,7 @@ mod tests {
             if let Some(quick) = quick_envelope(text) {
                 let serde = serde_json::from_str::<Envelope<'_>>(text);
                 proptest::prop_assert!(serde.is_ok(), "serde refuses {text}");
+                proptest::prop_assert_eq!(quick.two_ways, Some(read_two_ways(text.as_bytes())));
                 if let Ok(serde) = serde {
                     proptest::prop_assert_eq!(quick.kind(text.as_bytes()), serde.kind(text.as_bytes()));
                 }

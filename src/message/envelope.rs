@@ -49,6 +49,10 @@ pub(super) struct Envelope<'a> {
     pub(super) duplicate: Option<&'static str>,
     /// Another key of the message appears twice.
     pub(super) duplicate_in: Option<&'static str>,
+    /// Read by hand: the whole message was checked for what the common JSON readers read
+    /// differently, and this is the first such thing found (`Some(None)`: nothing). `None`
+    /// from the serde read, which does not check.
+    pub(super) two_ways: Option<Option<super::Problem>>,
 }
 
 /// What the relay reads of `params`: `_meta`'s progress token and modern keys, where the

@@ -3,12 +3,16 @@
 //! `_meta` are objects; anything else is left to serde, which decides.
 
 use super::envelope::{Envelope, Params, client_name, meta_version};
-use super::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_VERSION};
+use super::two_ways::number_reads_one_way;
+use super::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_VERSION, Problem};
 
 /// A cursor over a line's text that checks JSON as serde_json does, for [`quick_envelope`].
 struct Scan<'a> {
     text: &'a str,
     at: usize,
+    /// The first thing the common JSON readers read differently (as
+    /// [`super::two_ways::read_two_ways`] finds it), noted on the way.
+    two_ways: Option<Problem>,
 }
 
 /// Where in `bytes` a string's plain run stops: at a quote, a backslash or a control
@@ -84,11 +88,23 @@ impl<'a> Scan<'a> {
                     match bytes.get(self.at + 1)? {
                         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
                         b'u' => {
-                            let hex = bytes.get(self.at + 2..self.at + 6)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
+                            let unit = hex_unit(bytes.get(self.at + 2..self.at + 6)?)?;
                             self.at += 6;
+                            match unit {
+                                // A high surrogate is half of a pair only with a low one next.
+                                0xD800..=0xDBFF => {
+                                    let low = bytes
+                                        .get(self.at..self.at + 6)
+                                        .filter(|next| next.starts_with(b"\\u"))
+                                        .and_then(|next| hex_unit(&next[2..]));
+                                    match low {
+                                        Some(0xDC00..=0xDFFF) => self.at += 6,
+                                        _ => self.lone_surrogate(),
+                                    }
+                                }
+                                0xDC00..=0xDFFF => self.lone_surrogate(),
+                                _ => {}
+                            }
                         }
                         _ => return None,
                     }
@@ -98,34 +114,50 @@ impl<'a> Scan<'a> {
         }
     }
 
-    fn digits(&mut self) -> Option<()> {
+    fn lone_surrogate(&mut self) {
+        self.two_ways.get_or_insert(Problem::LoneSurrogate);
+    }
+
+    /// Past a run of digits: how many (at least one).
+    fn digits(&mut self) -> Option<usize> {
         let start = self.at;
         while let Some(b'0'..=b'9') = self.byte() {
             self.at += 1;
         }
-        (self.at > start).then_some(())
+        (self.at > start).then_some(self.at - start)
     }
 
     /// A number, as JSON writes one (no leading zeros, no bare point or exponent).
     fn number(&mut self) -> Option<()> {
+        let start = self.at;
         if self.byte() == Some(b'-') {
             self.at += 1;
         }
-        match self.byte()? {
-            b'0' => self.at += 1,
+        let whole = match self.byte()? {
+            b'0' => {
+                self.at += 1;
+                1
+            }
             b'1'..=b'9' => self.digits()?,
             _ => return None,
-        }
+        };
         if self.byte() == Some(b'.') {
             self.at += 1;
             self.digits()?;
         }
+        let mut exponent = false;
         if let Some(b'e' | b'E') = self.byte() {
+            exponent = true;
             self.at += 1;
             if let Some(b'+' | b'-') = self.byte() {
                 self.at += 1;
             }
             self.digits()?;
+        }
+        // Under 16 digits and no exponent, every reader reads the same value.
+        if (whole >= 16 || exponent) && !number_reads_one_way(&self.text.as_bytes()[start..self.at])
+        {
+            self.two_ways.get_or_insert(Problem::UnsafeNumber);
         }
         Some(())
     }
@@ -213,6 +245,14 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// The UTF-16 unit of a `\\u` escape's four hex digits.
+fn hex_unit(hex: &[u8]) -> Option<u16> {
+    if hex.len() != 4 || !hex.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
+
 /// Notes `name` seen; `None` when it was seen before (a duplicate is left to serde, which
 /// names it).
 fn first(seen: &mut bool) -> Option<()> {
@@ -244,7 +284,11 @@ impl<'a> Few<'a> {
 /// valid or not: the serde read then decides (and names the error). Everything this accepts
 /// serde accepts alike: every string, number and literal is checked as serde checks it.
 pub(super) fn quick_envelope(text: &str) -> Option<Envelope<'_>> {
-    let mut scan = Scan { text, at: 0 };
+    let mut scan = Scan {
+        text,
+        at: 0,
+        two_ways: None,
+    };
     scan.ws();
     let mut out = Envelope::default();
     let [
@@ -291,6 +335,7 @@ pub(super) fn quick_envelope(text: &str) -> Option<Envelope<'_>> {
         Some(())
     })?;
     scan.ws();
+    out.two_ways = Some(scan.two_ways);
     (scan.at == text.len()).then_some(out)
 }
 

@@ -51,7 +51,7 @@ fn string_end(text: &[u8], from: usize) -> usize {
 }
 
 /// Whether every common JSON reader reads the number `number` (JSON's grammar) as one value.
-fn number_reads_one_way(number: &[u8]) -> bool {
+pub(super) fn number_reads_one_way(number: &[u8]) -> bool {
     let fraction_or_exponent = number.iter().any(|b| matches!(b, b'.' | b'e' | b'E'));
     let Ok(text) = std::str::from_utf8(number) else {
         return false;
