@@ -8,7 +8,8 @@
 //! - large requests: sixteen 60 MB `tools/call` bodies at once, each in a session of its own
 //!   with a valid token;
 //! - search: an 89-byte JSONPath of nested wildcards and a 1,008-byte union over a cached
-//!   20,000-item result (both refused by the node bound, which is what keeps them small).
+//!   20,000-item result (both refused by the node bound, which is what keeps them small), and
+//!   a filter over a cached 250,000-item result (refused by the bound on values a path reads).
 //!
 //! Run with `cargo bench --bench memory`. The server is this binary in server mode.
 //! `MCP_BUDGET_BIN` measures another build of the proxy.
@@ -43,7 +44,7 @@ fn main() {
         "| flood | sent through | idle | peak | peak ÷ {BOUND_MIB} MiB bound | took |\n|---|---:|---:|---:|---:|---:|"
     );
     type Run = fn(&Flood) -> Outcome;
-    let floods: [(&str, Run); 8] = [
+    let floods: [(&str, Run); 9] = [
         ("4 × 55 MB text results, one stdio session", |f| {
             f.stdio_results("text", 4, 55 * MB)
         }),
@@ -65,12 +66,16 @@ fn main() {
         }),
         ("89-byte JSONPath of nested wildcards, 20,000 items", |f| {
             let nested = format!("$.items[*]{}", "[*]".repeat(20));
-            f.search(&nested)
+            f.search(&nested, 20_000, "nodes on the way")
         }),
         ("1,008-byte JSONPath union, 20,000 items", |f| {
             let union = format!("$.items[*][{}]", vec!["'id'"; 199].join(","));
-            f.search(&union)
+            f.search(&union, 20_000, "nodes on the way")
         }),
+        (
+            "a JSONPath filter over 250,000 items (2.5 million values)",
+            |f| f.search("$.items[?@.id == 7].name", 250_000, "values"),
+        ),
     ];
     let flood = Flood { proxy, me };
     let mut over = Vec::new();
@@ -206,15 +211,15 @@ impl Flood {
         }
     }
 
-    /// A 20,000-item JSON result paged (so cached), then `path` searched over it: the answer
-    /// must be a tool result (a match or the bound's refusal), never an error or a hang.
-    fn search(&self, path: &str) -> Outcome {
+    /// A JSON result of `n` items paged (so cached), then `path` searched over it: the answer
+    /// must be the refusal of the bound that `bound` names, never an error or a hang.
+    fn search(&self, path: &str, n: usize, bound: &str) -> Outcome {
         let mut command = self.command();
         command.arg("--").arg(&self.me).env(SERVE_ENV, "1");
         let mut peer = Peer::start(command);
         let idle = status(peer.pid(), "VmRSS");
         peer.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "items", "arguments": {"items": 20_000}}}));
+            "params": {"name": "items", "arguments": {"items": n}}}));
         let page: Value = serde_json::from_str(&peer.line()).expect("a JSON answer");
         // The notice names the next page's cursor: `after:"…"`.
         let cursor = page["result"]["content"]
@@ -231,12 +236,9 @@ impl Flood {
         let said = answer["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or("");
-        assert!(
-            said.contains("nodes on the way"),
-            "the node bound: {answer:.300}"
-        );
+        assert!(said.contains(bound), "the bound on {bound}: {answer:.300}");
         Outcome {
-            sent: items(20_000).len(),
+            sent: items(n).len(),
             idle_kib: idle,
             peak_kib: status(peer.pid(), "VmHWM"),
         }

@@ -733,7 +733,46 @@ fn bound_path(path: &str, doc: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The most values a JSON document may hold for a JSONPath to run over it: a path reads the
+/// document as a tree, which takes memory by the value (some 100 bytes each, a few hundred
+/// MiB for millions), whatever the path selects. A pattern reads the document's own text, item
+/// by item, and has no such bound.
+pub const MAX_PATH_VALUES: usize = 500_000;
+
+/// How many values `doc` (valid JSON) holds, at least, up to `limit`: one for each scalar,
+/// array and object, counted by the commas and brackets outside its strings, without reading
+/// it into a tree.
+fn values_in(doc: &str, limit: usize) -> usize {
+    let bytes = doc.as_bytes();
+    let mut count = 1;
+    let mut at = 0;
+    while at < bytes.len() && count <= limit {
+        match bytes[at] {
+            b'"' => {
+                // Past the string: its closing quote is the first one not escaped.
+                at += 1;
+                while let Some(stop) = memchr::memchr2(b'"', b'\\', &bytes[at.min(bytes.len())..]) {
+                    at += stop;
+                    if bytes[at] == b'"' {
+                        break;
+                    }
+                    at += 2;
+                }
+            }
+            b',' | b'[' | b'{' => count += 1,
+            _ => {}
+        }
+        at += 1;
+    }
+    count
+}
+
 fn json_path(path: &str, doc: &str) -> Result<Found, String> {
+    if values_in(doc, MAX_PATH_VALUES) > MAX_PATH_VALUES {
+        return Err(format!(
+            "this result's JSON document holds more than {MAX_PATH_VALUES} values, more than a path may read as a tree: search it with pattern instead (a regular expression, matched against each item of its list), or call the tool again with arguments that select less"
+        ));
+    }
     let value: Value = serde_json::from_str(doc).map_err(|err| {
         format!(
             "the result's JSON document could not be read ({err}): search it with pattern instead"
@@ -960,5 +999,17 @@ mod tests {
         assert!(err.contains("simpler pattern"), "{err}");
         let found = lines(&regex("l"), &text, 0, Clock::start()).unwrap();
         assert_eq!(found.total_matches, 1000);
+    }
+
+    /// A document's values are counted by its text, strings skipped (their commas and
+    /// brackets, escaped quotes included, are not values).
+    #[test]
+    fn values_are_counted_without_reading_a_tree() {
+        assert_eq!(values_in("1", 10), 1);
+        assert_eq!(values_in(r#"{"a":[1,2,{"b":"x,[{\"y"}]}"#, 100), 6);
+        assert_eq!(values_in(r#"["a\\",",",3]"#, 100), 4);
+        let many = format!("[{}]", vec!["0"; 1000].join(","));
+        assert!(values_in(&many, 100) > 100);
+        assert_eq!(values_in(&many, 10_000), 1001);
     }
 }

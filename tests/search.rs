@@ -377,6 +377,36 @@ async fn a_path_that_selects_millions_of_nodes_is_refused_and_memory_stays_small
     assert!(peak < 128 << 20, "peak {} MiB", peak >> 20);
 }
 
+/// A path reads its document as a tree, whatever it selects: over a document of more than
+/// 500,000 values it is refused before that tree is built (pointing to pattern, which reads
+/// the items' own text), and the proxy stays small (a filter over 250,000 items took it to
+/// 542 MiB before). A pattern over the same result still answers.
+#[tokio::test]
+async fn a_path_over_a_document_of_millions_of_values_is_refused_before_it_is_read() {
+    let quirky = example("quirky_server");
+    let peer = Peer::proxy(&[], &[quirky.to_str().unwrap()]);
+    let pid = peer.child.id().unwrap();
+    let mut client = Client::over(peer).await;
+    let first = client.call("rows", json!({"rows": 200_000})).await;
+    let cursor = next_after(&first);
+    let answer = client
+        .call(
+            "mcp_budget_search",
+            json!({"cursor": cursor, "path": "$[?@.n == 7].label"}),
+        )
+        .await;
+    assert_eq!(answer["isError"], true, "{answer}");
+    let text = answer["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("more than 500000 values"), "{text}");
+    assert!(text.contains("search it with pattern"), "{text}");
+    let peak = common::memory(pid, "VmHWM");
+    assert!(peak < 256 << 20, "peak {} MiB", peak >> 20);
+    let (matches, _, _) = client
+        .search_all(json!({"cursor": cursor, "pattern": "\"n\":77777,"}))
+        .await;
+    assert_eq!(matches.len(), 1, "{matches:?}");
+}
+
 #[tokio::test]
 async fn a_policy_can_turn_search_off() {
     let policy = temp("off.toml");
