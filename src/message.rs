@@ -591,14 +591,26 @@ pub fn shared_part(line: &bytes::Bytes, part: &str) -> bytestring::ByteString {
         .unwrap_or_else(|_| bytestring::ByteString::from(part))
 }
 
-/// `part` (a slice of `line`'s bytes) sharing `line`'s buffer; a `part` from elsewhere is
-/// copied.
+/// `part` (a slice of `line`'s bytes) sharing `line`'s buffer when it is most of it; a smaller
+/// part (one element of a large batch, say), or one from elsewhere, is copied, so that what is
+/// kept of it holds no more than about its own size.
 pub fn part_of(line: &bytes::Bytes, part: &[u8]) -> bytes::Bytes {
     let start = (part.as_ptr() as usize).wrapping_sub(line.as_ptr() as usize);
     match start.checked_add(part.len()) {
-        Some(end) if start <= line.len() && end <= line.len() => line.slice(start..end),
+        Some(end) if start <= line.len() && end <= line.len() && part.len() >= line.len() / 2 => {
+            line.slice(start..end)
+        }
         _ => bytes::Bytes::copy_from_slice(part),
     }
+}
+
+/// A line read into a buffer as large as itself (a line read in chunks may have up to twice
+/// its room), shared from then on: what keeps a part of it holds the line's bytes, no more.
+pub fn shared_line(mut line: Vec<u8>) -> bytes::Bytes {
+    if line.capacity() - line.len() > 64 * 1024 {
+        line.shrink_to_fit();
+    }
+    bytes::Bytes::from(line)
 }
 
 /// One message with its top-level `id` replaced by `id_text` (JSON text); the rest unchanged.

@@ -739,9 +739,9 @@ fn bound_path(path: &str, doc: &Value) -> Result<(), String> {
 /// by item, and has no such bound.
 pub const MAX_PATH_VALUES: usize = 500_000;
 
-/// How many values `doc` (valid JSON) holds, at least, up to `limit`: one for each scalar,
-/// array and object, counted by the commas and brackets outside its strings, without reading
-/// it into a tree.
+/// How many values `doc` (valid JSON) holds, up to `limit`: one for each scalar, array and
+/// object, counted by the commas and brackets outside its strings (a container's first value,
+/// then one a comma), without reading it into a tree.
 fn values_in(doc: &str, limit: usize) -> usize {
     let bytes = doc.as_bytes();
     let mut count = 1;
@@ -759,7 +759,14 @@ fn values_in(doc: &str, limit: usize) -> usize {
                     at += 2;
                 }
             }
-            b',' | b'[' | b'{' => count += 1,
+            b',' => count += 1,
+            // A container's first value (an empty one has none).
+            b'[' | b'{' => {
+                let next = bytes[at + 1..].iter().find(|b| !b.is_ascii_whitespace());
+                if !matches!(next, Some(b']' | b'}')) {
+                    count += 1;
+                }
+            }
             _ => {}
         }
         at += 1;
@@ -1008,6 +1015,7 @@ mod tests {
         assert_eq!(values_in("1", 10), 1);
         assert_eq!(values_in(r#"{"a":[1,2,{"b":"x,[{\"y"}]}"#, 100), 6);
         assert_eq!(values_in(r#"["a\\",",",3]"#, 100), 4);
+        assert_eq!(values_in("[[],{ },[ ]]", 100), 4);
         let many = format!("[{}]", vec!["0"; 1000].join(","));
         assert!(values_in(&many, 100) > 100);
         assert_eq!(values_in(&many, 10_000), 1001);

@@ -66,8 +66,8 @@ impl Relay {
     ) -> Option<(Vec<u8>, Option<Kind>)> {
         // Shared, not copied, with what keeps a part of it (the result cache).
         let (line, read) = match frame {
-            Frame::Line(line) => (Bytes::from(line), None),
-            Frame::Read { line, parsed } => (Bytes::from(line), Some(parsed)),
+            Frame::Line(line) => (message::shared_line(line), None),
+            Frame::Read { line, parsed } => (message::shared_line(line), Some(parsed)),
             Frame::TooLarge { bytes, id, method } => {
                 if let Some(recorder) = &self.recorder {
                     recorder.too_large(Dir::ServerToClient, bytes);
