@@ -19,7 +19,7 @@ use crate::framing::Frame;
 use crate::jsonrpc;
 use crate::message::{self, Id, Kind};
 
-use super::session::{Outbound, PostState, PostStream, Resume, ResumeError, Session};
+use super::session::{Client, Outbound, PostState, PostStream, Resume, ResumeError, Session};
 use super::sessions::OpenError;
 
 use super::body::*;
@@ -113,250 +113,26 @@ async fn handle_post(
         None => None,
     };
     let (body, mut room) = read_body(listener, headers, body).await?;
-    let parsed = match message::parse_from_client(&body) {
-        Ok(parsed) => parsed,
-        Err(err) => {
-            let body = jsonrpc::error_response(
-                None,
-                jsonrpc::PARSE_ERROR,
-                &format!("Parse error: {err}"),
-                None,
-            );
-            return Ok(json_response(
-                StatusCode::BAD_REQUEST,
-                HeaderMap::new(),
-                body,
-            ));
-        }
+    let (parsed, read) = classify(listener, headers, existing.is_some(), &body)?;
+    let mut post = Post {
+        read,
+        restore: None,
+        claim: None,
     };
-    if parsed.is_invalid() {
-        let body = jsonrpc::error_response(
-            None,
-            jsonrpc::INVALID_REQUEST,
-            "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)",
-            None,
-        );
-        return Ok(json_response(
-            StatusCode::BAD_REQUEST,
-            HeaderMap::new(),
-            body,
-        ));
-    }
-    // A message the proxy cannot act on is answered here, under its id when it has one.
-    if let message::Parsed::Single(Kind::Malformed { id, problem }) = &parsed {
-        return Err(rpc_refusal(
-            StatusCode::BAD_REQUEST,
-            id.as_ref(),
-            jsonrpc::INVALID_REQUEST,
-            &problem.message(),
-            None,
-        ));
-    }
-    // An object of no JSON-RPC kind, or an answer to no request (a null id): never forwarded.
-    if let message::Parsed::Single(kind @ (Kind::Other | Kind::Response { id: None, .. })) = &parsed
-    {
-        let text = match kind {
-            Kind::Other => message::Problem::NotJsonRpc.message(),
-            _ => "Invalid Request: a response's id is the id of the request it answers, never null"
-                .into(),
-        };
-        return Err(rpc_refusal(
-            StatusCode::BAD_REQUEST,
-            None,
-            jsonrpc::INVALID_REQUEST,
-            &text,
-            None,
-        ));
-    }
-    let batch = matches!(parsed, message::Parsed::Batch(_));
-    let mut ids = Vec::new();
-    let mut initialize = None;
-    // The progress tokens of the requests, read with their envelopes.
-    let mut tokens = Vec::new();
-    let mut any_modern = false;
-    for kind in parsed.kinds() {
-        match kind {
-            Kind::Request {
-                id,
-                method,
-                progress,
-                modern: meta,
+    let (session, opened, body, parsed) =
+        post_session(listener, client, existing, headers, body, parsed, &mut post).await?;
+    let Post {
+        read:
+            Classified {
+                batch,
+                ids,
+                mut tokens,
+                stateless,
                 ..
-            } => {
-                if method == "initialize" {
-                    initialize = Some(id.clone());
-                }
-                any_modern |= meta.is_some();
-                ids.push(id.clone());
-                tokens.extend(progress.as_deref().map(str::to_string));
-            }
-            // The relay answers it, on this POST.
-            Kind::Malformed { id: Some(id), .. } => ids.push(id.clone()),
-            _ => {}
-        }
-    }
-    let header_version = header_str(headers, VERSION_HEADER);
-    let stateless = existing.is_none()
-        && (header_version.is_some_and(crate::era::is_modern)
-            || (initialize.is_none() && any_modern));
-    // A forced client era (`--client-era`) refuses the other era before any session opens.
-    if existing.is_none()
-        && let Some(forced) = listener.sessions.options().session.client_era.forced()
-    {
-        for kind in parsed.kinds() {
-            if let Kind::Request {
-                id,
-                method,
-                modern: meta,
-                ..
-            } = kind
-                && let Some((code, message, data)) = crate::bridge::refused_by_client_era(
-                    forced,
-                    method,
-                    meta.is_some() || stateless,
-                    &body,
-                )
-            {
-                return Err(rpc_refusal(
-                    StatusCode::BAD_REQUEST,
-                    Some(id),
-                    code,
-                    &message,
-                    data.as_ref(),
-                ));
-            }
-        }
-        // A modern notification alone (no request to answer under) opens nothing either.
-        if forced == crate::bridge::Era::Legacy && stateless {
-            return Err(rpc_refusal(
-                StatusCode::BAD_REQUEST,
-                None,
-                jsonrpc::INVALID_REQUEST,
-                "Invalid Request: this mcp-budget serves 2025-11-25 and earlier only (--client-era legacy): send initialize first",
-                None,
-            ));
-        }
-    }
-    if stateless && let Some(id) = &initialize {
-        // 2026-07-28 has no initialize: a modern client that sends one is told so.
-        return Err(rpc_refusal(
-            StatusCode::NOT_FOUND,
-            Some(id),
-            jsonrpc::METHOD_NOT_FOUND,
-            "Method not found: initialize is not part of MCP 2026-07-28 (send requests with their _meta; for an earlier revision, send initialize with that revision's MCP-Protocol-Version or none)",
-            None,
-        ));
-    }
-    // A modern request goes upstream under an id of the proxy's, and its answer comes back
-    // under the client's own.
-    let mut restore: Option<(Id, Id)> = None;
-    // Or it goes under its own, held for this POST.
-    let mut claim: Option<super::session::Claim> = None;
-    let (session, opened, body, parsed) = match (existing, &initialize) {
-        (Some(session), _) => (session, false, body, parsed),
-        (None, Some(init)) if !stateless => {
-            let session = listener.sessions.open(client).await.map_err(open_refusal)?;
-            session.set_initialize_key(init.key());
-            (session, true, body, parsed)
-        }
-        (None, _) if stateless => {
-            let message::Parsed::Single(kind) = parsed else {
-                return Err(rpc_refusal(
-                    StatusCode::BAD_REQUEST,
-                    None,
-                    jsonrpc::INVALID_REQUEST,
-                    "Invalid Request: a 2026-07-28 request is sent alone in its POST (no batches)",
-                    None,
-                ));
-            };
-            let session = match kind {
-                Kind::Request {
-                    id: client_id,
-                    method,
-                    modern: meta,
-                    progress,
-                    call,
-                } => {
-                    let id = &client_id;
-                    let seen = ModernHeaders::of(headers);
-                    check_modern(&seen, id, &method, meta.as_deref())?;
-                    let profile = listener.sessions.capability_profile(&body);
-                    let session = listener
-                        .sessions
-                        .stateless(client, profile)
-                        .await
-                        .map_err(open_refusal)?;
-                    let named = meta.as_ref().and_then(|m| m.named.as_deref());
-                    check_params(headers, &seen, id, &session, &method, named, &body)?;
-                    // The client's id goes upstream as it is, unless another request of this
-                    // principal has it in flight: then one of the proxy's goes instead.
-                    if let Some(held) = session.claim(id) {
-                        claim = Some(held);
-                        ids = vec![id.clone()];
-                        let kind = Kind::Request {
-                            id: client_id,
-                            method,
-                            progress,
-                            modern: meta,
-                            call,
-                        };
-                        (session, body, message::Parsed::Single(kind))
-                    } else {
-                        let fresh = session.fresh_id();
-                        let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
-                        let (line, call) = under_fresh_id(&body, id, &fresh, id_at, call)?;
-                        ids = vec![fresh.clone()];
-                        restore = Some((fresh.clone(), id.clone()));
-                        let kind = Kind::Request {
-                            id: fresh,
-                            method,
-                            progress,
-                            modern: meta,
-                            call,
-                        };
-                        (session, line, message::Parsed::Single(kind))
-                    }
-                }
-                // A notification (a cancellation, say) goes to the principal's session.
-                other => {
-                    let session = listener
-                        .sessions
-                        .stateless(client, None)
-                        .await
-                        .map_err(open_refusal)?;
-                    (session, body, message::Parsed::Single(other))
-                }
-            };
-            (session.0, false, session.1, session.2)
-        }
-        (None, _) => {
-            let id = parsed.kinds().iter().find_map(|kind| match kind {
-                Kind::Request { id, .. } => Some(id.clone()),
-                _ => None,
-            });
-            return Err(match header_version {
-                // A client of an earlier revision that lost its session.
-                Some(version) if crate::protocol::SUPPORTED.contains(&version) => rpc_refusal(
-                    StatusCode::BAD_REQUEST,
-                    id.as_ref(),
-                    jsonrpc::INVALID_REQUEST,
-                    "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
-                    None,
-                ),
-                _ => rpc_refusal(
-                    StatusCode::BAD_REQUEST,
-                    id.as_ref(),
-                    jsonrpc::INVALID_PARAMS,
-                    &format!(
-                        "Invalid params: a request without a session is a 2026-07-28 request, and carries params._meta[\"{}\"] and [\"{}\"]; send them (with the MCP-Protocol-Version header), or send initialize first for an earlier revision",
-                        message::META_VERSION,
-                        message::META_CLIENT_CAPABILITIES
-                    ),
-                    None,
-                ),
-            });
-        }
-    };
+            },
+        restore,
+        mut claim,
+    } = post;
     session.touch();
     if !sse {
         tokens.clear();
@@ -381,7 +157,7 @@ async fn handle_post(
     let PostStream { number, tx, rx } = post;
     drop(tx);
     // From here on, whatever happens to this handler, the guard cleans up after the POST.
-    let mut guard = StreamGuard {
+    let guard = StreamGuard {
         session: session.clone(),
         sse,
         restore,
@@ -439,6 +215,28 @@ async fn handle_post(
         drop(guard);
         return Ok((StatusCode::ACCEPTED, response_headers).into_response());
     }
+    post_answer(
+        listener,
+        &session,
+        guard,
+        number,
+        (batch, stateless, sse),
+        response_headers,
+    )
+    .await
+}
+
+/// A POST's answer, once its message went on: with an event stream, the stream (a modern
+/// request's answer that comes first is the response itself, with the status its error calls
+/// for); with JSON only, every answer of this POST, gathered.
+async fn post_answer(
+    listener: &Listener,
+    session: &Arc<Session>,
+    mut guard: StreamGuard,
+    number: u64,
+    (batch, stateless, sse): (bool, bool, bool),
+    response_headers: HeaderMap,
+) -> Result<Response, Refusal> {
     if sse {
         let options = listener.sessions.options();
         let resumable = session.resumable();
@@ -498,6 +296,318 @@ async fn handle_post(
         false => StatusCode::OK,
     };
     Ok(json_response(status, response_headers, body))
+}
+
+/// What a POST's message is, read once: refused here when the proxy cannot act on it (not
+/// JSON, no JSON-RPC kind, a message read two ways, the wrong era for `--client-era`), else its
+/// requests' ids, progress tokens and initialize, and whether it is a 2026-07-28 request with
+/// no session (`existing`: the POST names a session).
+fn classify<'h>(
+    listener: &Listener,
+    headers: &'h HeaderMap,
+    existing: bool,
+    body: &[u8],
+) -> Result<(message::Parsed, Classified<'h>), Refusal> {
+    let parsed = match message::parse_from_client(body) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            let body = jsonrpc::error_response(
+                None,
+                jsonrpc::PARSE_ERROR,
+                &format!("Parse error: {err}"),
+                None,
+            );
+            return Err(Box::new(json_response(
+                StatusCode::BAD_REQUEST,
+                HeaderMap::new(),
+                body,
+            )));
+        }
+    };
+    if parsed.is_invalid() {
+        let body = jsonrpc::error_response(
+            None,
+            jsonrpc::INVALID_REQUEST,
+            "Invalid Request: a JSON-RPC message is an object (or a non-empty batch of objects)",
+            None,
+        );
+        return Err(Box::new(json_response(
+            StatusCode::BAD_REQUEST,
+            HeaderMap::new(),
+            body,
+        )));
+    }
+    // A message the proxy cannot act on is answered here, under its id when it has one.
+    if let message::Parsed::Single(Kind::Malformed { id, problem }) = &parsed {
+        return Err(rpc_refusal(
+            StatusCode::BAD_REQUEST,
+            id.as_ref(),
+            jsonrpc::INVALID_REQUEST,
+            &problem.message(),
+            None,
+        ));
+    }
+    // An object of no JSON-RPC kind, or an answer to no request (a null id): never forwarded.
+    if let message::Parsed::Single(kind @ (Kind::Other | Kind::Response { id: None, .. })) = &parsed
+    {
+        let text = match kind {
+            Kind::Other => message::Problem::NotJsonRpc.message(),
+            _ => "Invalid Request: a response's id is the id of the request it answers, never null"
+                .into(),
+        };
+        return Err(rpc_refusal(
+            StatusCode::BAD_REQUEST,
+            None,
+            jsonrpc::INVALID_REQUEST,
+            &text,
+            None,
+        ));
+    }
+    let batch = matches!(parsed, message::Parsed::Batch(_));
+    let mut ids = Vec::new();
+    let mut initialize = None;
+    // The progress tokens of the requests, read with their envelopes.
+    let mut tokens = Vec::new();
+    let mut any_modern = false;
+    for kind in parsed.kinds() {
+        match kind {
+            Kind::Request {
+                id,
+                method,
+                progress,
+                modern: meta,
+                ..
+            } => {
+                if method == "initialize" {
+                    initialize = Some(id.clone());
+                }
+                any_modern |= meta.is_some();
+                ids.push(id.clone());
+                tokens.extend(progress.as_deref().map(str::to_string));
+            }
+            // The relay answers it, on this POST.
+            Kind::Malformed { id: Some(id), .. } => ids.push(id.clone()),
+            _ => {}
+        }
+    }
+    let header_version = header_str(headers, VERSION_HEADER);
+    let stateless = !existing
+        && (header_version.is_some_and(crate::era::is_modern)
+            || (initialize.is_none() && any_modern));
+    // A forced client era (`--client-era`) refuses the other era before any session opens.
+    if !existing && let Some(forced) = listener.sessions.options().session.client_era.forced() {
+        for kind in parsed.kinds() {
+            if let Kind::Request {
+                id,
+                method,
+                modern: meta,
+                ..
+            } = kind
+                && let Some((code, message, data)) = crate::bridge::refused_by_client_era(
+                    forced,
+                    method,
+                    meta.is_some() || stateless,
+                    body,
+                )
+            {
+                return Err(rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    Some(id),
+                    code,
+                    &message,
+                    data.as_ref(),
+                ));
+            }
+        }
+        // A modern notification alone (no request to answer under) opens nothing either.
+        if forced == crate::bridge::Era::Legacy && stateless {
+            return Err(rpc_refusal(
+                StatusCode::BAD_REQUEST,
+                None,
+                jsonrpc::INVALID_REQUEST,
+                "Invalid Request: this mcp-budget serves 2025-11-25 and earlier only (--client-era legacy): send initialize first",
+                None,
+            ));
+        }
+    }
+    if stateless && let Some(id) = &initialize {
+        // 2026-07-28 has no initialize: a modern client that sends one is told so.
+        return Err(rpc_refusal(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            jsonrpc::METHOD_NOT_FOUND,
+            "Method not found: initialize is not part of MCP 2026-07-28 (send requests with their _meta; for an earlier revision, send initialize with that revision's MCP-Protocol-Version or none)",
+            None,
+        ));
+    }
+    Ok((
+        parsed,
+        Classified {
+            batch,
+            ids,
+            initialize,
+            tokens,
+            header_version,
+            stateless,
+        },
+    ))
+}
+
+/// A POST's message as [`classify`] read it.
+struct Classified<'h> {
+    batch: bool,
+    /// The ids this POST answers for.
+    ids: Vec<Id>,
+    initialize: Option<Id>,
+    /// The progress tokens of its requests.
+    tokens: Vec<String>,
+    header_version: Option<&'h str>,
+    /// A 2026-07-28 request with no session.
+    stateless: bool,
+}
+
+/// The session a POST goes to, and the message as it goes there: the one it names; a new one
+/// for an initialize; the principal's stateless one for a 2026-07-28 request (its id held for
+/// this POST, or replaced by one of the proxy's when another request of the principal has it
+/// in flight). Whether the session was opened here.
+#[allow(clippy::too_many_arguments)]
+async fn post_session(
+    listener: &Listener,
+    client: Client,
+    existing: Option<Arc<Session>>,
+    headers: &HeaderMap,
+    body: Vec<u8>,
+    parsed: message::Parsed,
+    post: &mut Post<'_>,
+) -> Result<(Arc<Session>, bool, Vec<u8>, message::Parsed), Refusal> {
+    let found = match (existing, &post.initialize) {
+        (Some(session), _) => (session, false, body, parsed),
+        (None, Some(init)) if !post.stateless => {
+            let session = listener.sessions.open(client).await.map_err(open_refusal)?;
+            session.set_initialize_key(init.key());
+            (session, true, body, parsed)
+        }
+        (None, _) if post.stateless => {
+            let message::Parsed::Single(kind) = parsed else {
+                return Err(rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    jsonrpc::INVALID_REQUEST,
+                    "Invalid Request: a 2026-07-28 request is sent alone in its POST (no batches)",
+                    None,
+                ));
+            };
+            let session = match kind {
+                Kind::Request {
+                    id: client_id,
+                    method,
+                    modern: meta,
+                    progress,
+                    call,
+                } => {
+                    let id = &client_id;
+                    let seen = ModernHeaders::of(headers);
+                    check_modern(&seen, id, &method, meta.as_deref())?;
+                    let profile = listener.sessions.capability_profile(&body);
+                    let session = listener
+                        .sessions
+                        .stateless(client, profile)
+                        .await
+                        .map_err(open_refusal)?;
+                    let named = meta.as_ref().and_then(|m| m.named.as_deref());
+                    check_params(headers, &seen, id, &session, &method, named, &body)?;
+                    // The client's id goes upstream as it is, unless another request of this
+                    // principal has it in flight: then one of the proxy's goes instead.
+                    if let Some(held) = session.claim(id) {
+                        post.claim = Some(held);
+                        post.ids = vec![id.clone()];
+                        let kind = Kind::Request {
+                            id: client_id,
+                            method,
+                            progress,
+                            modern: meta,
+                            call,
+                        };
+                        (session, body, message::Parsed::Single(kind))
+                    } else {
+                        let fresh = session.fresh_id();
+                        let id_at = meta.as_ref().map(|m| m.id_at.clone()).unwrap_or_default();
+                        let (line, call) = under_fresh_id(&body, id, &fresh, id_at, call)?;
+                        post.ids = vec![fresh.clone()];
+                        post.restore = Some((fresh.clone(), id.clone()));
+                        let kind = Kind::Request {
+                            id: fresh,
+                            method,
+                            progress,
+                            modern: meta,
+                            call,
+                        };
+                        (session, line, message::Parsed::Single(kind))
+                    }
+                }
+                // A notification (a cancellation, say) goes to the principal's session.
+                other => {
+                    let session = listener
+                        .sessions
+                        .stateless(client, None)
+                        .await
+                        .map_err(open_refusal)?;
+                    (session, body, message::Parsed::Single(other))
+                }
+            };
+            (session.0, false, session.1, session.2)
+        }
+        (None, _) => {
+            let id = parsed.kinds().iter().find_map(|kind| match kind {
+                Kind::Request { id, .. } => Some(id.clone()),
+                _ => None,
+            });
+            return Err(match post.header_version {
+                // A client of an earlier revision that lost its session.
+                Some(version) if crate::protocol::SUPPORTED.contains(&version) => rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    id.as_ref(),
+                    jsonrpc::INVALID_REQUEST,
+                    "missing Mcp-Session-Id header: send initialize first, then the session id it returned",
+                    None,
+                ),
+                _ => rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    id.as_ref(),
+                    jsonrpc::INVALID_PARAMS,
+                    &format!(
+                        "Invalid params: a request without a session is a 2026-07-28 request, and carries params._meta[\"{}\"] and [\"{}\"]; send them (with the MCP-Protocol-Version header), or send initialize first for an earlier revision",
+                        message::META_VERSION,
+                        message::META_CLIENT_CAPABILITIES
+                    ),
+                    None,
+                ),
+            });
+        }
+    };
+    Ok(found)
+}
+
+/// A POST on its way: what [`classify`] read, and how its answer comes back.
+struct Post<'h> {
+    read: Classified<'h>,
+    /// A modern request sent upstream under an id of the proxy's: (that id, the client's).
+    restore: Option<(Id, Id)>,
+    /// Or under its own, held for this POST.
+    claim: Option<super::session::Claim>,
+}
+
+impl<'h> std::ops::Deref for Post<'h> {
+    type Target = Classified<'h>;
+    fn deref(&self) -> &Classified<'h> {
+        &self.read
+    }
+}
+
+impl std::ops::DerefMut for Post<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.read
+    }
 }
 
 /// A modern request's `body` under the proxy's `fresh` id instead of the client's `id`:
