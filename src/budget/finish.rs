@@ -283,7 +283,11 @@ impl Budget {
 
     /// [`Budget::over`], with the share of the result that would fit.
     pub(super) fn over_by(&self, tool: &str, result: &[u8]) -> Option<(String, String, f64)> {
-        let cap = self.cap_for(tool);
+        self.over_cap(self.cap_for(tool), result)
+    }
+
+    /// [`Budget::over_by`], for a result held to `cap` bytes.
+    pub(super) fn over_cap(&self, cap: usize, result: &[u8]) -> Option<(String, String, f64)> {
         let read = match std::str::from_utf8(result) {
             Ok(text) => cap::read_bytes(self.limits.reads, text),
             Err(_) => result.len(),

@@ -252,7 +252,16 @@ impl Budget {
 
     /// The largest automatic page of `tool`'s results.
     pub fn page_max(&self, tool: &str) -> usize {
-        let cap = self.cap_for(tool);
+        self.page_max_with(self.policy.rule_for(tool))
+    }
+
+    /// [`Budget::page_max`], for the tool of a planned call (its rule resolved in the plan).
+    pub fn page_max_in(&self, plan: &CallPlan) -> usize {
+        self.page_max_with(self.rule_in(plan))
+    }
+
+    fn page_max_with(&self, rule: Option<&Rule>) -> usize {
+        let cap = self.limits.bytes_for(rule.is_some());
         self.limits.page_bytes.map_or(cap, |page| page.min(cap))
     }
 
@@ -260,18 +269,40 @@ impl Budget {
     /// document in its text): the rule's page size, which bounds each copy of the text (in
     /// `content`, and in `structuredContent` where the server repeats it there).
     pub fn text_page(&self, tool: &str) -> Option<usize> {
-        self.policy
-            .rule_for(tool)
-            .and_then(|rule| rule.text.as_ref())
-            .map(|text| text.page_bytes)
+        text_page_with(self.policy.rule_for(tool))
+    }
+
+    /// [`Budget::text_page`], for the tool of a planned call.
+    pub fn text_page_in(&self, plan: &CallPlan) -> Option<usize> {
+        text_page_with(self.rule_in(plan))
     }
 
     /// Whether a result of `tool` passes whole: within the budget (and, for a text rule's
     /// tool, small enough to be one page of its text).
     pub fn fits_whole(&self, tool: &str, result: &str) -> bool {
-        self.over(tool, result.as_bytes()).is_none()
-            && cap::read_bytes(self.limits.reads, result) <= self.page_max(tool)
-            && self.text_page(tool).is_none_or(|page| result.len() <= page)
+        self.fits_whole_with(self.policy.rule_for(tool), result)
+    }
+
+    /// [`Budget::fits_whole`], for the result of a planned call.
+    pub fn fits_whole_in(&self, plan: &CallPlan, result: &str) -> bool {
+        self.fits_whole_with(self.rule_in(plan), result)
+    }
+
+    fn fits_whole_with(&self, rule: Option<&Rule>, result: &str) -> bool {
+        let cap = self.limits.bytes_for(rule.is_some());
+        self.over_cap(cap, result.as_bytes()).is_none()
+            && cap::read_bytes(self.limits.reads, result) <= self.page_max_with(rule)
+            && text_page_with(rule).is_none_or(|page| result.len() <= page)
+    }
+
+    /// The rule a planned call's tool has, as the plan resolved it.
+    fn rule_in(&self, plan: &CallPlan) -> Option<&Rule> {
+        match plan.governed {
+            Governed::Unruled => None,
+            Governed::Capped { rule } | Governed::Paged { rule, .. } => {
+                self.policy.rules.get(rule)
+            }
+        }
     }
 
     /// What a result is held to.
@@ -299,7 +330,16 @@ impl Budget {
 
     /// Whether automatic paging applies to `tool`: no rule pages it, and `auto` is on.
     pub fn auto_for(&self, tool: &str) -> bool {
-        match self.policy.rule_for(tool) {
+        self.auto_with(self.policy.rule_for(tool))
+    }
+
+    /// [`Budget::auto_for`], for the tool of a planned call.
+    pub fn auto_in(&self, plan: &CallPlan) -> bool {
+        self.auto_with(self.rule_in(plan))
+    }
+
+    fn auto_with(&self, rule: Option<&Rule>) -> bool {
+        match rule {
             None => self.policy.auto,
             Some(rule) => rule.auto && rule.items.is_none() && rule.text.is_none(),
         }
@@ -310,6 +350,11 @@ impl Budget {
         self.policy
             .rule_for(tool)
             .is_some_and(|rule| rule.idempotent)
+    }
+
+    /// [`Budget::idempotent`], for the tool of a planned call.
+    pub fn idempotent_in(&self, plan: &CallPlan) -> bool {
+        self.rule_in(plan).is_some_and(|rule| rule.idempotent)
     }
 
     /// Whether the items path of `tool`'s rule finds a list in `result` (`None`: no items rule).
@@ -345,9 +390,12 @@ impl Budget {
 
     /// Whether the policy pages this tool's results.
     pub fn is_paged(&self, tool: &str) -> bool {
-        self.policy
-            .rule_for(tool)
-            .is_some_and(|rule| rule.items.is_some() || rule.text.is_some())
+        paged_with(self.policy.rule_for(tool))
+    }
+
+    /// [`Budget::is_paged`], for the tool of a planned call.
+    pub fn paged_in(&self, plan: &CallPlan) -> bool {
+        paged_with(self.rule_in(plan))
     }
 
     /// The plan of a call whose result is only capped.
@@ -564,6 +612,17 @@ impl Budget {
             }
         )
     }
+}
+
+/// Whether a rule pages its tool's results.
+fn paged_with(rule: Option<&Rule>) -> bool {
+    rule.is_some_and(|rule| rule.items.is_some() || rule.text.is_some())
+}
+
+/// A text rule's page size.
+fn text_page_with(rule: Option<&Rule>) -> Option<usize> {
+    rule.and_then(|rule| rule.text.as_ref())
+        .map(|text| text.page_bytes)
 }
 
 /// What [`Budget::finish_call`] made of a result.

@@ -163,11 +163,13 @@ impl Interceptor {
             // Its descriptor was left as the server wrote it: so is the call.
             return forward(budget.plan_unpaged(name), None, None);
         }
-        if budget.auto_for(&name) {
+        // The tool's rule, resolved once: the plan of a call it does not page.
+        let plan = budget.plan_unpaged(name);
+        if budget.auto_in(&plan) {
             let arguments = parts.as_ref().and_then(|p| p.arguments);
             // A cheap look for the continuation argument's name; only a call that has it is
             // parsed.
-            let argument: &[u8] = match self.continuation(&name) {
+            let argument: &[u8] = match self.continuation(&plan.tool) {
                 "after" => b"\"after\"",
                 _ => b"\"mcp_budget_after\"",
             };
@@ -180,13 +182,14 @@ impl Interceptor {
                     at: None,
                     rerun: false,
                 };
-                return forward(budget.plan_unpaged(name), Some(auto), None);
+                return forward(plan, Some(auto), None);
             }
-            return self.auto_continue(id, name, message, budget.clone());
+            return self.auto_continue(id, plan, message, budget.clone());
         }
-        if !budget.is_paged(&name) {
-            return forward(budget.plan_unpaged(name), None, None);
+        if !budget.paged_in(&plan) {
+            return forward(plan, None, None);
         }
+        let name = plan.tool;
         let mut request = match serde_json::from_slice::<Value>(message) {
             Ok(request) => request,
             Err(err) => {
@@ -237,16 +240,17 @@ impl Interceptor {
     pub(super) fn auto_continue(
         &self,
         id: &Id,
-        name: String,
+        plan: CallPlan,
         message: &[u8],
         budget: Arc<Budget>,
     ) -> CallDecision {
+        let name = plan.tool.clone();
         let info = self.tool_info(&name);
         let plain = |arguments: Option<Box<str>>| CallDecision::Forward {
             rewritten: None,
             context: CallContext {
                 budget: budget.clone(),
-                plan: budget.plan_unpaged(name.clone()),
+                plan: plan.clone(),
                 auto: Some(AutoCall {
                     arguments,
                     digest: None,
@@ -283,7 +287,7 @@ impl Interceptor {
                     rewritten,
                     context: CallContext {
                         budget: budget.clone(),
-                        plan: budget.plan_unpaged(name),
+                        plan: plan.clone(),
                         auto: Some(AutoCall {
                             arguments: raw,
                             digest: None,
@@ -338,7 +342,7 @@ impl Interceptor {
         let cached = budget.cache().get(self.scope, &digest);
         if let Some(crate::budget::cache::Cached::Auto(prepared)) = cached.as_deref() {
             tracing::debug!(tool = %name, "page served from the result cache");
-            let max = budget.page_max(&name);
+            let max = budget.page_max_in(&plan);
             let answer = match page_fitted(prepared, &budget, at, max, &name, &digest) {
                 Ok(page) => {
                     self.count(&name, |m, tool| {
@@ -378,7 +382,7 @@ impl Interceptor {
         self.count(&name, |m, tool| {
             m.cache_misses.get_or_create(tool).inc();
         });
-        if !(info.read_only || budget.idempotent(&name) || rerun) {
+        if !(info.read_only || budget.idempotent_in(&plan) || rerun) {
             self.count(&name, |m, tool| {
                 m.refused(tool, crate::metrics::Class::expired_cursor)
             });
@@ -394,7 +398,7 @@ impl Interceptor {
             rewritten,
             context: CallContext {
                 budget: budget.clone(),
-                plan: budget.plan_unpaged(name),
+                plan: plan.clone(),
                 auto: Some(AutoCall {
                     arguments: None,
                     digest: Some(digest),
@@ -549,7 +553,7 @@ impl Interceptor {
         let budget = context.budget.clone();
         let size = raw.len();
         if let Some(auto) = context.auto {
-            return self.auto_response(&budget, &context.plan.tool, auto, message, raw);
+            return self.auto_response(&budget, &context.plan, auto, message, raw);
         }
         if budget.passes_unread(&context.plan, size) {
             return None;
@@ -576,7 +580,7 @@ impl Interceptor {
                     at,
                     rerun: false,
                 };
-                return self.auto_response(&budget, &context.plan.tool, auto, message, raw);
+                return self.auto_response(&budget, &context.plan, auto, message, raw);
             }
             Err(err) => {
                 tracing::error!(tool = %context.plan.tool, %err, "the budget failed on a result");

@@ -289,7 +289,7 @@ impl Interceptor {
                         at,
                         rerun: false,
                     };
-                    self.auto_result(budget, name, call, entry.raw(), || entry.shared_raw())
+                    self.auto_result(budget, plan, call, entry.raw(), || entry.shared_raw())
                         .unwrap_or_else(|| entry.raw().as_bytes().to_vec())
                 }
                 Err(err) => {
@@ -442,12 +442,12 @@ impl Interceptor {
     pub(super) fn auto_response(
         &self,
         budget: &Budget,
-        tool: &str,
+        plan: &CallPlan,
         call: AutoCall,
         message: &Bytes,
         raw: &str,
     ) -> Option<Vec<u8>> {
-        let bytes = self.auto_result(budget, tool, call, raw, || shared_part(message, raw))?;
+        let bytes = self.auto_result(budget, plan, call, raw, || shared_part(message, raw))?;
         Some(splice(message, raw, &bytes))
     }
 
@@ -457,16 +457,18 @@ impl Interceptor {
     pub(super) fn auto_result(
         &self,
         budget: &Budget,
-        tool: &str,
+        plan: &CallPlan,
         call: AutoCall,
         result: &str,
         owned: impl FnOnce() -> ByteString,
     ) -> Option<Vec<u8>> {
-        if call.at.is_none() && budget.fits_whole(tool, result) {
+        // The tool's rule was resolved once, in the call's plan.
+        let tool = plan.tool.as_str();
+        if call.at.is_none() && budget.fits_whole_in(plan, result) {
             return None;
         }
         let result = owned();
-        let max = budget.page_max(tool);
+        let max = budget.page_max_in(plan);
         let digest = call.digest.unwrap_or_else(|| {
             let arguments = call
                 .arguments
@@ -478,13 +480,13 @@ impl Interceptor {
         let at = call.at.unwrap_or_default();
         let argument = self.continuation(tool);
         let named = budget.limits().byte_budget(max).to_string();
-        let rerun = call.rerun || self.tool_info(tool).read_only || budget.idempotent(tool);
+        let rerun = call.rerun || self.tool_info(tool).read_only || budget.idempotent_in(plan);
         let bytes = result.len();
         let prepared = auto::prepare(result, max).map(|p| {
             p.with_argument(argument)
                 .with_budget(named)
                 .with_reads(budget.limits().reads)
-                .with_text_limit(budget.text_page(tool))
+                .with_text_limit(budget.text_page_in(plan))
                 .with_search(budget.search_hint())
                 .with_rerun(rerun)
         });
