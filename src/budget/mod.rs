@@ -299,9 +299,7 @@ impl Budget {
     fn rule_in(&self, plan: &CallPlan) -> Option<&Rule> {
         match plan.governed {
             Governed::Unruled => None,
-            Governed::Capped { rule } | Governed::Paged { rule, .. } => {
-                self.policy.rules.get(rule)
-            }
+            Governed::Capped { rule } | Governed::Paged { rule, .. } => self.policy.rules.get(rule),
         }
     }
 
