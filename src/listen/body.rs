@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 
 /// Why a body could not be read: no room for it, or the body itself.
-pub(super) enum Readable {
+enum Readable {
     Room(Refusal),
     Body(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -19,13 +19,13 @@ impl From<Box<dyn std::error::Error + Send + Sync>> for Readable {
 }
 
 /// Bodies under this size take no room of `--max-body-bytes-in-flight`.
-pub(super) const SMALL_BODY: usize = 64 * 1024;
+const SMALL_BODY: usize = 64 * 1024;
 /// How long a large body waits for room before it is refused.
-pub(super) const BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Room for a body of `bytes` among the bodies in flight: `None` for a small one; an error
 /// (503, Retry-After) when none comes within [`BODY_WAIT`].
-pub(super) async fn body_room(
+async fn body_room(
     listener: &Listener,
     bytes: usize,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refusal> {

@@ -27,23 +27,23 @@ pub(super) struct Listener {
     /// Room for large request bodies, in KiB (`--max-body-bytes-in-flight`).
     pub(super) bodies: Arc<tokio::sync::Semaphore>,
     /// Hosts accepted in the `Host` header (lowercase, without port).
-    pub(super) hosts: HashSet<String>,
+    hosts: HashSet<String>,
     /// Each client's request budget (`--rate-limit`).
-    pub(super) buckets: std::sync::Mutex<std::collections::HashMap<Client, Bucket>>,
+    buckets: std::sync::Mutex<std::collections::HashMap<Client, Bucket>>,
 }
 
 /// A token bucket: `tokens` at `at`, refilled at the rate limit, up to twice it.
-pub(super) struct Bucket {
-    pub(super) tokens: f64,
-    pub(super) at: std::time::Instant,
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
 }
 
 /// At most this many clients' buckets are kept; full ones are dropped first.
-pub(super) const MAX_BUCKETS: usize = 10_000;
+const MAX_BUCKETS: usize = 10_000;
 
 impl Listener {
     /// Takes one request from `client`'s budget; `Err(seconds)` until one is there.
-    pub(super) fn admit(&self, client: &Client) -> Result<(), u64> {
+    fn admit(&self, client: &Client) -> Result<(), u64> {
         let rate = self.sessions.options().rate_limit;
         if rate <= 0.0 {
             return Ok(());
@@ -198,16 +198,16 @@ pub(super) fn check_modern(
 /// The headers a modern request is checked by, found in one pass over the request's.
 #[derive(Default)]
 pub(super) struct ModernHeaders<'a> {
-    pub(super) version: Seen<'a>,
-    pub(super) method: Seen<'a>,
-    pub(super) name: Seen<'a>,
+    version: Seen<'a>,
+    method: Seen<'a>,
+    name: Seen<'a>,
     /// Some `Mcp-Param-*` header is there.
-    pub(super) params: bool,
+    params: bool,
 }
 
 /// A header, as often as it was sent.
 #[derive(Default)]
-pub(super) enum Seen<'a> {
+enum Seen<'a> {
     #[default]
     Not,
     Once(&'a HeaderValue),
@@ -215,7 +215,7 @@ pub(super) enum Seen<'a> {
 }
 
 impl<'a> Seen<'a> {
-    pub(super) fn add(&mut self, value: &'a HeaderValue) {
+    fn add(&mut self, value: &'a HeaderValue) {
         *self = match self {
             Seen::Not => Seen::Once(value),
             _ => Seen::More,
@@ -223,7 +223,7 @@ impl<'a> Seen<'a> {
     }
 
     /// Its text; a header sent twice says two things, so neither is taken.
-    pub(super) fn text(&self) -> Option<&'a str> {
+    fn text(&self) -> Option<&'a str> {
         match self {
             Seen::Not => None,
             Seen::Once(value) => value.to_str().ok(),
@@ -326,7 +326,7 @@ pub(super) fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-pub(super) fn origin_allowed(origin: &str, extra: &[String]) -> bool {
+fn origin_allowed(origin: &str, extra: &[String]) -> bool {
     if extra
         .iter()
         .any(|o| o.trim_end_matches('/') == origin.trim_end_matches('/'))
@@ -389,7 +389,7 @@ pub(super) fn check_access(
     }
 }
 
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -471,7 +471,7 @@ pub(super) fn checked_session(
     find_session(listener, headers, &client)
 }
 
-pub(super) fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> {
+fn check_version(session: &Session, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(version) = header_str(headers, VERSION_HEADER) else {
         return Ok(()); // absent: the spec says assume 2025-03-26
     };

@@ -7,25 +7,25 @@ use crate::queue;
 
 /// The events a session sent, for `Last-Event-ID`: the newest, up to a bound in bytes.
 pub(super) struct Replay {
-    pub(super) events: VecDeque<Logged>,
-    pub(super) bytes: usize,
-    pub(super) max: usize,
+    events: VecDeque<Logged>,
+    bytes: usize,
+    max: usize,
     /// Per stream, the highest event number that can no longer be replayed (dropped from the
     /// log to make room, or larger than the whole log).
-    pub(super) lost: BTreeMap<u64, u64>,
+    lost: BTreeMap<u64, u64>,
     /// Streams up to this number are treated as lost (the `lost` map is bounded too).
-    pub(super) lost_through: u64,
+    lost_through: u64,
 }
 
-pub(super) struct Logged {
-    pub(super) stream: u64,
-    pub(super) seq: u64,
+struct Logged {
+    stream: u64,
+    seq: u64,
     /// The event as it was written (id, data lines): sent again as it is.
-    pub(super) event: bytes::Bytes,
+    event: bytes::Bytes,
 }
 
 /// At most this many streams are remembered as having lost events.
-pub(super) const MAX_LOST_STREAMS: usize = 1024;
+const MAX_LOST_STREAMS: usize = 1024;
 
 impl Replay {
     pub(super) fn new(max: usize) -> Replay {
@@ -63,7 +63,7 @@ impl Replay {
         self.events.push_back(Logged { stream, seq, event });
     }
 
-    pub(super) fn lose(&mut self, stream: u64, seq: u64, keep: &impl Fn(u64) -> bool) {
+    fn lose(&mut self, stream: u64, seq: u64, keep: &impl Fn(u64) -> bool) {
         let lost = self.lost.entry(stream).or_insert(0);
         *lost = (*lost).max(seq);
         if self.lost.len() > MAX_LOST_STREAMS

@@ -31,7 +31,7 @@ use crate::upstream::Stopper;
 use super::replay::{Replay, Replayed};
 
 /// What the backlog of a session with no open stream may hold.
-pub(super) const BACKLOG_BYTES: usize = queue::DEFAULT_QUEUE_BYTES;
+const BACKLOG_BYTES: usize = queue::DEFAULT_QUEUE_BYTES;
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -69,7 +69,7 @@ impl Client {
 }
 
 /// A queue to one client stream (a POST's SSE stream or body, or the GET stream).
-pub(super) type StreamTx = queue::Sender<Outbound>;
+type StreamTx = queue::Sender<Outbound>;
 pub(super) type StreamRx = queue::Receiver<Outbound>;
 
 /// A server message on its way to a client stream, with its envelope (as the relay read it),
@@ -107,13 +107,13 @@ pub(super) fn event_id(stream: u64, seq: u64) -> String {
     format!("{stream}-{seq}")
 }
 
-pub(super) fn parse_event_id(text: &str) -> Option<(u64, u64)> {
+fn parse_event_id(text: &str) -> Option<(u64, u64)> {
     let (stream, seq) = text.trim().split_once('-')?;
     Some((stream.parse().ok()?, seq.parse().ok()?))
 }
 
 /// The protocol version from which clients resume cut POST streams (they get a priming event).
-pub(super) const RESUMABLE_SINCE: &str = "2025-11-25";
+const RESUMABLE_SINCE: &str = "2025-11-25";
 
 /// A POST's stream as it stands: what it still awaits and what is queued for it. It moves
 /// from the handler that writes it to the session (parked) and back (resumed).
@@ -132,12 +132,12 @@ pub(super) struct PostState {
 
 /// A cut POST stream waiting for the client to resume it.
 pub(super) struct Parked {
-    pub(super) state: PostState,
-    pub(super) tx: StreamTx,
+    state: PostState,
+    tx: StreamTx,
     /// When it was parked, in the session's order (the longest parked is given up first).
-    pub(super) order: u64,
+    order: u64,
     /// Cancels it when the resume window has passed.
-    pub(super) expiry: tokio::task::JoinHandle<()>,
+    expiry: tokio::task::JoinHandle<()>,
 }
 
 /// What follows the replayed events of a resumed stream.
@@ -164,7 +164,7 @@ pub(super) enum ResumeError {
 }
 
 /// A new stream's queue.
-pub(super) fn stream_channel() -> (StreamTx, StreamRx) {
+fn stream_channel() -> (StreamTx, StreamRx) {
     queue::channel(queue::DEFAULT_QUEUE_BYTES)
 }
 
@@ -194,16 +194,16 @@ pub(super) struct Routes {
 
 /// At most this many cut streams wait to be resumed in one session; past it, the oldest is
 /// given up at once (its requests cancelled upstream).
-pub(super) const MAX_PARKED: usize = 32;
+const MAX_PARKED: usize = 32;
 /// At most this many expired stream numbers are remembered (for a clear refusal).
-pub(super) const MAX_EXPIRED: usize = 1024;
+const MAX_EXPIRED: usize = 1024;
 
 /// At most this many GET stream numbers are remembered.
-pub(super) const MAX_GETS: usize = 64;
+const MAX_GETS: usize = 64;
 
 impl Routes {
     /// Opens a new GET stream, which replaces the current one.
-    pub(super) fn open_get(&mut self) -> (u64, StreamRx) {
+    fn open_get(&mut self) -> (u64, StreamRx) {
         let (tx, rx) = stream_channel();
         self.next_stream += 1;
         let number = self.next_stream;
@@ -221,7 +221,7 @@ impl Routes {
     }
 
     /// Keeps an event for a resume.
-    pub(super) fn log(&mut self, stream: u64, seq: u64, event: bytes::Bytes) {
+    fn log(&mut self, stream: u64, seq: u64, event: bytes::Bytes) {
         let parked = &self.parked;
         self.replay
             .push(stream, seq, event, |s| parked.contains_key(&s));
@@ -229,7 +229,7 @@ impl Routes {
 
     /// Moves what waited for a stream onto `tx`, as far as it takes it now. (The backlog counts
     /// bytes as the queues do, so a new stream takes all of it.)
-    pub(super) fn drain_backlog_into(&mut self, tx: &StreamTx) {
+    fn drain_backlog_into(&mut self, tx: &StreamTx) {
         while let Some(waiting) = self.backlog.pop_front() {
             let weight = waiting.bytes.len() + queue::OVERHEAD;
             match tx.try_send(waiting) {
@@ -272,10 +272,10 @@ pub(super) struct Session {
 /// A modern request's id held for its POST until the request is accepted (then its stream
 /// guard answers for it); dropped before that, it lets the id go.
 pub(super) struct Claim {
-    pub(super) session: Arc<Session>,
-    pub(super) number: u64,
-    pub(super) post: Option<PostStream>,
-    pub(super) settled: bool,
+    session: Arc<Session>,
+    number: u64,
+    post: Option<PostStream>,
+    settled: bool,
 }
 
 impl Claim {
@@ -553,7 +553,7 @@ impl Session {
         }
     }
 
-    pub(super) fn expire_parked(&self, number: u64) {
+    fn expire_parked(&self, number: u64) {
         let parked = {
             let mut routes = lock(&self.routes);
             let parked = routes.parked.remove(&number);
@@ -804,7 +804,7 @@ impl Session {
         routes.backlog.push_back(message);
     }
 
-    pub(super) fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {
+    fn note_initialize_response(&self, bytes: &[u8], kind: Option<&Kind>) {
         if let Some(Kind::Response { id: Some(id), .. }) = kind
             && lock(&self.initialize_key).as_deref() == Some(id.key())
             && let Some(version) = message::protocol_version(bytes)
@@ -841,7 +841,7 @@ impl Session {
 
 /// The one stream a server message is meant for, if any: an answer's request stream, the
 /// stream of the request whose progress it reports, or of the request it relates to.
-pub(super) fn directed(
+fn directed(
     routes: &mut Routes,
     bytes: &[u8],
     kind: Option<&Kind>,
@@ -893,7 +893,7 @@ pub(super) fn directed(
 
 /// Where a message for no stream in particular goes: the GET stream, else the newest POST
 /// stream.
-pub(super) fn fallback(routes: &Routes) -> Option<StreamTx> {
+fn fallback(routes: &Routes) -> Option<StreamTx> {
     routes.get.clone().filter(|tx| !tx.is_closed()).or_else(|| {
         routes
             .streams

@@ -37,9 +37,9 @@ pub(super) enum OpenError {
 
 /// A session slot taken while its upstream starts; given back when dropped (the session is in
 /// the map by then, or the open failed).
-pub(super) struct Opening<'a> {
-    pub(super) sessions: &'a Sessions,
-    pub(super) client: Client,
+struct Opening<'a> {
+    sessions: &'a Sessions,
+    client: Client,
 }
 
 impl Drop for Opening<'_> {
@@ -56,27 +56,27 @@ impl Drop for Opening<'_> {
 
 /// Every session of a listener, and every task they run.
 pub(super) struct Sessions {
-    pub(super) options: ListenOptions,
-    pub(super) spec: UpstreamSpec,
+    options: ListenOptions,
+    spec: UpstreamSpec,
     /// The server's origin (the era bridge's verdicts are kept by it), made once.
-    pub(super) origin: Option<String>,
+    origin: Option<String>,
     /// Its verdict, as last read.
-    pub(super) verdict: crate::bridge::VerdictCopy,
-    pub(super) budget: Arc<crate::reload::Shared>,
-    pub(super) map: Mutex<HashMap<String, Arc<Session>>>,
+    verdict: crate::bridge::VerdictCopy,
+    budget: Arc<crate::reload::Shared>,
+    map: Mutex<HashMap<String, Arc<Session>>>,
     /// Sessions being opened (their upstream starting), by client: they count against the
     /// limits as if open, so that concurrent opens cannot pass them. Locked after `map`.
-    pub(super) opening: Mutex<HashMap<Client, usize>>,
-    pub(super) tasks: Mutex<JoinSet<()>>,
+    opening: Mutex<HashMap<Client, usize>>,
+    tasks: Mutex<JoinSet<()>>,
     /// Set when the listener shuts down: no session opens after it.
-    pub(super) closing: AtomicBool,
+    closing: AtomicBool,
     /// Each principal's stateless sessions (modern requests), by the capabilities a legacy
     /// server may use that its requests declare (see [`crate::bridge::capability_profile`]; ""
     /// when none is needed). Weak: an ended session's entry is dropped when the
     /// next one opens.
-    pub(super) stateless: Mutex<HashMap<Client, HashMap<String, Weak<Session>>>>,
+    stateless: Mutex<HashMap<Client, HashMap<String, Weak<Session>>>>,
     /// One stateless session opens at a time (two first requests of one principal share it).
-    pub(super) stateless_open: tokio::sync::Mutex<()>,
+    stateless_open: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
@@ -169,7 +169,7 @@ impl Sessions {
         lock(&self.map).get(id).cloned()
     }
 
-    pub(super) fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         let mut tasks = lock(&self.tasks);
         // Collect what has finished, so the set holds only live tasks.
         while tasks.try_join_next().is_some() {}
@@ -320,11 +320,7 @@ impl Sessions {
 }
 
 /// Reads the upstream's messages into the session until it ends.
-pub(super) async fn pump(
-    sessions: Weak<Sessions>,
-    session: Arc<Session>,
-    events: queue::Receiver<Event>,
-) {
+async fn pump(sessions: Weak<Sessions>, session: Arc<Session>, events: queue::Receiver<Event>) {
     let to_server = session.to_server.downgrade();
     let ended =
         crate::session::server_to_client(events, &session.relay, &session, &to_server).await;
@@ -339,7 +335,7 @@ pub(super) async fn pump(
 }
 
 /// Answers a session's timed-out requests and cancels them upstream, until it ends.
-pub(super) async fn sweep_timeouts(session: Arc<Session>) {
+async fn sweep_timeouts(session: Arc<Session>) {
     tokio::select! {
         () = crate::session::sweep_timeouts(&session.relay, &session.to_server, &session) => {}
         () = session.until_ended() => {}

@@ -182,15 +182,11 @@ pub(super) fn priming(number: u64, retry: std::time::Duration) -> Bytes {
 }
 
 /// An idle event stream sends a comment this often, so that nothing between drops it.
-pub(super) const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// One SSE event: its id, its `retry`, and its data (`data:` lines, one per line of `bytes`;
 /// empty data is one empty `data:` line, so the event is still dispatched).
-pub(super) fn sse_event(
-    id: Option<&str>,
-    retry: Option<std::time::Duration>,
-    bytes: &[u8],
-) -> Bytes {
+fn sse_event(id: Option<&str>, retry: Option<std::time::Duration>, bytes: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(bytes.len() + 48);
     if let Some(id) = id {
         out.extend_from_slice(b"id: ");
@@ -279,10 +275,7 @@ impl Writer {
 }
 
 /// The next live event of `source`.
-pub(super) async fn live(
-    source: &mut Source,
-    deadline: Option<tokio::time::Instant>,
-) -> Option<Bytes> {
+async fn live(source: &mut Source, deadline: Option<tokio::time::Instant>) -> Option<Bytes> {
     match source {
         Source::Post(guard, stop) => {
             let until_deadline = async {
@@ -324,7 +317,7 @@ pub(super) fn restore_id(mut answer: Vec<u8>, fresh: &Id, client: &Id) -> Result
 }
 
 /// Where `fresh` is in `answer` as its envelope's id.
-pub(super) fn id_at(answer: &[u8], fresh: &Id) -> Option<usize> {
+fn id_at(answer: &[u8], fresh: &Id) -> Option<usize> {
     // The id comes first, or near it (`{"jsonrpc":"2.0","id":…`): looked for there by hand
     // (a searcher costs more to build than this short look), then anywhere.
     let needle = fresh.raw().as_bytes();
