@@ -3,7 +3,7 @@
 use super::*;
 
 /// The longest tool name a call may give (MCP's own limit for names is 128 characters).
-pub(super) const MAX_TOOL_NAME: usize = 1024;
+const MAX_TOOL_NAME: usize = 1024;
 impl Interceptor {
     /// A client's `tools/call` request; `modern`: its `_meta` (2026-07-28), when it has one:
     /// it is budgeted for the client that names itself there, and every result the proxy
@@ -69,7 +69,7 @@ impl Interceptor {
 
     /// [`Self::call_request`], with where the call's parts are when the envelope reader found
     /// them (then the call is not read again).
-    pub(super) fn call_request_at(
+    fn call_request_at(
         &self,
         id: &Id,
         message: &[u8],
@@ -237,7 +237,7 @@ impl Interceptor {
 
     /// A call to an automatically paged tool that carries `after`: the next page, from the
     /// cache, or from calling the tool again when that is safe, or a clear error.
-    pub(super) fn auto_continue(
+    fn auto_continue(
         &self,
         id: &Id,
         plan: CallPlan,
@@ -431,12 +431,7 @@ impl Interceptor {
 
     /// A call to the search tool: its arguments are read here, the search runs on the
     /// heavy-work pool.
-    pub(super) fn search_call(
-        &self,
-        id: &Id,
-        arguments: Option<&str>,
-        budget: Arc<Budget>,
-    ) -> CallDecision {
+    fn search_call(&self, id: &Id, arguments: Option<&str>, budget: Arc<Budget>) -> CallDecision {
         let arguments = match arguments.map(serde_json::from_str::<Map<String, Value>>) {
             None => Map::new(),
             Some(Ok(arguments)) => arguments,
@@ -544,12 +539,7 @@ impl Interceptor {
     }
 
     /// `raw`: the result, a part of `message`.
-    pub(super) fn call_response(
-        &self,
-        context: CallContext,
-        message: &Bytes,
-        raw: &str,
-    ) -> Option<Vec<u8>> {
+    fn call_response(&self, context: CallContext, message: &Bytes, raw: &str) -> Option<Vec<u8>> {
         let budget = context.budget.clone();
         let size = raw.len();
         if let Some(auto) = context.auto {

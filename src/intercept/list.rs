@@ -29,11 +29,7 @@ impl Interceptor {
 
     /// The rewritten result of a `tools/list` response (and where the server's is in
     /// `message`), or `None` when the budget leaves it as it is.
-    pub(super) fn list_result<'m>(
-        &self,
-        message: &'m [u8],
-        budget: &Budget,
-    ) -> Option<(&'m str, String)> {
+    fn list_result<'m>(&self, message: &'m [u8], budget: &Budget) -> Option<(&'m str, String)> {
         let policy = budget.policy();
         if policy.rules.is_empty() && !policy.auto && !policy.hides_any() {
             return None;
@@ -95,7 +91,7 @@ impl Interceptor {
         Some((raw.get(), text?))
     }
 
-    pub(super) fn remember_tools(&self, result: &Value) {
+    fn remember_tools(&self, result: &Value) {
         let Some(tools) = result.get("tools").and_then(Value::as_array) else {
             return;
         };

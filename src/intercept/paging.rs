@@ -3,7 +3,7 @@
 use super::*;
 
 /// How many pages read from the shared cache wait for their call at most.
-pub(super) const MAX_FETCHED: usize = 16;
+const MAX_FETCHED: usize = 16;
 impl Interceptor {
     /// The shared cache's key of the page a call continues, when this replica's memory does
     /// not hold its chain (so the relay reads it before the call reaches
@@ -49,19 +49,14 @@ impl Interceptor {
         Some(self.remote_key(&budget, &digest, at))
     }
 
-    pub(super) fn rule_key(
-        &self,
-        budget: &Budget,
-        digest: &SelectionDigest,
-        plan: &CallPlan,
-    ) -> String {
+    fn rule_key(&self, budget: &Budget, digest: &SelectionDigest, plan: &CallPlan) -> String {
         let shape = format!("r{}", budget.page_shape(plan));
         crate::remote::page_key(budget.key(), &self.principal, digest, &shape)
     }
 
     /// Every page of a rule chain after `first`, rendered now and sealed for the shared
     /// cache, each under the plan that asks for it.
-    pub(super) fn remote_rule_chain(
+    fn remote_rule_chain(
         &self,
         budget: &Budget,
         plan: &CallPlan,
@@ -95,7 +90,7 @@ impl Interceptor {
     }
 
     /// `pages` (key, result), sealed for the shared cache with the page fit of `tool`.
-    pub(super) fn sealed_chain(
+    fn sealed_chain(
         &self,
         budget: &Budget,
         tool: &str,
@@ -195,7 +190,7 @@ impl Interceptor {
     /// Every page of a chain after its first, cut now and sealed for the shared cache (so a
     /// later page costs its own bytes on any replica). `None` when the chain is larger than
     /// the memory cache's limit, or no randomness is to be had for its nonces.
-    pub(super) fn remote_chain(
+    fn remote_chain(
         &self,
         budget: &Budget,
         prepared: &auto::Prepared,
@@ -454,7 +449,7 @@ impl Interceptor {
     /// An automatically paged result: `None` when it fits unchanged, else its page (or the
     /// refusal of what cannot be paged). `owned`: the same result, to keep for the chain
     /// (made only when the result is paged).
-    pub(super) fn auto_result(
+    fn auto_result(
         &self,
         budget: &Budget,
         plan: &CallPlan,

@@ -151,9 +151,9 @@ pub(super) struct IdOf<'a> {
 }
 
 #[derive(Deserialize)]
-pub(super) struct CallParts<'a> {
+struct CallParts<'a> {
     #[serde(borrow)]
-    pub(super) params: Option<ParamsParts<'a>>,
+    params: Option<ParamsParts<'a>>,
 }
 
 #[derive(Deserialize)]

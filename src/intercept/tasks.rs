@@ -3,37 +3,37 @@
 use super::*;
 
 /// How many tasks a session remembers (the oldest are forgotten first).
-pub(super) const MAX_TASKS: usize = 256;
+const MAX_TASKS: usize = 256;
 /// How many bytes of calls the remembered tasks may hold in all.
-pub(super) const MAX_TASK_BYTES: usize = 4 << 20;
+const MAX_TASK_BYTES: usize = 4 << 20;
 /// How long a task is remembered when the server gave it no time to live.
-pub(super) const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
+const DEFAULT_TASK_TTL: Duration = Duration::from_secs(3600);
 /// The longest a task is remembered, whatever its time to live.
-pub(super) const MAX_TASK_TTL: Duration = Duration::from_secs(24 * 3600);
+const MAX_TASK_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The calls of a session that became tasks.
 #[derive(Debug, Default)]
 pub(super) struct TaskTable {
-    pub(super) calls: HashMap<String, TaskCall>,
+    calls: HashMap<String, TaskCall>,
     /// Task ids, oldest first.
-    pub(super) order: std::collections::VecDeque<String>,
-    pub(super) bytes: usize,
+    order: std::collections::VecDeque<String>,
+    bytes: usize,
     /// The session was told (once, in the log) that it forgets tasks.
-    pub(super) warned: bool,
+    warned: bool,
 }
 
 #[derive(Debug)]
-pub(super) struct TaskCall {
+struct TaskCall {
     /// The call that made the task (`None`: a modern task known only by its token, which did
     /// not carry its call).
-    pub(super) origin: Option<Unsettled>,
+    origin: Option<Unsettled>,
     /// What the modern client is shown for the task id (a [`crate::task_token`]).
-    pub(super) token: Option<String>,
-    pub(super) expires: Instant,
+    token: Option<String>,
+    expires: Instant,
 }
 
 impl TaskCall {
-    pub(super) fn bytes(&self, task: &str) -> usize {
+    fn bytes(&self, task: &str) -> usize {
         self.origin.as_ref().map_or(0, |o| o.request.len())
             + self.token.as_ref().map_or(0, String::len)
             + task.len()
@@ -80,24 +80,24 @@ impl TaskTable {
         }
     }
 
-    pub(super) fn forget(&mut self, task: &str) {
+    fn forget(&mut self, task: &str) {
         if let Some(call) = self.calls.remove(task) {
             self.bytes = self.bytes.saturating_sub(call.bytes(task));
             self.order.retain(|id| id != task);
         }
     }
 
-    pub(super) fn live(&self, task: &str) -> Option<&TaskCall> {
+    fn live(&self, task: &str) -> Option<&TaskCall> {
         self.calls
             .get(task)
             .filter(|call| call.expires > Instant::now())
     }
 
-    pub(super) fn get(&self, task: &str) -> Option<Unsettled> {
+    fn get(&self, task: &str) -> Option<Unsettled> {
         self.live(task).and_then(|call| call.origin.clone())
     }
 
-    pub(super) fn token(&self, task: &str) -> Option<String> {
+    fn token(&self, task: &str) -> Option<String> {
         self.live(task).and_then(|call| call.token.clone())
     }
 }
@@ -178,7 +178,7 @@ impl Interceptor {
 
     /// A task this session learns of by the token a client presented: its call (when the token
     /// carries one) budgets the task's result here too.
-    pub(super) fn learn_task(&self, task: &str, shown: &str, call: Option<task_token::Call>) {
+    fn learn_task(&self, task: &str, shown: &str, call: Option<task_token::Call>) {
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         // Known already, and the token teaches nothing more (every poll presents it).
         if tasks
@@ -198,7 +198,7 @@ impl Interceptor {
 
     /// What a modern client is shown for the server's task `task`: the token it was shown
     /// already, else one naming the task only.
-    pub(super) fn shown_task(&self, task: &str) -> String {
+    fn shown_task(&self, task: &str) -> String {
         let known = self
             .tasks
             .lock()
@@ -260,7 +260,7 @@ impl Interceptor {
     /// `message` with every `taskId` of `object` (a part of it) named as its modern client
     /// knows the task: `known` (the server's id and the token the client used), else the
     /// token it was shown, else one naming the task only. `None`: it names no task.
-    pub(super) fn name_tasks(
+    fn name_tasks(
         &self,
         message: &[u8],
         object: &str,
@@ -281,7 +281,7 @@ impl Interceptor {
     }
 
     /// `last` (a task's final result, a part of `message`), budgeted as its call's answer.
-    pub(super) fn budget_task_result(
+    fn budget_task_result(
         &self,
         task: Option<&str>,
         message: &Bytes,
@@ -325,7 +325,7 @@ impl Interceptor {
     /// The final result of a task this session does not remember (it started elsewhere, or
     /// too many tasks came after it): it passes when it fits, else it is refused with a way
     /// out, never passed over the budget.
-    pub(super) fn unknown_task_result(
+    fn unknown_task_result(
         &self,
         task: Option<&str>,
         message: &[u8],
