@@ -14,17 +14,23 @@
 //! Run with `cargo bench --bench memory`. The server is this binary in server mode.
 //! `MCP_BUDGET_BIN` measures another build of the proxy.
 
+#[path = "support/text.rs"]
+mod text;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use text::Peer;
 
 const SERVE_ENV: &str = "MCP_BUDGET_MEMORY_SERVE";
 const BOUND_MIB: u64 = 256;
 const MB: usize = 1_000_000;
+/// The first id of a flood's calls (the initialize has taken 1).
+const FIRST_ID: usize = 100;
 
 fn main() {
     if std::env::var_os(SERVE_ENV).is_some() {
@@ -132,9 +138,11 @@ impl Flood {
     fn stdio_results(&self, tool: &str, calls: usize, bytes: usize) -> Outcome {
         let mut command = self.command();
         command.arg("--").arg(&self.me).env(SERVE_ENV, "1");
-        let mut peer = Peer::start(command);
+        let mut peer = Peer::spawn(command, "memory-bench");
         let idle = status(peer.pid(), "VmRSS");
-        for id in 1..=calls {
+        // Ids the initialize did not use: a reused id goes upstream under a fresh one, and its
+        // answer is copied to be given the client's id back (one more copy of each result).
+        for id in FIRST_ID..FIRST_ID + calls {
             peer.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                 "params": {"name": tool, "arguments": {"bytes": bytes}}}));
         }
@@ -216,10 +224,12 @@ impl Flood {
     fn search(&self, path: &str, n: usize, bound: &str) -> Outcome {
         let mut command = self.command();
         command.arg("--").arg(&self.me).env(SERVE_ENV, "1");
-        let mut peer = Peer::start(command);
+        let mut peer = Peer::spawn(command, "memory-bench");
         let idle = status(peer.pid(), "VmRSS");
-        peer.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "items", "arguments": {"items": n}}}));
+        peer.send(
+            &json!({"jsonrpc": "2.0", "id": FIRST_ID, "method": "tools/call",
+            "params": {"name": "items", "arguments": {"items": n}}}),
+        );
         let page: Value = serde_json::from_str(&peer.line()).expect("a JSON answer");
         // The notice names the next page's cursor: `after:"…"`.
         let cursor = page["result"]["content"]
@@ -230,7 +240,7 @@ impl Flood {
             .find_map(|text| text.split_once("after:\"")?.1.split('"').next())
             .expect("a paged result names its next page's cursor")
             .to_string();
-        peer.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        peer.send(&json!({"jsonrpc": "2.0", "id": FIRST_ID + 1, "method": "tools/call",
             "params": {"name": "mcp_budget_search", "arguments": {"cursor": cursor, "path": path}}}));
         let answer: Value = serde_json::from_str(&peer.line()).expect("a JSON answer");
         let said = answer["result"]["content"][0]["text"]
@@ -242,65 +252,6 @@ impl Flood {
             idle_kib: idle,
             peak_kib: status(peer.pid(), "VmHWM"),
         }
-    }
-}
-
-/// The proxy over stdio, initialized.
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Peer {
-    fn start(mut command: Command) -> Peer {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the proxy");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut peer = Peer {
-            child,
-            stdin,
-            stdout,
-        };
-        peer.send(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "memory-bench", "version": "1"}}}),
-        );
-        peer.line();
-        peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        peer
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn send(&mut self, message: &Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .expect("write to the proxy");
-        self.stdin.flush().expect("flush");
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        let read = self.stdout.read_line(&mut line).expect("read the proxy");
-        assert!(read > 0, "the proxy closed its output");
-        line
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

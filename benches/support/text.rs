@@ -70,8 +70,15 @@ impl Peer {
     /// Started by a client that calls itself `client` in `initialize`; the server (if `command`
     /// starts one) answers `bytes` of text.
     pub fn start(mut command: Command, client: &str, bytes: usize) -> Peer {
+        command.env(TEXT_ENV, bytes.to_string());
+        let mut peer = Peer::spawn(command, client);
+        peer.request("tools/list", json!({}));
+        peer
+    }
+
+    /// `command` started and initialized by a client that calls itself `client`.
+    pub fn spawn(mut command: Command, client: &str) -> Peer {
         let mut child = command
-            .env(TEXT_ENV, bytes.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -86,13 +93,27 @@ impl Peer {
             next_id: 0,
         };
         peer.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}));
-        writeln!(
-            peer.stdin,
-            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-        )
-        .expect("write");
-        peer.request("tools/list", json!({}));
+        peer.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         peer
+    }
+
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// One message, written as it is (for requests whose answers are read later).
+    pub fn send(&mut self, message: &Value) {
+        writeln!(self.stdin, "{message}").expect("write");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// The next line the process writes.
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        let read = self.stdout.read_line(&mut line).expect("read");
+        assert!(read > 0, "the process closed its output");
+        line
     }
 
     /// One request, and its `result` (panics on an error: a bench measures working paths).
@@ -100,10 +121,8 @@ impl Peer {
         self.next_id += 1;
         let request =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
-        writeln!(self.stdin, "{request}").expect("write");
-        self.stdin.flush().expect("flush");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read");
+        self.send(&request);
+        let line = self.line();
         let mut message: Value = serde_json::from_str(&line).expect("JSON");
         assert!(
             message.get("error").is_none(),
