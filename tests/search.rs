@@ -74,10 +74,13 @@ impl Client {
     }
 }
 
+/// A file of its own for `name` (tests run at once: each call gets another file).
 fn temp(name: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("mcp-budget-search-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    dir.join(format!("{n}-{name}"))
 }
 
 /// The continuation of a page (a first page here always has one).
