@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use mcp_budget::budget::Budget;
 use mcp_budget::budget::cursor::CursorKey;
-use mcp_budget::framing::Frame;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::policy::Policy;
 use mcp_budget::relay::Relay;
+use mcp_budget::wire::framing::Frame;
 use serde_json::{Value, json};
 
 const STREAMS: usize = 1_000;
@@ -99,7 +99,7 @@ fn main() {
             let request = request.to_string().into_bytes();
             let request_whole = Frame::Line(request.clone());
             let request = Frame::Line(request);
-            let reply = mcp_budget::message::with_id(&response, &next_id.to_string())
+            let reply = mcp_budget::wire::message::with_id(&response, &next_id.to_string())
                 .expect("the reply has an id");
             let reply_whole = reply.clone();
             let start = Instant::now();
@@ -167,7 +167,8 @@ fn later_pages(response: &[u8], relay: &Relay, mut next_id: u64) {
         next_id += 1;
         let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
             "params": {"name": "fleet_show", "arguments": {"horizon": "all"}}});
-        let reply = mcp_budget::message::with_id(response, &next_id.to_string()).expect("an id");
+        let reply =
+            mcp_budget::wire::message::with_id(response, &next_id.to_string()).expect("an id");
         let start = Instant::now();
         relay.from_client(Frame::Line(request.to_string().into_bytes()));
         let page = relay.from_server(Frame::Line(reply)).expect("a reply");
@@ -212,7 +213,7 @@ fn text_only(record: &Value, relay: &Relay, whole: &Relay, mut next_id: u64) -> 
             next_id += 1;
             let request = json!({"jsonrpc": "2.0", "id": next_id, "method": "tools/call",
                 "params": {"name": "fleet_show", "arguments": {}}});
-            let reply = mcp_budget::message::with_id(&response, &next_id.to_string())
+            let reply = mcp_budget::wire::message::with_id(&response, &next_id.to_string())
                 .expect("the reply has an id");
             let start = Instant::now();
             relay.from_client(Frame::Line(request.to_string().into_bytes()));

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use mcp_budget::budget::Budget;
 use mcp_budget::budget::cursor::CursorKey;
-use mcp_budget::framing::Frame;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::policy::Policy;
 use mcp_budget::relay::Relay;
+use mcp_budget::wire::framing::Frame;
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 15;

@@ -130,7 +130,7 @@ pub struct RunArgs {
     pub cache_required: bool,
 
     /// Refuse messages larger than this many bytes with a clear error (default 64 MiB).
-    #[arg(long, value_name = "BYTES", default_value_t = crate::framing::DEFAULT_MAX_MESSAGE_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::wire::framing::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
 
     /// How long the server may take to exit once its stdin is closed, before it is terminated.
@@ -157,16 +157,16 @@ pub struct RunArgs {
     /// client does, or a refused `initialize`), `modern` (2026-07-28) or `legacy` (2025-11-25
     /// and earlier) take it as given. When a client speaks the other era, mcp-budget bridges
     /// the two (see the README, "Which client works with which server").
-    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::bridge::EraChoice))]
-    pub server_era: crate::bridge::EraChoice,
+    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::era::bridge::EraChoice))]
+    pub server_era: crate::era::bridge::EraChoice,
 
     /// The clients' protocol era: `auto` serves both, each request in its own era (a request
     /// with the 2026-07-28 `_meta` statelessly, an `initialize` as a session); `modern` refuses
     /// `initialize` (-32022, naming 2026-07-28); `legacy` answers 2026-07-28 requests as a
     /// legacy server does (`server/discover` unknown, other requests told to send
     /// `initialize`), so that a dual-era client falls back to a session.
-    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::bridge::EraChoice))]
-    pub client_era: crate::bridge::EraChoice,
+    #[arg(long, value_name = "ERA", default_value = "auto", value_parser = clap::value_parser!(crate::era::bridge::EraChoice))]
+    pub client_era: crate::era::bridge::EraChoice,
 
     /// A legacy server's request for input (elicitation, sampling, roots) reaches a modern
     /// client as an `input_required` result; the call waits upstream this many seconds for
@@ -245,7 +245,7 @@ pub struct RunArgs {
     /// Server messages of 4 MiB or more read and budgeted at once, by every session together;
     /// another waits, mid-read, until one is budgeted (its server waits on its pipe). Smaller
     /// messages never wait.
-    #[arg(long, value_name = "N", default_value_t = crate::framing::DEFAULT_LARGE_LINES)]
+    #[arg(long, value_name = "N", default_value_t = crate::wire::framing::DEFAULT_LARGE_LINES)]
     pub max_large_results: usize,
 
     /// With --listen: request bodies of every client together may hold at most this many bytes

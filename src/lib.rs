@@ -2,74 +2,39 @@
 //!
 //! # Layout
 //!
-//! - [`framing`]: bytes ⇄ newline-delimited frames, with a size limit that never buffers an
-//!   oversized message (it reads just its `id` to answer it); a server's large messages (4 MiB
-//!   and more) are read and budgeted a few at a time, process-wide.
-//! - [`message`]: the JSON-RPC envelope (`id`, `method`, request/notification/response, and a
-//!   modern request's `_meta`), read once; a key the proxy decides on named twice, an id that is
-//!   no id, nesting past 128 make a message malformed; ids compare as values. Read
-//!   without copying or re-serializing the message; in-place edits of an id.
-//! - [`jsonrpc`]: every message the proxy writes itself, from typed builders.
-//! - [`era`]: the 2026-07-28 era where results are read and written: `resultType`, only
-//!   complete results budgeted, `cacheScope` on lists fitted to one client.
-//! - [`bridge`]: the era bridge: a client of one era in front of a server of the other (the
-//!   server's era learned and kept per origin; `initialize` ⇄ `server/discover`, results made
-//!   modern or legacy, MRTR ⇄ server requests); its state per session lives in [`relay`].
-//! - [`subscriptions`]: `subscriptions/listen` served for modern clients in front of a legacy
-//!   server (the filter granted by its capabilities, URIs subscribed upstream once, each
-//!   notification tagged for every listen that asked for it).
-//! - [`queue`]: the queues between tasks, bounded in bytes (backpressure, not memory).
-//! - [`relay`]: the transport-free core of one session: routes each frame, remembers requests in
-//!   flight (ids that cannot cross), and answers them with errors when the server goes away.
-//! - [`intercept`]: the two interception points, `tools/list` responses and `tools/call` calls,
-//!   where the budget is applied to the bytes of one message.
-//! - [`session`]: the session driver every transport runs: server messages through the relay to
-//!   a [`session::ClientSide`], timeouts, restarts.
-//! - [`policy`]: the TOML policy, read strictly and resolved into rules.
-//! - [`budget`]: the budget itself — argument checks, cursors, the pure pipeline stages
-//!   (horizon, filter, page, project, render, cap), [`budget::reduce`] (a large list narrowed
-//!   where it lies in the server's text, so the stages run on the page alone) and the
-//!   descriptor rewrite.
-//! - [`canonical`]: canonical JSON and its digest (cursor selections, replay matching).
-//! - [`upstream`]: the server side behind one interface: [`upstream::child`], a child process
-//!   in its own process group, [`upstream::supervise`] (restart on failure),
-//!   [`upstream::http`], a Streamable HTTP endpoint read under limits ([`upstream::body`]), and
-//!   [`upstream::replay`], a recording.
-//! - [`stdio`]: a client on stdin/stdout: reads its frames, writes its lines, runs the driver.
-//! - [`listen`]: clients over Streamable HTTP: a session manager (one relay and one upstream
-//!   per session, and one stateless session per principal for 2026-07-28 requests; limits,
-//!   idle expiry, resumable streams: event ids, a bounded replay log, parked streams) and the
-//!   handlers with the security checks (and a modern request's header checks); the Host guard
-//!   ([`listen::guard`]) and the standalone `/metrics` endpoint ([`listen::metrics`]).
-//! - [`heavy`]: a pool for the budget's heavy work (large results) off the I/O threads.
-//! - [`recording`]: the JSONL recording, written without blocking the relay and read back.
-//! - [`regular`]: policies and recordings are read only from regular files, within bounds.
-//! - [`replay`]: a recording answering requests like the server did.
-//! - [`search`]: `mcp_budget_search`, the proxy's own tool that searches a cached paged result.
-//! - [`task_token`]: what a 2026-07-28 client is shown for a task id: the server's id and the
-//!   call that made the task, sealed under the cursor key and bound to the principal.
-//! - [`report`]: what a policy would do to the `tools/call` results of a recording.
-//! - [`suggest`]: a starting policy proposed from a recording.
-//! - [`explain`]: `check` and `explain`: what a policy is, and what it does to a descriptor.
-//! - [`client`]: client profiles: the budget each MCP client shows its model in full, from
-//!   `clientInfo.name` (cited), overridable in the policy; [`tokens`]: token and line budgets
-//!   (o200k, counted only near the edge).
-//! - [`builtin`]: the shipped policies, compiled in and picked by the server's `serverInfo.name`.
-//! - [`budget::cache`]: the per-session result cache of automatically paged results, bounded in
-//!   bytes and shared fairly among sessions.
-//! - [`reload`]: the budget every session reads, replaced on SIGHUP or `--watch`.
-//! - [`metrics`]: the Prometheus metrics registry (`--metrics`); [`traces`]: a span per request
-//!   over OTLP.
-//! - [`wrap`]: `wrap`/`unwrap`, the proxy put in front of every server of a client's
-//!   configuration file and taken out again: one file per syntax (JSON/JSONC on a concrete
-//!   syntax tree, TOML with toml_edit), the clients' formats cited, the undo marker.
-//! - [`cli`]: the command line.
+//! Folders, from the wire up (each file's own doc says more; `tests/layers.rs` keeps the floors):
+//!
+//! - [`wire`]: JSON-RPC on the wire: [`wire::framing`] (bytes ⇄ newline-delimited frames under a
+//!   size limit), [`wire::message`] (the envelope read once, ids compared as values, in-place id
+//!   edits), [`wire::jsonrpc`] (every message the proxy writes itself), [`wire::canonical`].
+//! - [`protocol`]: what the proxy knows of MCP: the revisions it serves and, per method, its era,
+//!   input, cacheability, capability and name member.
+//! - [`era`]: the 2026-07-28 era at its edge: results and headers ([`era`]), the era bridge
+//!   ([`era::bridge`]), `subscriptions/listen` in front of a legacy server
+//!   ([`era::subscriptions`]), sealed task ids ([`era::task_token`]).
+//! - [`policy`], [`builtin`], [`client`], [`tokens`]: the TOML policy, the shipped policies, the
+//!   client profiles, token and line budgets.
+//! - [`budget`]: the budget itself: argument checks, cursors, the pipeline stages, automatic
+//!   paging, the result cache ([`budget::cache`]) and the descriptor rewrite.
+//! - [`intercept`]: `tools/list` and `tools/call` (list, call, paging, tasks), where the budget is
+//!   applied to one message; [`search`]: the proxy's own search tool.
+//! - [`relay`]: the transport-free core of one session: ids in flight, batches, ends, and the era
+//!   hooks (bridge, MRTR rounds, listens) in files of their own.
+//! - [`session`], [`remote`]: the session driver every transport runs.
+//! - [`upstream`]: the server side (child process, supervision, Streamable HTTP, a recording).
+//! - [`stdio`], [`listen`]: the client side, on stdin/stdout and over Streamable HTTP (sessions,
+//!   checks, streams, the Host guard and `/metrics`).
+//! - [`recording`], [`replay`]: the JSONL recording, and a recording answering like the server.
+//! - [`commands`]: `report`, `suggest`, `check` and `explain`; [`wrap`]: `wrap`/`unwrap` of a
+//!   client's configuration file; [`cli`]: the command line.
+//! - Services: [`heavy`] (the heavy-work pool), [`queue`] (queues bounded in bytes), [`reload`],
+//!   [`metrics`], [`traces`], [`keyfile`], [`regular`], [`quiet`].
 //!
 //! # One message through the proxy
 //!
 //! A client writes `{"jsonrpc":"2.0","id":4,"method":"tools/call",...}` and a newline.
-//! [`stdio`]'s client task reads it with a [`framing::FrameReader`] and hands the frame to
-//! [`relay::Relay::from_client`], which reads its envelope with [`message::parse`], gives a
+//! [`stdio`]'s client task reads it with a [`wire::framing::FrameReader`] and hands the frame to
+//! [`relay::Relay::from_client`], which reads its envelope with [`wire::message::parse`], gives a
 //! `tools/call` to [`intercept::Interceptor::tools_call_request`], records id 4 as in flight and
 //! returns the bytes to send upstream — the very bytes that arrived unless the hook rewrote them —
 //! as an [`upstream::Outgoing`], with the request ids and methods read on the way, so that no
@@ -96,21 +61,16 @@ macro_rules! holds {
 }
 pub(crate) use holds;
 
-pub mod bridge;
 pub mod budget;
 pub mod builtin;
-pub mod canonical;
 pub mod cli;
 pub mod client;
+pub mod commands;
 pub mod era;
-pub mod explain;
-pub mod framing;
 pub mod heavy;
 pub mod intercept;
-pub mod jsonrpc;
 pub mod keyfile;
 pub mod listen;
-pub mod message;
 pub mod metrics;
 pub mod policy;
 pub mod protocol;
@@ -122,14 +82,11 @@ pub mod relay;
 pub mod reload;
 pub mod remote;
 pub mod replay;
-pub mod report;
 pub mod search;
 pub mod session;
 pub mod stdio;
-pub mod subscriptions;
-pub mod suggest;
-pub mod task_token;
 pub mod tokens;
 pub mod traces;
 pub mod upstream;
+pub mod wire;
 pub mod wrap;

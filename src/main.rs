@@ -11,14 +11,14 @@ use mcp_budget::budget::cursor::CursorKey;
 use std::path::PathBuf;
 
 use mcp_budget::cli::{Cli, Command, Restart, RunArgs};
-use mcp_budget::explain;
+use mcp_budget::commands::explain;
+use mcp_budget::commands::report;
 use mcp_budget::intercept::Interceptor;
 use mcp_budget::listen;
 use mcp_budget::policy::Policy;
 use mcp_budget::recording::Recorder;
 use mcp_budget::recording::Recording;
 use mcp_budget::replay::Replayer;
-use mcp_budget::report;
 use mcp_budget::stdio::{self, Outcome};
 use mcp_budget::upstream::{Upstream, UpstreamSpec, http};
 
@@ -288,7 +288,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Unwrap(args)) => wrap(mcp_budget::wrap::Mode::Unwrap, args),
         Some(Command::Suggest { file, min_bytes }) => {
             let recording = Recording::load(&file)?;
-            print!("{}", mcp_budget::suggest::suggest(&recording, min_bytes));
+            print!(
+                "{}",
+                mcp_budget::commands::suggest::suggest(&recording, min_bytes)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Report {
@@ -552,7 +555,7 @@ async fn proxy(
             "--max-large-results must be at least 1 (one large server message at a time)"
         );
     }
-    mcp_budget::framing::limit_large_lines(run.max_large_results);
+    mcp_budget::wire::framing::limit_large_lines(run.max_large_results);
     let _metrics_server = match run.metrics.as_deref() {
         None => None,
         Some("listen") => {

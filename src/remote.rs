@@ -159,7 +159,7 @@ pub fn page_key(key: &CursorKey, principal: &str, digest: &[u8; 16], at: &str) -
         "mcpb:{}:{}:{}:{at}",
         key.id(),
         CursorKey::owner_digest(principal),
-        crate::canonical::hex(digest)
+        crate::wire::canonical::hex(digest)
     )
 }
 
@@ -186,7 +186,7 @@ const NONCE: usize = 12;
 /// The largest value read from the shared cache: a page is at most a message, sealed (its nonce
 /// before it, the AEAD tag after). A read holds at most this much per concurrent fetch, whatever
 /// was planted in Redis.
-const MAX_VALUE: usize = crate::framing::DEFAULT_MAX_MESSAGE_BYTES + NONCE + TAG;
+const MAX_VALUE: usize = crate::wire::framing::DEFAULT_MAX_MESSAGE_BYTES + NONCE + TAG;
 
 /// ChaCha20-Poly1305's authentication tag.
 const TAG: usize = 16;

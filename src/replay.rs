@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use serde_json::{Map, Value, json};
 
 use crate::recording::{Exchange, Recording};
-use crate::{canonical, jsonrpc};
+use crate::wire::{canonical, jsonrpc};
 
 /// The params a request is matched by: `_meta` removed, keys canonical.
 fn match_key(method: &str, params: Option<&Value>) -> String {

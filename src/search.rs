@@ -136,7 +136,7 @@ impl Request {
             Query::Path(path) => ("path", path.as_str()),
         };
         cursor::digest(&json!({
-            "search": crate::canonical::hex(chain),
+            "search": crate::wire::canonical::hex(chain),
             kind: query,
             "context": self.context,
         }))

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::intercept::Interceptor;
-use crate::message::{self, Id, Kind};
 use crate::queue;
 use crate::relay::Relay;
 use crate::upstream::Event;
+use crate::wire::message::{self, Id, Kind};
 
 /// Settings of a session, whatever the transport.
 #[derive(Debug, Clone)]
@@ -31,9 +31,9 @@ pub struct Options {
     /// At most this many requests in flight per session.
     pub max_in_flight: usize,
     /// The server's protocol era, or `auto` to learn it (`--server-era`).
-    pub server_era: crate::bridge::EraChoice,
+    pub server_era: crate::era::bridge::EraChoice,
     /// The clients' protocol era, or `auto` to serve both (`--client-era`).
-    pub client_era: crate::bridge::EraChoice,
+    pub client_era: crate::era::bridge::EraChoice,
     /// How long a call waits upstream for a modern client's retry with the input a legacy
     /// server asked for (`--input-timeout-secs`).
     pub input_timeout: Duration,
@@ -45,13 +45,13 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            max_message_bytes: crate::framing::DEFAULT_MAX_MESSAGE_BYTES,
+            max_message_bytes: crate::wire::framing::DEFAULT_MAX_MESSAGE_BYTES,
             shutdown_grace: Duration::from_secs(3),
             request_timeout: None,
             initialize_timeout: crate::relay::DEFAULT_INITIALIZE_TIMEOUT,
             max_in_flight: crate::relay::DEFAULT_MAX_IN_FLIGHT,
-            server_era: crate::bridge::EraChoice::Auto,
-            client_era: crate::bridge::EraChoice::Auto,
+            server_era: crate::era::bridge::EraChoice::Auto,
+            client_era: crate::era::bridge::EraChoice::Auto,
             input_timeout: crate::relay::DEFAULT_INPUT_TIMEOUT,
             bridge: true,
         }
@@ -149,7 +149,7 @@ pub async fn server_to_client(
                 }
             } => {
                 if relay.initialized()
-                    && !deliver_own(client, crate::jsonrpc::tools_list_changed()).await
+                    && !deliver_own(client, crate::wire::jsonrpc::tools_list_changed()).await
                 {
                     return None;
                 }
@@ -260,7 +260,7 @@ const HEAVY_BYTES: usize = 256 * 1024;
 /// sessions. The session's own order is kept: this task waits for it.
 async fn budgeted(
     relay: &Arc<Relay>,
-    frame: crate::framing::Frame,
+    frame: crate::wire::framing::Frame,
 ) -> Option<(Vec<u8>, Option<Kind>)> {
     budgeted_related(relay, frame, None).await
 }
@@ -268,12 +268,13 @@ async fn budgeted(
 /// [`budgeted`], for a message that came on the stream of the request `related`.
 async fn budgeted_related(
     relay: &Arc<Relay>,
-    frame: crate::framing::Frame,
+    frame: crate::wire::framing::Frame,
     related: Option<&Id>,
 ) -> Option<(Vec<u8>, Option<Kind>)> {
     let size = match &frame {
-        crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } => line.len(),
-        crate::framing::Frame::TooLarge { .. } => 0,
+        crate::wire::framing::Frame::Line(line)
+        | crate::wire::framing::Frame::Read { line, .. } => line.len(),
+        crate::wire::framing::Frame::TooLarge { .. } => 0,
     };
     let budgeted = if size >= HEAVY_BYTES && crate::heavy::started() {
         let relay = relay.clone();
@@ -291,8 +292,13 @@ async fn budgeted_related(
 /// from the shared cache first, then the relay's routing, then the chains it cut written to
 /// the shared cache, before any of its pages goes out. What is routed is the transport's to
 /// send.
-pub async fn client_frame(relay: &Relay, frame: crate::framing::Frame) -> crate::relay::Routed {
-    if let crate::framing::Frame::Line(line) | crate::framing::Frame::Read { line, .. } = &frame {
+pub async fn client_frame(
+    relay: &Relay,
+    frame: crate::wire::framing::Frame,
+) -> crate::relay::Routed {
+    if let crate::wire::framing::Frame::Line(line)
+    | crate::wire::framing::Frame::Read { line, .. } = &frame
+    {
         prefetch(relay, line).await;
     }
     let routed = relay.from_client(frame);

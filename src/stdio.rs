@@ -13,12 +13,12 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
 
-use crate::framing::{Frame, FrameReader};
-use crate::message::{Kind, Parsed};
 use crate::queue;
 use crate::relay::Relay;
 use crate::session;
 use crate::upstream::{Outgoing, Stopper, Upstream, UpstreamSpec, write_lines};
+use crate::wire::framing::{Frame, FrameReader};
+use crate::wire::message::{Kind, Parsed};
 
 /// Our stdin, as an async reader.
 pub type ClientReader = Box<dyn AsyncRead + Unpin + Send>;
@@ -218,7 +218,7 @@ async fn client_to_server<R: AsyncRead + Unpin>(
         let frame = match (&lanes, frame) {
             // Read here, when a lane may need it, and not again by the relay.
             (Some(lanes), Frame::Line(line)) if lanes.any() || relay.in_legacy_session() => {
-                match crate::message::parse_from_client(&line) {
+                match crate::wire::message::parse_from_client(&line) {
                     Ok(parsed) => Frame::Read { line, parsed },
                     Err(_) => Frame::Line(line),
                 }
@@ -350,7 +350,7 @@ impl Lanes {
             if method != "notifications/cancelled" {
                 return None;
             }
-            let id = crate::message::cancelled_request_id(line)?;
+            let id = crate::wire::message::cancelled_request_id(line)?;
             return self.open().iter().find(|l| l.relay.holds(&id)).cloned();
         }
         let (profile, same) = first.call_capabilities(frame)?;

@@ -6,11 +6,11 @@ use std::path::Path;
 
 use mcp_budget::budget::Budget;
 use mcp_budget::budget::cursor::CursorKey;
-use mcp_budget::framing::{Frame, FrameReader};
 use mcp_budget::intercept::Interceptor;
-use mcp_budget::message;
 use mcp_budget::policy::Policy;
 use mcp_budget::relay::Relay;
+use mcp_budget::wire::framing::{Frame, FrameReader};
+use mcp_budget::wire::message;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

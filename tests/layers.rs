@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 /// Module paths, from the top floor down (those on one line share a floor). Inside `budget/`
 /// and `wrap/` each file has a floor of its own (`budget` and `wrap` are their `mod.rs`).
 const FLOORS: &str = "cli
-    explain listen stdio
-    report session
+    commands::explain listen stdio
+    commands::report session
     relay
-    intercept subscriptions
-    bridge reload remote search task_token
+    intercept era::subscriptions
+    era::bridge reload remote search era::task_token
     budget
     budget::cache
     budget::chain
@@ -24,10 +24,10 @@ const FLOORS: &str = "cli
         budget::page budget::render
     budget::field budget::place budget::project budget::raw budget::text
     tokens upstream
-    client replay suggest
-    era framing jsonrpc policy recording
-    builtin canonical heavy keyfile message metrics queue quiet regular traces
-    protocol
+    client replay commands::suggest
+    era policy recording wire::framing wire::jsonrpc
+    builtin heavy keyfile metrics queue quiet regular traces wire::canonical wire::message
+    commands protocol wire
     wrap::json wrap::toml
     wrap::twice
     wrap wrap::mask

@@ -243,7 +243,7 @@ impl CursorKey {
     }
 }
 
-use crate::canonical::hex;
+use crate::wire::canonical::hex;
 
 /// A principal, as a sealed token names it (a digest: the token shows no credential).
 fn owner_tag(owner: &str) -> String {
@@ -263,7 +263,7 @@ fn unhex(text: &str) -> Option<SelectionDigest> {
 
 /// The digest of a selection: the canonical JSON (keys sorted) of its parts.
 pub fn digest(parts: &Value) -> SelectionDigest {
-    crate::canonical::digest(parts)
+    crate::wire::canonical::digest(parts)
 }
 
 #[cfg(test)]

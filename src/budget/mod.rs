@@ -597,7 +597,7 @@ impl Budget {
     pub fn page_shape(&self, plan: &CallPlan) -> String {
         use sha2::Digest;
         let shape = format!("{:?}", plan.governed);
-        crate::canonical::hex(&sha2::Sha256::digest(shape.as_bytes())[..12])
+        crate::wire::canonical::hex(&sha2::Sha256::digest(shape.as_bytes())[..12])
     }
 
     /// Whether the plan pages text.

@@ -47,7 +47,9 @@ pub fn duplicate_key(text: &str) -> Option<String> {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut keys = Vec::new();
-            while let Some(crate::message::Key(key)) = map.next_key::<crate::message::Key<'de>>()? {
+            while let Some(crate::wire::message::Key(key)) =
+                map.next_key::<crate::wire::message::Key<'de>>()?
+            {
                 map.next_value::<serde::de::IgnoredAny>()?;
                 keys.push(key);
             }

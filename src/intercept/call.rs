@@ -14,7 +14,7 @@ impl Interceptor {
         id: &Id,
         message: &[u8],
         modern: Option<&Modern>,
-        call: Option<&crate::message::CallAt>,
+        call: Option<&crate::wire::message::CallAt>,
     ) -> CallDecision {
         let budget = self.budget_for(modern);
         match self.call_request_at(id, message, budget, true, call) {
@@ -75,7 +75,7 @@ impl Interceptor {
         message: &[u8],
         budget: Arc<Budget>,
         counted: bool,
-        at: Option<&crate::message::CallAt>,
+        at: Option<&crate::wire::message::CallAt>,
     ) -> CallDecision {
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
@@ -100,9 +100,9 @@ impl Interceptor {
             Err(err) => {
                 // Never guess what the server will read: a call the proxy cannot read is
                 // refused, not passed.
-                return CallDecision::Answer(crate::jsonrpc::error_response(
+                return CallDecision::Answer(crate::wire::jsonrpc::error_response(
                     Some(id),
-                    crate::jsonrpc::INVALID_PARAMS,
+                    crate::wire::jsonrpc::INVALID_PARAMS,
                     &format!(
                         "Invalid params: the tools/call params could not be read ({err}); params.name must be a string and params.arguments an object"
                     ),
@@ -116,9 +116,9 @@ impl Interceptor {
             .filter(|a| may_repeat_a_key(a))
             .and_then(crate::budget::raw::duplicate_key)
         {
-            return CallDecision::Answer(crate::jsonrpc::error_response(
+            return CallDecision::Answer(crate::wire::jsonrpc::error_response(
                 Some(id),
-                crate::jsonrpc::INVALID_PARAMS,
+                crate::wire::jsonrpc::INVALID_PARAMS,
                 &format!(
                     "Invalid params: params.arguments has the key {key:?} twice; send each argument once (the proxy does not guess which one the server would read)"
                 ),
@@ -131,9 +131,9 @@ impl Interceptor {
             .unwrap_or_default();
         if name.len() > MAX_TOOL_NAME {
             // No tool is named so: nothing is copied, matched or counted for it.
-            return CallDecision::Answer(crate::jsonrpc::error_response(
+            return CallDecision::Answer(crate::wire::jsonrpc::error_response(
                 Some(id),
-                crate::jsonrpc::INVALID_PARAMS,
+                crate::wire::jsonrpc::INVALID_PARAMS,
                 &format!(
                     "Invalid params: params.name is {} bytes, and no tool name is longer than {MAX_TOOL_NAME}; call one of the tools tools/list returns",
                     name.len()
@@ -152,7 +152,7 @@ impl Interceptor {
         }
         if budget.policy().hides(&name) {
             tracing::info!(tool = %name, "call to a tool the policy hides refused");
-            return CallDecision::Answer(crate::jsonrpc::tool_error(
+            return CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                 id,
                 &format!(
                     "{name} is not available through this proxy (its policy hides it); call one of the tools tools/list returns"
@@ -196,9 +196,9 @@ impl Interceptor {
                 // The budget cannot read its arguments, so it cannot apply the policy: refuse
                 // rather than pass an unbudgeted call through.
                 let text = format!("Parse error: the tools/call request could not be read ({err})");
-                return CallDecision::Answer(crate::jsonrpc::error_response(
+                return CallDecision::Answer(crate::wire::jsonrpc::error_response(
                     Some(id),
-                    crate::jsonrpc::PARSE_ERROR,
+                    crate::wire::jsonrpc::PARSE_ERROR,
                     &text,
                     None,
                 ));
@@ -216,7 +216,7 @@ impl Interceptor {
                 self.count(&name, |m, tool| {
                     m.refused(tool, crate::metrics::Class::bad_arguments)
                 });
-                CallDecision::Answer(crate::jsonrpc::tool_error(id, &error.to_string()))
+                CallDecision::Answer(crate::wire::jsonrpc::tool_error(id, &error.to_string()))
             }
             Ok(plan) => {
                 if budget.continues(&plan)
@@ -304,7 +304,7 @@ impl Interceptor {
                 self.count(&name, |m, tool| {
                     m.refused(tool, crate::metrics::Class::bad_arguments)
                 });
-                return CallDecision::Answer(crate::jsonrpc::tool_error(
+                return CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                     id,
                     &format!(
                         "{argument} must be the next_after string of a previous page; call again without {argument} to start from the first page"
@@ -324,7 +324,7 @@ impl Interceptor {
                 self.count(&name, |m, tool| {
                     m.refused(tool, crate::metrics::Class::invalid_cursor)
                 });
-                return CallDecision::Answer(crate::jsonrpc::tool_error(
+                return CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                     id,
                     &cursor_refusal(err, &name),
                 ));
@@ -334,7 +334,7 @@ impl Interceptor {
             self.count(&name, |m, tool| {
                 m.refused(tool, crate::metrics::Class::invalid_cursor)
             });
-            return CallDecision::Answer(crate::jsonrpc::tool_error(
+            return CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                 id,
                 &cursor_refusal(CursorError::Invalid, &name),
             ));
@@ -349,7 +349,7 @@ impl Interceptor {
                         m.cache_hits.get_or_create(tool).inc();
                         m.result(tool, 0, page.result.len(), true);
                     });
-                    crate::jsonrpc::result_response(id, &page.result)
+                    crate::wire::jsonrpc::result_response(id, &page.result)
                 }
                 Err(why) => {
                     self.count(&name, |m, tool| {
@@ -360,7 +360,7 @@ impl Interceptor {
                         };
                         m.refused(tool, class);
                     });
-                    crate::jsonrpc::tool_error(
+                    crate::wire::jsonrpc::tool_error(
                         id,
                         &self.unpageable(&budget, &name, &why, prepared.result_len()),
                     )
@@ -377,7 +377,7 @@ impl Interceptor {
                 m.result(tool, 0, page.len(), true);
                 m.remote_hits.inc();
             });
-            return CallDecision::Answer(crate::jsonrpc::result_response(id, &page));
+            return CallDecision::Answer(crate::wire::jsonrpc::result_response(id, &page));
         }
         self.count(&name, |m, tool| {
             m.cache_misses.get_or_create(tool).inc();
@@ -386,7 +386,7 @@ impl Interceptor {
             self.count(&name, |m, tool| {
                 m.refused(tool, crate::metrics::Class::expired_cursor)
             });
-            return CallDecision::Answer(crate::jsonrpc::tool_error(
+            return CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                 id,
                 &self.expired(&budget, &name, argument),
             ));
@@ -436,7 +436,7 @@ impl Interceptor {
             None => Map::new(),
             Some(Ok(arguments)) => arguments,
             Some(Err(_)) => {
-                return CallDecision::Answer(crate::jsonrpc::tool_error(
+                return CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                     id,
                     "the arguments of mcp_budget_search must be an object with cursor and pattern or path",
                 ));
@@ -444,13 +444,13 @@ impl Interceptor {
         };
         let request = match crate::search::Request::read(&arguments) {
             Ok(request) => request,
-            Err(text) => return CallDecision::Answer(crate::jsonrpc::tool_error(id, &text)),
+            Err(text) => return CallDecision::Answer(crate::wire::jsonrpc::tool_error(id, &text)),
         };
         let scope = self.scope;
         let id = id.clone();
         CallDecision::Defer(Deferred::new(move || {
             let result = crate::search::answer(&budget, scope, &request);
-            crate::jsonrpc::result_response(&id, &result)
+            crate::wire::jsonrpc::result_response(&id, &result)
         }))
     }
 

@@ -20,9 +20,9 @@ use serde_json::{Map, Value, json};
 use crate::budget::auto::{self, At, Unpageable};
 use crate::budget::cursor::{self, CursorError, SelectionDigest};
 use crate::budget::{Budget, CallPlan, Finished, descriptor};
-use crate::message::{Id, Modern, shared_part, splice};
+use crate::era::task_token;
 use crate::policy::Policy;
-use crate::task_token;
+use crate::wire::message::{Id, Modern, shared_part, splice};
 
 mod call;
 mod list;
@@ -190,7 +190,7 @@ fn server_info_in_meta(message: &[u8]) -> Option<String> {
     }
     static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| {
-            memchr::memmem::Finder::new(crate::message::META_SERVER_INFO.as_bytes())
+            memchr::memmem::Finder::new(crate::wire::message::META_SERVER_INFO.as_bytes())
         });
     KEY.find(message)?;
     let response: Response<'_> = serde_json::from_slice(message).ok()?;
@@ -623,10 +623,10 @@ mod tests {
                 p.arguments.map(str::to_string),
             )
         };
-        let Ok(crate::message::Parsed::Single(crate::message::Kind::Request {
+        let Ok(crate::wire::message::Parsed::Single(crate::wire::message::Kind::Request {
             call: Some(at),
             ..
-        })) = crate::message::parse(line.as_bytes())
+        })) = crate::wire::message::parse(line.as_bytes())
         else {
             panic!("not a call: {line}");
         };

@@ -251,7 +251,7 @@ impl Interceptor {
                     m.result(tool, 0, page.len(), true);
                     m.remote_hits.inc();
                 });
-                return Some(CallDecision::Answer(crate::jsonrpc::result_response(
+                return Some(CallDecision::Answer(crate::wire::jsonrpc::result_response(
                     id, &page,
                 )));
             }
@@ -265,7 +265,7 @@ impl Interceptor {
             self.count(name, |m, tool| {
                 m.refused(tool, crate::metrics::Class::expired_cursor)
             });
-            return Some(CallDecision::Answer(crate::jsonrpc::tool_error(
+            return Some(CallDecision::Answer(crate::wire::jsonrpc::tool_error(
                 id,
                 &self.expired(budget, name, "after"),
             )));
@@ -289,9 +289,9 @@ impl Interceptor {
                 }
                 Err(err) => {
                     tracing::error!(tool = %name, %err, "the budget failed on a cached result");
-                    return Some(CallDecision::Answer(crate::jsonrpc::error_response(
+                    return Some(CallDecision::Answer(crate::wire::jsonrpc::error_response(
                         Some(id),
-                        crate::jsonrpc::UPSTREAM_ERROR,
+                        crate::wire::jsonrpc::UPSTREAM_ERROR,
                         &format!("mcp-budget: {err}; the result was withheld rather than cut"),
                         None,
                     )));
@@ -318,7 +318,7 @@ impl Interceptor {
         self.count(name, |m, tool| {
             m.result(tool, 0, result.len(), true);
         });
-        Some(CallDecision::Answer(crate::jsonrpc::result_response(
+        Some(CallDecision::Answer(crate::wire::jsonrpc::result_response(
             id, &result,
         )))
     }

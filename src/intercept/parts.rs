@@ -42,7 +42,7 @@ impl Unsettled {
             .unwrap_or_default();
         let request = format!(
             r#"{{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{{"name":{}{arguments}}}}}"#,
-            crate::jsonrpc::quote(&call.tool)
+            crate::wire::jsonrpc::quote(&call.tool)
         );
         Unsettled {
             id: Id::from_json_text("0"),
@@ -168,7 +168,7 @@ pub(super) struct ParamsParts<'a> {
 /// (`at`), or by reading the call whole; `None` when it has no `params`.
 pub(super) fn read_call<'a>(
     text: &'a str,
-    at: Option<&crate::message::CallAt>,
+    at: Option<&crate::wire::message::CallAt>,
 ) -> Result<Option<Parts<'a>>, String> {
     if let Some(found) = at.and_then(|at| found_parts(text, at)) {
         return Ok(Some(found));
@@ -185,7 +185,10 @@ pub(super) fn read_call<'a>(
 
 /// The call's parts where the envelope reader found them in `text`, read as [`CallParts`]
 /// reads them; `None` when a place is not in `text` (then the call is read whole).
-pub(super) fn found_parts<'a>(text: &'a str, at: &crate::message::CallAt) -> Option<Parts<'a>> {
+pub(super) fn found_parts<'a>(
+    text: &'a str,
+    at: &crate::wire::message::CallAt,
+) -> Option<Parts<'a>> {
     if at.bad_params {
         // What reading the call whole says of it.
         return None;
@@ -195,7 +198,7 @@ pub(super) fn found_parts<'a>(text: &'a str, at: &crate::message::CallAt) -> Opt
             let raw = text.get(range.clone())?;
             // Borrowed unless escaped (serde's own `Cow` always copies).
             // A name that is not a string: read whole, for the error the whole read gives.
-            serde_json::from_str::<Option<crate::message::Key<'a>>>(raw)
+            serde_json::from_str::<Option<crate::wire::message::Key<'a>>>(raw)
                 .ok()?
                 .map(|key| key.0)
         }

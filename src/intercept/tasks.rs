@@ -27,7 +27,7 @@ struct TaskCall {
     /// The call that made the task (`None`: a modern task known only by its token, which did
     /// not carry its call).
     origin: Option<Unsettled>,
-    /// What the modern client is shown for the task id (a [`crate::task_token`]).
+    /// What the modern client is shown for the task id (a [`crate::era::task_token`]).
     token: Option<String>,
     expires: Instant,
 }
@@ -137,7 +137,7 @@ impl Interceptor {
         method: &str,
         request: &[u8],
     ) -> Result<Option<TaskNamed>, task_token::Refused> {
-        let Some(params) = crate::message::params_of(request) else {
+        let Some(params) = crate::wire::message::params_of(request) else {
             return Ok(None);
         };
         let key = self.cursor_key();
@@ -242,7 +242,7 @@ impl Interceptor {
     /// task would have been. `Ok(None)`: unchanged; `Err`: withheld (its task's result is
     /// there twice, so a client could read the one the proxy did not budget).
     pub fn task_notification(&self, message: &Bytes) -> Result<Option<Vec<u8>>, Withheld> {
-        let Some(params) = crate::message::params_of(message) else {
+        let Some(params) = crate::wire::message::params_of(message) else {
             return Ok(None);
         };
         let state = task_state(params).inspect_err(|_| {
@@ -252,7 +252,7 @@ impl Interceptor {
             .last
             .and_then(|last| self.budget_task_result(state.task.as_deref(), message, last));
         let current = budgeted.as_deref().unwrap_or(message);
-        let named = crate::message::params_of(current)
+        let named = crate::wire::message::params_of(current)
             .and_then(|params| self.name_tasks(current, params, None));
         Ok(named.or(budgeted))
     }
@@ -275,7 +275,7 @@ impl Interceptor {
     /// A `notifications/subscriptions/acknowledged`: the tasks it names are named by the
     /// tokens their client was shown. `None`: unchanged (it names none).
     pub fn tasks_acknowledged(&self, message: &[u8]) -> Option<Vec<u8>> {
-        let params = crate::message::params_of(message)?;
+        let params = crate::wire::message::params_of(message)?;
         let filter = raw_member(params, "notifications")?;
         task_token::respell_list(message, filter, "taskIds", |id| Some(self.shown_task(id)))
     }
@@ -348,9 +348,9 @@ impl Interceptor {
             .ok()
             .and_then(|m| m.id)
             .map(|raw| Id::from_json_text(raw.get()));
-        crate::jsonrpc::error_response(
+        crate::wire::jsonrpc::error_response(
             id.as_ref(),
-            crate::jsonrpc::UPSTREAM_ERROR,
+            crate::wire::jsonrpc::UPSTREAM_ERROR,
             &format!("mcp-budget: {why}; the result was withheld rather than cut"),
             None,
         )

@@ -10,8 +10,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use url::Url;
 
-use crate::jsonrpc;
-use crate::message::{self, Id};
+use crate::wire::jsonrpc;
+use crate::wire::message::{self, Id};
 
 use super::session::{Client, Session};
 use super::sessions::Sessions;

@@ -15,9 +15,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use crate::framing::Frame;
-use crate::jsonrpc;
-use crate::message::{self, Id, Kind};
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc;
+use crate::wire::message::{self, Id, Kind};
 
 use super::session::{Client, Outbound, PostState, PostStream, Resume, ResumeError, Session};
 use super::sessions::OpenError;
@@ -403,7 +403,7 @@ fn classify<'h>(
                 modern: meta,
                 ..
             } = kind
-                && let Some((code, message, data)) = crate::bridge::refused_by_client_era(
+                && let Some((code, message, data)) = crate::era::bridge::refused_by_client_era(
                     forced,
                     method,
                     meta.is_some() || stateless,
@@ -420,7 +420,7 @@ fn classify<'h>(
             }
         }
         // A modern notification alone (no request to answer under) opens nothing either.
-        if forced == crate::bridge::Era::Legacy && stateless {
+        if forced == crate::era::bridge::Era::Legacy && stateless {
             return Err(rpc_refusal(
                 StatusCode::BAD_REQUEST,
                 None,

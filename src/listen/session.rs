@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::framing::Frame;
-use crate::jsonrpc;
-use crate::message::{self, Id, Kind};
 use crate::queue;
 use crate::relay::Relay;
 use crate::upstream::Stopper;
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc;
+use crate::wire::message::{self, Id, Kind};
 
 use super::replay::{Replay, Replayed};
 
@@ -62,7 +62,7 @@ impl Client {
     /// that accepts the same tokens).
     pub fn principal(&self) -> String {
         match self {
-            Client::Token(digest) => format!("token:{}", crate::canonical::hex(digest)),
+            Client::Token(digest) => format!("token:{}", crate::wire::canonical::hex(digest)),
             Client::Address(address) => format!("address:{address}"),
         }
     }

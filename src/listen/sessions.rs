@@ -61,7 +61,7 @@ pub(super) struct Sessions {
     /// The server's origin (the era bridge's verdicts are kept by it), made once.
     origin: Option<String>,
     /// Its verdict, as last read.
-    verdict: crate::bridge::VerdictCopy,
+    verdict: crate::era::bridge::VerdictCopy,
     budget: Arc<crate::reload::Shared>,
     map: Mutex<HashMap<String, Arc<Session>>>,
     /// Sessions being opened (their upstream starting), by client: they count against the
@@ -71,7 +71,7 @@ pub(super) struct Sessions {
     /// Set when the listener shuts down: no session opens after it.
     closing: AtomicBool,
     /// Each principal's stateless sessions (modern requests), by the capabilities a legacy
-    /// server may use that its requests declare (see [`crate::bridge::capability_profile`]; ""
+    /// server may use that its requests declare (see [`crate::era::bridge::capability_profile`]; ""
     /// when none is needed). Weak: an ended session's entry is dropped when the
     /// next one opens.
     stateless: Mutex<HashMap<Client, HashMap<String, Weak<Session>>>>,
@@ -88,7 +88,7 @@ impl Sessions {
         Sessions {
             options,
             origin: spec.origin(),
-            verdict: crate::bridge::VerdictCopy::default(),
+            verdict: crate::era::bridge::VerdictCopy::default(),
             spec,
             budget,
             map: Mutex::new(HashMap::new()),
@@ -149,11 +149,11 @@ impl Sessions {
             .origin
             .as_deref()
             .and_then(|origin| self.verdict.get(origin))
-            == Some(crate::bridge::Era::Modern);
+            == Some(crate::era::bridge::Era::Modern);
         if modern || !self.options.session.bridge {
             return None;
         }
-        Some(crate::bridge::capability_profile(body))
+        Some(crate::era::bridge::capability_profile(body))
     }
 
     pub fn options(&self) -> &ListenOptions {

@@ -10,7 +10,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use crate::message::{self, Id, Kind};
+use crate::wire::message::{self, Id, Kind};
 
 use super::session::{PostState, Session, StreamRx, event_id};
 

@@ -422,7 +422,7 @@ impl<'a> Lines<'a> {
 }
 
 fn id_key(id: &Value) -> String {
-    crate::message::Id::from_json_text(&id.to_string())
+    crate::wire::message::Id::from_json_text(&id.to_string())
         .key()
         .to_string()
 }

@@ -4,9 +4,9 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{self, PARSE_ERROR, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind, part_of};
 use crate::upstream::Outgoing;
+use crate::wire::jsonrpc::{self, PARSE_ERROR, UPSTREAM_ERROR};
+use crate::wire::message::{self, Id, Kind, part_of};
 
 use super::server::{NULL_ID_ERROR_BYTES, unclassified_from_server};
 use super::{Delivery, Forward, Relay, Routed};

@@ -1,14 +1,14 @@
-//! The era bridge inside the relay (see [`crate::bridge`]): its state, the legacy session
+//! The era bridge inside the relay (see [`crate::era::bridge`]): its state, the legacy session
 //! the proxy opens for modern clients, learning the server's era, and answers rewritten into
 //! the client's era.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::bridge::{self, Era};
-use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind, Modern};
+use crate::era::bridge::{self, Era};
 use crate::upstream::Outgoing;
+use crate::wire::jsonrpc::{self, UPSTREAM_ERROR};
+use crate::wire::message::{self, Id, Kind, Modern};
 
 use super::flights::{InFlight, Pending};
 use super::mrtr::{Parked, Round};
@@ -28,11 +28,11 @@ pub(super) enum LegacySession {
     Open(std::sync::Arc<str>),
 }
 
-/// One session's era bridge ([`crate::bridge`]).
+/// One session's era bridge ([`crate::era::bridge`]).
 #[derive(Default)]
 pub(super) struct Bridge {
     /// The server's era, when known (learned, remembered for its origin, or forced).
-    pub(super) server: Option<crate::bridge::Era>,
+    pub(super) server: Option<crate::era::bridge::Era>,
     /// Whether the server's era was forced (`--server-era`): nothing is asked.
     pub(super) forced: bool,
     /// Whether the proxy's `server/discover` is in flight to learn it.
@@ -46,7 +46,7 @@ pub(super) struct Bridge {
     pub(super) held: Vec<Outgoing>,
     pub(super) held_bytes: usize,
     /// What a legacy client declared in its `initialize`.
-    pub(super) legacy_client: Option<crate::bridge::LegacyClient>,
+    pub(super) legacy_client: Option<crate::era::bridge::LegacyClient>,
     /// Whether the proxy serves that legacy client in front of a modern server.
     pub(super) serving_legacy: bool,
     /// Whether the server's era was asked again after it refused the proxy's `initialize`
@@ -67,11 +67,11 @@ pub(super) struct Bridge {
     pub(super) round_seq: u64,
     pub(super) inputs: HashMap<Box<str>, (u64, String)>,
     /// Modern clients' `subscriptions/listen`, served by the proxy in front of a legacy
-    /// server ([`crate::subscriptions`]).
-    pub(super) listens: crate::subscriptions::Listens,
+    /// server ([`crate::era::subscriptions`]).
+    pub(super) listens: crate::era::subscriptions::Listens,
     /// The modern server's `DiscoverResult` (JSON text), when a legacy client is served from it.
     pub(super) discovered: Option<std::sync::Arc<str>>,
-    /// That legacy client's resource subscriptions (at most [`crate::subscriptions::MAX_URIS`]),
+    /// That legacy client's resource subscriptions (at most [`crate::era::subscriptions::MAX_URIS`]),
     /// and the listen the proxy holds at the server for it: the current one, and the one it
     /// replaces until the server acknowledges the new one.
     pub(super) legacy_uris: Vec<String>,
@@ -573,7 +573,7 @@ impl Relay {
                 && let LegacySession::Open(init) = &state.bridge.session
             {
                 let init = init.clone();
-                let filter = crate::subscriptions::Filter::requested(bytes);
+                let filter = crate::era::subscriptions::Filter::requested(bytes);
                 let served = self.serve_listen(state, id, upstream.take(), filter, &init);
                 if served.open {
                     routed.accepted.push(id.clone());
@@ -597,7 +597,7 @@ impl Relay {
                         .bridge
                         .discovered
                         .as_deref()
-                        .is_some_and(crate::subscriptions::offers_subscribe) =>
+                        .is_some_and(crate::era::subscriptions::offers_subscribe) =>
                 {
                     let answer = self.legacy_subscription(state, method, bytes, routed);
                     routed.to_client.push(match answer {

@@ -3,13 +3,13 @@
 
 use std::time::Instant;
 
-use crate::bridge::{self, Era, LegacyClient};
-use crate::framing::Frame;
+use crate::era::bridge::{self, Era, LegacyClient};
 use crate::intercept::CallDecision;
-use crate::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR};
-use crate::message::{self, Id, Kind, Parsed};
 use crate::recording::Dir;
 use crate::upstream::Outgoing;
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR};
+use crate::wire::message::{self, Id, Kind, Parsed};
 
 use super::flights::{InFlight, Pending};
 use super::mrtr::{MAX_KEPT_BYTES, MAX_KEPT_REQUEST, kept_bytes};
@@ -273,7 +273,7 @@ impl Relay {
                     {
                         (
                             Pending::Listen {
-                                filter: crate::subscriptions::Filter::requested(bytes)
+                                filter: crate::era::subscriptions::Filter::requested(bytes)
                                     .ok()
                                     .map(Box::new),
                                 served: false,

@@ -4,9 +4,9 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use crate::bridge::{self, Era};
-use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id};
+use crate::era::bridge::{self, Era};
+use crate::wire::jsonrpc::{self, UPSTREAM_ERROR};
+use crate::wire::message::{self, Id};
 
 use super::bridged::LegacySession;
 use super::flights::{InFlight, Pending};

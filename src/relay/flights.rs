@@ -5,8 +5,8 @@ use std::collections::{HashSet, VecDeque};
 use std::time::Instant;
 
 use crate::intercept::CallContext;
-use crate::jsonrpc::{self, INVALID_REQUEST, UPSTREAM_ERROR};
-use crate::message::{Id, Modern};
+use crate::wire::jsonrpc::{self, INVALID_REQUEST, UPSTREAM_ERROR};
+use crate::wire::message::{Id, Modern};
 
 use super::{Relay, State, bad_input};
 
@@ -38,7 +38,7 @@ pub(super) enum Pending {
     /// bridge is on, for a legacy server's session); `served`: the proxy serves it itself (it
     /// never went upstream), and it ends only when the client cancels it or the session ends.
     Listen {
-        filter: Option<Box<crate::subscriptions::Filter>>,
+        filter: Option<Box<crate::era::subscriptions::Filter>>,
         served: bool,
     },
     /// The proxy's own `resources/subscribe` / `resources/unsubscribe` for the listens it
@@ -84,7 +84,7 @@ pub(super) struct InFlight {
     /// What identifies it across MRTR rounds ([`bridge::call_digest`]), when it is a modern
     /// request a legacy server may ask input for.
     ///
-    /// [`bridge::call_digest`]: crate::bridge::call_digest
+    /// [`bridge::call_digest`]: crate::era::bridge::call_digest
     pub(super) digest: Option<[u8; 16]>,
     /// Parked: its client got `input_required` and the call waits upstream for the retry
     /// (the number of its entry in [`Bridge::parked`]).
@@ -99,7 +99,7 @@ pub(super) struct InFlight {
     /// What a modern call bridged to a legacy server declared that the server may use
     /// ([`bridge::capability_profile`]).
     ///
-    /// [`bridge::capability_profile`]: crate::bridge::capability_profile
+    /// [`bridge::capability_profile`]: crate::era::bridge::capability_profile
     pub(super) caps: Option<Box<str>>,
 }
 

@@ -1,9 +1,9 @@
 //! Listens across the era bridge: served by the proxy for modern clients of a legacy server
 //! (over resource subscriptions), or held at a modern server for a legacy client.
 
-use crate::jsonrpc;
-use crate::message::{self, Id, Kind};
 use crate::upstream::Outgoing;
+use crate::wire::jsonrpc;
+use crate::wire::message::{self, Id, Kind};
 
 use super::bridged::for_modern_server;
 use super::flights::{InFlight, Pending};
@@ -31,7 +31,7 @@ impl Relay {
         state: &mut State,
         id: &Id,
         upstream: Option<Id>,
-        filter: Result<crate::subscriptions::Filter, crate::subscriptions::Refused>,
+        filter: Result<crate::era::subscriptions::Filter, crate::era::subscriptions::Refused>,
         init: &str,
     ) -> ServedListen {
         let opened = filter.and_then(|filter| {
@@ -85,7 +85,7 @@ impl Relay {
             .collect();
         ServedListen {
             open: true,
-            to_client: crate::subscriptions::acknowledged(id, &granted),
+            to_client: crate::era::subscriptions::acknowledged(id, &granted),
             to_server,
         }
     }
@@ -99,24 +99,24 @@ impl Relay {
         request: &[u8],
         routed: &mut Routed,
     ) -> Result<(), String> {
-        let uri = crate::subscriptions::requested_uri(request).ok_or_else(|| {
+        let uri = crate::era::subscriptions::requested_uri(request).ok_or_else(|| {
             format!(
                 "Invalid params: {method} takes params.uri, a string of at most {} bytes",
-                crate::subscriptions::MAX_URI_BYTES
+                crate::era::subscriptions::MAX_URI_BYTES
             )
         })?;
         let uris = &mut state.bridge.legacy_uris;
         let changed = match method {
             "resources/subscribe" if uris.contains(&uri) => false,
             "resources/subscribe"
-                if uris.len() >= crate::subscriptions::MAX_URIS
+                if uris.len() >= crate::era::subscriptions::MAX_URIS
                     || uris.iter().map(String::len).sum::<usize>() + uri.len()
-                        > crate::subscriptions::MAX_SESSION_URI_BYTES =>
+                        > crate::era::subscriptions::MAX_SESSION_URI_BYTES =>
             {
                 return Err(format!(
                     "mcp-budget holds at most {} resource subscriptions ({} bytes of URIs) per session; unsubscribe one first",
-                    crate::subscriptions::MAX_URIS,
-                    crate::subscriptions::MAX_SESSION_URI_BYTES
+                    crate::era::subscriptions::MAX_URIS,
+                    crate::era::subscriptions::MAX_SESSION_URI_BYTES
                 ));
             }
             "resources/subscribe" => {
@@ -144,7 +144,7 @@ impl Relay {
         let Some(discovered) = state.bridge.discovered.clone() else {
             return Vec::new();
         };
-        let filter = crate::subscriptions::held_filter(&discovered, &state.bridge.legacy_uris);
+        let filter = crate::era::subscriptions::held_filter(&discovered, &state.bridge.legacy_uris);
         let mut out = Vec::new();
         let current = state.bridge.held_listen.take();
         let acked = std::mem::take(&mut state.bridge.held_acked);
@@ -165,7 +165,7 @@ impl Relay {
         };
         state.fresh += 1;
         let id = Id::from_json_text(&format!("\"mcp-budget-listen-{}\"", state.fresh));
-        let request = crate::subscriptions::listen_request(&id, &filter);
+        let request = crate::era::subscriptions::listen_request(&id, &filter);
         state.pending.insert(
             id.key().into(),
             InFlight::own(
@@ -251,7 +251,7 @@ impl Relay {
         state.bridge.subscribing.insert(uri.to_string(), None);
         state.fresh += 1;
         let id = Id::from_json_text(&format!("\"mcp-budget-subscribe-{}\"", state.fresh));
-        let bytes = crate::subscriptions::upstream_request(&id, method, uri);
+        let bytes = crate::era::subscriptions::upstream_request(&id, method, uri);
         state.pending.insert(
             id.key().into(),
             InFlight::own(id.clone(), method, Pending::Subscription(uri.into()), None),

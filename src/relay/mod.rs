@@ -27,12 +27,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::bridge::{self, Era, EraChoice};
-use crate::framing::Frame;
+use crate::era::bridge::{self, Era, EraChoice};
 use crate::intercept::Interceptor;
-use crate::message::{Id, Kind, Parsed};
 use crate::recording::{Dir, Recorder};
 use crate::upstream::Outgoing;
+use crate::wire::framing::Frame;
+use crate::wire::message::{Id, Kind, Parsed};
 
 use bridged::Bridge;
 use flights::{InFlight, Retired};
@@ -98,7 +98,7 @@ struct State {
     probed: bool,
     /// Set once the upstream is gone: new requests are answered with this reason.
     closed: Option<String>,
-    /// The era bridge of this session (see [`crate::bridge`]).
+    /// The era bridge of this session (see [`crate::era::bridge`]).
     bridge: Bridge,
     /// Messages for the server that a server message or a timeout produced (the era bridge's
     /// own requests, and the client requests it held): see [`Relay::take_later`].
@@ -197,7 +197,7 @@ impl Relay {
         self.deadline_added.notified().await;
     }
 
-    /// Turns the era bridge on ([`crate::bridge`]): a client of one protocol era is served in
+    /// Turns the era bridge on ([`crate::era::bridge`]): a client of one protocol era is served in
     /// front of a server of the other. `server`: the server's era, or `auto` to learn it (what
     /// was learned of the server's origin in this process is used).
     pub fn with_bridge(mut self, server: EraChoice) -> Self {
@@ -208,7 +208,7 @@ impl Relay {
             bridge.forced = server.forced().is_some();
             let mut raw = [0u8; 8];
             let _ = getrandom::fill(&mut raw);
-            bridge.nonce = crate::canonical::hex(&raw);
+            bridge.nonce = crate::wire::canonical::hex(&raw);
             bridge.server = server
                 .forced()
                 .or_else(|| self.interceptor.origin().and_then(bridge::verdict));
@@ -353,7 +353,7 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message;
+    use crate::wire::message;
 
     fn line(text: &str) -> Frame {
         Frame::Line(text.as_bytes().to_vec())

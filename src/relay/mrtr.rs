@@ -3,10 +3,10 @@
 
 use std::time::Instant;
 
-use crate::bridge;
-use crate::jsonrpc::{self, MISSING_CAPABILITY, UPSTREAM_ERROR};
-use crate::message::{Id, Kind};
+use crate::era::bridge;
 use crate::upstream::Outgoing;
+use crate::wire::jsonrpc::{self, MISSING_CAPABILITY, UPSTREAM_ERROR};
+use crate::wire::message::{Id, Kind};
 
 use super::flights::{InFlight, Pending};
 use super::{Delivery, Forward, Relay, Routed, State, bad_input};
@@ -66,7 +66,7 @@ pub(super) fn kept_bytes(state: &State) -> usize {
 }
 
 /// A legacy server's call parked while its modern client answers the server's request (the
-/// era bridge's MRTR, [`crate::bridge`]).
+/// era bridge's MRTR, [`crate::era::bridge`]).
 pub(super) struct Parked {
     /// The call's key in `pending` (it stays there, its client id detached).
     pub(super) upstream_key: Box<str>,

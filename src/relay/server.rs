@@ -3,12 +3,12 @@
 
 use bytes::Bytes;
 
-use crate::bridge::{self, Era};
-use crate::framing::Frame;
-use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, Id, Kind, Parsed};
+use crate::era::bridge::{self, Era};
 use crate::recording::Dir;
 use crate::upstream::Outgoing;
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc::{self, UPSTREAM_ERROR};
+use crate::wire::message::{self, Id, Kind, Parsed};
 
 use super::bridged::LegacySession;
 use super::flights::{InFlight, Pending};
@@ -86,7 +86,7 @@ impl Relay {
                 }
                 // A broken answer to a request in flight still names its id: that request gets
                 // an error now rather than waiting for a timeout that may never come.
-                let mut scanner = crate::message::EnvelopeScanner::default();
+                let mut scanner = crate::wire::message::EnvelopeScanner::default();
                 scanner.feed(&line);
                 let (id, method) = scanner.finish();
                 let finished = match (id, method) {
@@ -145,7 +145,7 @@ impl Relay {
             // The listen the proxy holds for a legacy client: its acknowledgement is the
             // proxy's, its notifications the client's.
             Parsed::Single(Kind::Notification { method })
-                if (crate::subscriptions::is_listened(&method)
+                if (crate::era::subscriptions::is_listened(&method)
                     || method == "notifications/subscriptions/acknowledged")
                     && let Some(delivery) = self.on_held_listen(&method, &line) =>
             {
@@ -153,7 +153,8 @@ impl Relay {
             }
             // Its list changes and resource updates reach only the listens that asked.
             Parsed::Single(Kind::Notification { method })
-                if crate::subscriptions::is_listened(&method) && self.bridging_legacy_server() =>
+                if crate::era::subscriptions::is_listened(&method)
+                    && self.bridging_legacy_server() =>
             {
                 self.to_listens(&method, &line)
             }

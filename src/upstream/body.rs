@@ -80,7 +80,7 @@ pub async fn read_limited(
 }
 
 /// Like [`read_limited`]; with `placed`, a body that grows large waits for its place among
-/// the large messages held at once ([`crate::framing::large_place`]), returned with it. The
+/// the large messages held at once ([`crate::wire::framing::large_place`]), returned with it. The
 /// time spent waiting for that place is the proxy's, not the server's: it does not count
 /// against `timeout`.
 pub async fn read_limited_placed(
@@ -88,7 +88,7 @@ pub async fn read_limited_placed(
     limit: usize,
     timeout: Duration,
     placed: bool,
-) -> Result<(Vec<u8>, Option<crate::framing::LargeHold>), BodyError> {
+) -> Result<(Vec<u8>, Option<crate::wire::framing::LargeHold>), BodyError> {
     let mut body = Vec::new();
     let mut hold = None;
     let mut asked = false;
@@ -113,10 +113,10 @@ pub async fn read_limited_placed(
             return Err(BodyError::TooLarge(limit));
         }
         body.extend_from_slice(&chunk);
-        if placed && !asked && body.len() >= crate::framing::LARGE_LINE {
+        if placed && !asked && body.len() >= crate::wire::framing::LARGE_LINE {
             asked = true;
             let waiting = Instant::now();
-            hold = crate::framing::large_place(body.len()).await;
+            hold = crate::wire::framing::large_place(body.len()).await;
             deadline += waiting.elapsed();
             if let Some(clock) = clock.as_mut() {
                 clock.as_mut().reset(deadline);
@@ -139,7 +139,7 @@ pub fn events(
 
 /// The place of a large event (see [`events_placed`]), for the reader of the events to take
 /// with the event it belongs to.
-pub type EventPlace = std::sync::Arc<std::sync::Mutex<Option<crate::framing::LargeHold>>>;
+pub type EventPlace = std::sync::Arc<std::sync::Mutex<Option<crate::wire::framing::LargeHold>>>;
 
 /// Like [`events`]; with `place`, an event that grows large waits, mid-read, for its place
 /// among the large messages held at once, and leaves it in `place` for the event's reader.
@@ -161,12 +161,12 @@ pub fn events_placed(
                     return None;
                 }
                 if let Some(place) = &place
-                    && bounds.event >= crate::framing::LARGE_LINE
+                    && bounds.event >= crate::wire::framing::LARGE_LINE
                     && !bounds.placed
                 {
                     bounds.placed = true;
                     let waiting = Instant::now();
-                    let hold = crate::framing::large_place(bounds.event).await;
+                    let hold = crate::wire::framing::large_place(bounds.event).await;
                     // The wait is the proxy's own, not the server's: the event's clock stops.
                     started = started.map(|at| at + waiting.elapsed());
                     *place

@@ -22,10 +22,10 @@ use url::Url;
 use super::body::{self, BodyError};
 use super::conn::{self, ClientResponse, ConnError};
 use super::{Event, Link, Outgoing, Upstream};
-use crate::framing::Frame;
-use crate::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::message::{self, EnvelopeScanner, Id, Kind};
 use crate::queue;
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc::{self, UPSTREAM_ERROR};
+use crate::wire::message::{self, EnvelopeScanner, Id, Kind};
 
 use crate::era::headers::{
     METHOD as MCP_METHOD, NAME as MCP_NAME, SESSION as SESSION_NAME, VERSION as VERSION_NAME,
@@ -162,7 +162,7 @@ impl Shared {
         bytes: Vec<u8>,
         parsed: Option<message::Parsed>,
         related: Option<Id>,
-        hold: Option<crate::framing::LargeHold>,
+        hold: Option<crate::wire::framing::LargeHold>,
     ) {
         let frame = if bytes.len() > self.max_message_bytes {
             let mut scanner = EnvelopeScanner::default();
@@ -733,7 +733,7 @@ async fn pass_on(
     unanswered: &mut Vec<Id>,
     request: Option<&Id>,
     data: Vec<u8>,
-    hold: Option<crate::framing::LargeHold>,
+    hold: Option<crate::wire::framing::LargeHold>,
 ) {
     if initialize {
         remember_protocol(shared, &data);

@@ -19,9 +19,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::framing::{Frame, FrameReader};
-use crate::message::Id;
 use crate::queue::{self, Weigh};
+use crate::wire::framing::{Frame, FrameReader};
+use crate::wire::message::Id;
 use child::{ChildServer, SpawnError};
 
 /// Where the server is.
@@ -56,8 +56,8 @@ impl UpstreamSpec {
 pub enum Event {
     Frame(Frame),
     /// A large message, with its place among those held at once (see
-    /// [`crate::framing::LARGE_LINE`]): given up once it is budgeted.
-    Large(Frame, crate::framing::LargeHold),
+    /// [`crate::wire::framing::LARGE_LINE`]): given up once it is budgeted.
+    Large(Frame, crate::wire::framing::LargeHold),
     /// A server request or notification that came related to one client request (on the HTTP
     /// stream of that request's POST): it goes to the client stream of that request.
     Related {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Event, Link, Upstream};
-use crate::framing::Frame;
-use crate::jsonrpc;
 use crate::replay::Replayer;
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc;
 
 /// An upstream that answers from a recording.
 pub fn upstream(replayer: Arc<Replayer>) -> Upstream {

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use super::child::SpawnError;
 use super::{Event, Link, Outgoing, Upstream};
-use crate::framing::Frame;
-use crate::jsonrpc;
-use crate::message::{self, Kind, Parsed};
 use crate::queue;
+use crate::wire::framing::Frame;
+use crate::wire::jsonrpc;
+use crate::wire::message::{self, Kind, Parsed};
 
 const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::message::{self, Id};
+use crate::wire::message::{self, Id};
 
 /// At most this many listens are open in one session.
 pub const MAX_LISTENS: usize = 64;
@@ -364,7 +364,7 @@ pub fn acknowledged(id: &Id, filter: &Filter) -> Vec<u8> {
 /// subscription id; the rest as the server wrote it).
 pub fn tagged(notification: &[u8], id: &Id) -> Option<Vec<u8>> {
     let member = format!("\"{}\":{}", message::META_SUBSCRIPTION_ID, id.raw());
-    crate::bridge::with_meta_members(notification, &member)
+    crate::era::bridge::with_meta_members(notification, &member)
 }
 
 /// The proxy's own `resources/subscribe` or `resources/unsubscribe` (`method`) for `uri`.
@@ -372,14 +372,14 @@ pub fn upstream_request(id: &Id, method: &str, uri: &str) -> Vec<u8> {
     format!(
         r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{{"uri":{}}}}}"#,
         id.raw(),
-        crate::jsonrpc::quote(uri)
+        crate::wire::jsonrpc::quote(uri)
     )
     .into_bytes()
 }
 
 /// The graceful end of a listen (the spec's "Graceful Closure"): its completion result.
 pub fn closing_result(id: &Id) -> Vec<u8> {
-    crate::jsonrpc::result_response(
+    crate::wire::jsonrpc::result_response(
         id,
         &format!(
             r#"{{"resultType":"complete","_meta":{{"{}":{}}}}}"#,

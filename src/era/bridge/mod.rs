@@ -31,9 +31,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::era::{prepend, prepend_members};
-use crate::jsonrpc::quote;
-use crate::jsonrpc::{HEADER_MISMATCH, INVALID_PARAMS, MISSING_CAPABILITY, UNSUPPORTED_VERSION};
-use crate::message::{self, Id};
+use crate::wire::jsonrpc::quote;
+use crate::wire::jsonrpc::{
+    HEADER_MISMATCH, INVALID_PARAMS, MISSING_CAPABILITY, UNSUPPORTED_VERSION,
+};
+use crate::wire::message::{self, Id};
 
 mod mrtr;
 pub use mrtr::*;
@@ -102,12 +104,12 @@ pub fn refused_by_client_era(
 ) -> Option<(i64, String, Option<serde_json::Value>)> {
     match forced {
         Era::Legacy if modern && method == "server/discover" => Some((
-            crate::jsonrpc::METHOD_NOT_FOUND,
+            crate::wire::jsonrpc::METHOD_NOT_FOUND,
             "Method not found: server/discover (this mcp-budget serves 2025-11-25 and earlier only, --client-era legacy: send initialize)".into(),
             None,
         )),
         Era::Legacy if modern => Some((
-            crate::jsonrpc::INVALID_REQUEST,
+            crate::wire::jsonrpc::INVALID_REQUEST,
             format!("Invalid Request: this mcp-budget serves 2025-11-25 and earlier only (--client-era legacy): send initialize first, then {method} in that session"),
             None,
         )),

@@ -59,7 +59,7 @@ pub fn call_digest(method: &str, request: &[u8]) -> [u8; 16] {
             map.remove(key);
         }
     }
-    crate::canonical::digest(&serde_json::json!({"method": method, "params": params}))
+    crate::wire::canonical::digest(&serde_json::json!({"method": method, "params": params}))
 }
 
 /// A server request's `params` (JSON text; `{}` when it has none).

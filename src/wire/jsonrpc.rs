@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::message::Id;
+use crate::wire::message::Id;
 
 /// Invalid JSON was received.
 pub const PARSE_ERROR: i64 = -32700;

@@ -1,9 +1,17 @@
 //! The 2026-07-28 protocol era ("modern") where the proxy writes or reads its results.
 //!
 //! Why a module of its own: a modern request is decided once, where it comes in (its `_meta`
-//! read with the envelope, [`crate::message::Modern`]); what differs for it afterwards — its
+//! read with the envelope, [`crate::wire::message::Modern`]); what differs for it afterwards — its
 //! results carry `resultType`, only complete results are budgeted, lists carry `cacheScope` —
 //! is done here, on the text of one result, never by `if modern` spread through the budget.
+//!
+//! Beside it: [`bridge`], a client of one era in front of a server of the other;
+//! [`subscriptions`], `subscriptions/listen` served in front of a legacy server; and
+//! [`task_token`], the sealed task ids a 2026-07-28 client is shown.
+
+pub mod bridge;
+pub mod subscriptions;
+pub mod task_token;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -138,7 +146,7 @@ pub fn private(result: &str) -> Option<String> {
     match members.cache_scope {
         Some(scope) if scope.get() == "\"private\"" => None,
         Some(scope) => Some(
-            String::from_utf8_lossy(&crate::message::splice(
+            String::from_utf8_lossy(&crate::wire::message::splice(
                 result.as_bytes(),
                 scope.get(),
                 b"\"private\"",
@@ -157,10 +165,10 @@ pub fn completed_response(message: Vec<u8>) -> Vec<u8> {
 
 /// Like [`completed_response`], with the server's result (`server`) whose `_meta` it keeps.
 pub fn completed_message(message: Vec<u8>, server: Option<&str>) -> Vec<u8> {
-    let Ok(crate::message::Parsed::Single(crate::message::Kind::Response {
+    let Ok(crate::wire::message::Parsed::Single(crate::wire::message::Kind::Response {
         result: Some(range),
         ..
-    })) = crate::message::parse(&message)
+    })) = crate::wire::message::parse(&message)
     else {
         return message;
     };
@@ -171,7 +179,7 @@ pub fn completed_message(message: Vec<u8>, server: Option<&str>) -> Vec<u8> {
         return message;
     };
     match completed(result, server) {
-        Some(done) => crate::message::splice(&message, result, done.as_bytes()),
+        Some(done) => crate::wire::message::splice(&message, result, done.as_bytes()),
         None => message,
     }
 }
@@ -184,7 +192,7 @@ pub struct Headers {
     pub version: std::borrow::Cow<'static, str>,
     /// `Mcp-Method` (a known one not copied).
     pub method: std::borrow::Cow<'static, str>,
-    /// `Mcp-Name`, for the methods that name something (see [`crate::message::name_member`]).
+    /// `Mcp-Name`, for the methods that name something (see [`crate::protocol::name_member`]).
     pub name: Option<String>,
     /// `Mcp-Param-{name}`: the arguments a tool's descriptor marks with `x-mcp-header`.
     pub params: Vec<(String, String)>,
@@ -192,7 +200,7 @@ pub struct Headers {
 
 impl Headers {
     /// The headers of a modern request (`bytes`: as it goes upstream).
-    /// `name`: what `Mcp-Name` carries, as the envelope read it ([`crate::message::Modern`]);
+    /// `name`: what `Mcp-Name` carries, as the envelope read it ([`crate::wire::message::Modern`]);
     /// `annotated`: the tool's arguments that travel as headers (header, argument).
     pub fn of(
         version: &str,
@@ -209,8 +217,8 @@ impl Headers {
                 .collect(),
         };
         Headers {
-            version: crate::message::interned(version),
-            method: crate::message::interned(method),
+            version: crate::wire::message::interned(version),
+            method: crate::wire::message::interned(method),
             name,
             params,
         }
@@ -391,8 +399,8 @@ mod tests {
     #[test]
     fn headers_come_from_the_body_sent() {
         // What Mcp-Name carries is read with the envelope, decoded.
-        let named = |line: &[u8]| match crate::message::parse(line) {
-            Ok(crate::message::Parsed::Single(crate::message::Kind::Request {
+        let named = |line: &[u8]| match crate::wire::message::parse(line) {
+            Ok(crate::wire::message::Parsed::Single(crate::wire::message::Kind::Request {
                 modern: Some(modern),
                 ..
             })) => modern.named,

@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::budget::Budget;
-use crate::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader};
 use crate::policy::Policy;
 use crate::upstream::child::ChildServer;
+use crate::wire::framing::{DEFAULT_MAX_MESSAGE_BYTES, Frame, FrameReader};
 
 /// What `check` warns about in a valid policy: rules that overlap (the first matching rule
 /// wins: an exact name, then the first glob), text pages the cap would refuse, and items rules
@@ -189,7 +189,7 @@ pub struct Explained {
     /// The tools the policy hides.
     pub hidden: Vec<String>,
     /// The policy it runs under, and why.
-    pub policy: crate::report::PolicyChoice,
+    pub policy: crate::commands::report::PolicyChoice,
 }
 
 /// Whether `client` names a client profile (built in, or a section of `policy`), looked up as
@@ -225,7 +225,7 @@ pub fn explain(
             .choosing(client, path.is_none(), true)
             .map_err(ExplainError::Input)?,
     );
-    let choice = crate::report::policy_for(path, server).map_err(ExplainError::Input)?;
+    let choice = crate::commands::report::policy_for(path, server).map_err(ExplainError::Input)?;
     let profile = base.choice().forced.clone();
     let session = base.for_session(choice.policy.as_ref(), profile.as_ref());
     let name_of = |t: &Value| t.get("name").and_then(Value::as_str).map(String::from);
@@ -393,15 +393,15 @@ pub async fn fetch_tools(command: &[String]) -> Result<Fetched, ExplainError> {
         };
     let client_info = json!({"name": "mcp-budget explain", "version": env!("CARGO_PKG_VERSION")});
     let meta = json!({
-        crate::message::META_VERSION: crate::protocol::MODERN,
-        crate::message::META_CLIENT_CAPABILITIES: {},
-        crate::message::META_CLIENT_INFO: client_info,
+        crate::wire::message::META_VERSION: crate::protocol::MODERN,
+        crate::wire::message::META_CLIENT_CAPABILITIES: {},
+        crate::wire::message::META_CLIENT_INFO: client_info,
     });
     let (modern, detected, server) = match request("server/discover", json!({"_meta": meta}), 10)
         .await
     {
         Ok(result) => {
-            let server = result["_meta"][crate::message::META_SERVER_INFO]["name"]
+            let server = result["_meta"][crate::wire::message::META_SERVER_INFO]["name"]
                 .as_str()
                 .map(String::from);
             let name = server.as_deref().unwrap_or("unnamed");
@@ -414,7 +414,7 @@ pub async fn fetch_tools(command: &[String]) -> Result<Fetched, ExplainError> {
         Err(why) => {
             let init = request(
                 "initialize",
-                json!({"protocolVersion": crate::bridge::LEGACY, "capabilities": {}, "clientInfo": client_info}),
+                json!({"protocolVersion": crate::era::bridge::LEGACY, "capabilities": {}, "clientInfo": client_info}),
                 30,
             )
             .await?;

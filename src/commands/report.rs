@@ -29,13 +29,13 @@ use crate::budget::cap::read_bytes;
 use crate::budget::continuation::META_CONTINUATION;
 use crate::budget::cursor::CursorKey;
 use crate::client::{Profile, Reads};
-use crate::framing::Frame;
 use crate::intercept::Interceptor;
 use crate::policy::Policy;
 use crate::recording::{Exchange, Recording};
 use crate::relay::Relay;
 use crate::replay::Replayer;
 use crate::upstream::Outgoing;
+use crate::wire::framing::Frame;
 
 /// The forecast's cursor key: the same recording and policy give the same figures.
 const KEY: &[u8] = b"mcp-budget report";
@@ -263,7 +263,7 @@ fn recorded_server(exchanges: &[Exchange]) -> Option<String> {
         .or_else(|| {
             result
                 .get("_meta")?
-                .get(crate::message::META_SERVER_INFO)?
+                .get(crate::wire::message::META_SERVER_INFO)?
                 .get("name")
         });
         named?.as_str().map(String::from)
@@ -282,7 +282,7 @@ fn recorded_client(exchanges: &[Exchange]) -> Option<String> {
         .or_else(|| {
             params
                 .get("_meta")?
-                .get(crate::message::META_CLIENT_INFO)?
+                .get(crate::wire::message::META_CLIENT_INFO)?
                 .get("name")
         });
         named?.as_str().map(String::from)

@@ -7,7 +7,7 @@
 use memchr::memchr;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::message::{EnvelopeScanner, Id, Parsed};
+use crate::wire::message::{EnvelopeScanner, Id, Parsed};
 
 /// The default message size limit (64 MiB): every message up to this size passes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
