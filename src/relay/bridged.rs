@@ -5,11 +5,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::era::bridge::{self, Era};
+use crate::era::bridge::{self, Era, EraChoice};
 use crate::upstream::Outgoing;
+use crate::wire::framing::Frame;
 use crate::wire::jsonrpc::{self, UPSTREAM_ERROR};
-use crate::wire::message::{self, Id, Kind, Modern};
+use crate::wire::message::{self, Id, Kind, Parsed};
 
+use super::era_in::Request;
 use super::flights::{InFlight, Pending};
 use super::mrtr::{Parked, Round};
 use super::{Delivery, Forward, Relay, Routed, State, bad_input};
@@ -114,7 +116,49 @@ pub(super) fn still_in_flight(state: &mut State) -> Vec<Outgoing> {
         .collect()
 }
 
+/// What the era hooks keep of one request in flight: its client's era and, for a request the
+/// bridge carries, what its MRTR rounds and log filter need.
+#[derive(Default)]
+pub(super) struct EraFlight {
+    /// Whether it was a modern (2026-07-28) request.
+    pub(super) modern: bool,
+    /// The log level it asked for (a rank), when it is a modern request bridged to a legacy
+    /// server: only such requests get the server's `notifications/message`.
+    pub(super) log_level: Option<u8>,
+    /// What identifies it across MRTR rounds ([`bridge::call_digest`]), when it is a modern
+    /// request a legacy server may ask input for.
+    ///
+    /// [`bridge::call_digest`]: crate::era::bridge::call_digest
+    pub(super) digest: Option<[u8; 16]>,
+    /// Parked: its client got `input_required` and the call waits upstream for the retry
+    /// (the number of its entry in [`Bridge::parked`]).
+    ///
+    /// [`Bridge::parked`]: super::bridged::Bridge::parked
+    pub(super) parked: Option<u64>,
+    /// A legacy client's request to a modern server that may be answered `input_required`:
+    /// the bytes it went upstream as (the proxy retries it with the client's answers), and
+    /// how many rounds it had.
+    pub(super) kept: Option<Box<[u8]>>,
+    pub(super) rounds: u8,
+    /// What a modern call bridged to a legacy server declared that the server may use
+    /// ([`bridge::capability_profile`]).
+    ///
+    /// [`bridge::capability_profile`]: crate::era::bridge::capability_profile
+    pub(super) caps: Option<Box<str>>,
+}
+
 impl Bridge {
+    /// Whether `key` names a client request only the era's hooks hold: a listen the proxy
+    /// serves, or a call waiting for its client's answers to a server's input requests.
+    pub(super) fn holds(&self, key: &str) -> bool {
+        self.listens.is_open(key) || self.rounds.values().any(|r| r.client.key() == key)
+    }
+
+    /// When the next round of input times out.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.rounds.values().map(|r| r.deadline).min()
+    }
+
     /// The proxy's requests to the client for round `n`, no longer awaited: their id keys.
     pub(super) fn take_inputs(&mut self, n: u64) -> Vec<Box<str>> {
         let keys: Vec<Box<str>> = self
@@ -153,11 +197,92 @@ pub(super) fn for_modern_server(state: &State, method: &str, message: Vec<u8>) -
 }
 
 impl Relay {
+    /// Turns the era bridge on ([`crate::era::bridge`]): a client of one protocol era is served in
+    /// front of a server of the other. `server`: the server's era, or `auto` to learn it (what
+    /// was learned of the server's origin in this process is used).
+    pub fn with_bridge(mut self, server: EraChoice) -> Self {
+        self.bridge_on = true;
+        {
+            let mut state = self.state();
+            let bridge = &mut state.bridge;
+            bridge.forced = server.forced().is_some();
+            let mut raw = [0u8; 8];
+            let _ = getrandom::fill(&mut raw);
+            bridge.nonce = crate::wire::canonical::hex(&raw);
+            bridge.server = server
+                .forced()
+                .or_else(|| self.interceptor.origin().and_then(bridge::verdict));
+        }
+        self
+    }
+
+    /// Serves clients of one era only (`--client-era`); `auto` serves both.
+    pub fn with_client_era(mut self, era: EraChoice) -> Self {
+        self.client_era = era.forced();
+        self
+    }
+
+    /// How long a call the era bridge parked (its client answering the server's request)
+    /// waits for the client's retry before it is cancelled upstream.
+    pub fn with_input_timeout(mut self, timeout: Duration) -> Self {
+        self.input_timeout = timeout;
+        self
+    }
+
+    /// What a modern request that may take input declares (sampling, elicitation, roots), and
+    /// whether it is what the legacy session this relay opened for modern clients declared:
+    /// another needs a legacy session of its own (see `stdio`'s lanes). `None` for any other
+    /// message, and while the server is not known to be legacy or no session was opened.
+    pub fn call_capabilities(&self, frame: &Frame) -> Option<(String, bool)> {
+        if !self.bridge_on {
+            return None;
+        }
+        let Frame::Read {
+            line,
+            parsed:
+                Parsed::Single(Kind::Request {
+                    method,
+                    modern: Some(modern),
+                    ..
+                }),
+        } = frame
+        else {
+            return None;
+        };
+        if !crate::era::is_modern(&modern.version) || !crate::protocol::takes_input(method) {
+            return None;
+        }
+        // (While a restarted server's era is asked again, the session's profile stands.)
+        let session = {
+            let state = self.state();
+            if state.bridge.server == Some(Era::Modern) {
+                return None;
+            }
+            state.bridge.profile.clone()?
+        };
+        let profile = bridge::capability_profile(line);
+        let same = *profile == *session;
+        Some((profile, same))
+    }
+
+    /// Whether this relay serves modern clients from a legacy session it opened (so that a
+    /// request may need another: [`Relay::call_capabilities`]).
+    pub fn in_legacy_session(&self) -> bool {
+        if !self.bridge_on {
+            return false;
+        }
+        let state = self.state();
+        state.bridge.server != Some(Era::Modern) && state.bridge.profile.is_some()
+    }
+
     /// A modern client's message on its way to a server whose era is not known yet, or to a
     /// legacy server whose session is not open yet, is held (and the session opened); to an
     /// open legacy session it goes without the modern headers (its session carries it).
     /// Returns the answer of a parked call whose retry this frame was, if it came first.
-    pub(super) fn bridge_outgoing(&self, routed: &mut Routed) -> Option<(Id, Vec<u8>)> {
+    pub(super) fn era_held(&self, routed: &mut Routed) -> Option<(Id, Vec<u8>)> {
+        if !self.bridge_on {
+            return None;
+        }
         let mut state = self.state();
         let done = state.bridge.resumed_done.take();
         let Some(out) = routed.to_server.as_mut() else {
@@ -387,8 +512,9 @@ impl Relay {
         delivery: Delivery,
         bytes: &[u8],
         method: &str,
-        modern: bool,
+        era: &EraFlight,
     ) -> Delivery {
+        let modern = era.modern;
         if !self.bridge_on {
             return delivery;
         }
@@ -528,18 +654,15 @@ impl Relay {
     /// The bridge's part of a client request, before it is routed (the era bridge on): the
     /// server's era asked for first, and what the proxy answers itself in the client's era.
     /// `Some`: the request was answered or taken here.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn bridge_request(
         &self,
         state: &mut State,
-        id: &Id,
-        method: &str,
-        modern: Option<&Modern>,
-        bytes: &[u8],
+        request: &Request,
         upstream: &mut Option<Id>,
         routed: &mut Routed,
     ) -> Option<Forward> {
-        if let Some(meta) = modern {
+        let (id, method, bytes) = (request.id, request.method, request.bytes);
+        if let Some(meta) = request.meta {
             if state.bridge.server.is_none() && !state.bridge.asking {
                 // The server's era is learned before this request goes on.
                 state.bridge.asking = true;

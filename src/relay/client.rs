@@ -1,9 +1,8 @@
 //! The client's path: what goes upstream, and what the proxy answers itself, for each client
-//! frame (a message or a batch), era by era.
+//! frame (a message or a batch). What its era changes is asked of the hooks in `era_in.rs`.
 
 use std::time::Instant;
 
-use crate::era::bridge::{self, Era, LegacyClient};
 use crate::intercept::CallDecision;
 use crate::recording::Dir;
 use crate::upstream::Outgoing;
@@ -11,8 +10,8 @@ use crate::wire::framing::Frame;
 use crate::wire::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR};
 use crate::wire::message::{self, Id, Kind, Parsed};
 
+use super::era_in::Request;
 use super::flights::{InFlight, Pending};
-use super::mrtr::{MAX_KEPT_BYTES, MAX_KEPT_REQUEST, kept_bytes};
 
 use super::*;
 
@@ -20,11 +19,8 @@ impl Relay {
     /// A frame from the client.
     pub fn from_client(&self, frame: Frame) -> Routed {
         let mut routed = self.route_client(frame);
-        // The era bridge, when on (what is held, and a parked call's answer for its retry).
-        let done = match self.bridge_on {
-            true => self.bridge_outgoing(&mut routed),
-            false => None,
-        };
+        // What the era holds of it, and a parked call's answer for its retry.
+        let done = self.era_held(&mut routed);
         if let Some((upstream, answer)) = done {
             let mut restored = None;
             let parsed = message::parse(&answer).ok();
@@ -160,214 +156,102 @@ impl Relay {
                 id,
                 method,
                 progress,
-                modern,
+                modern: meta,
                 call,
             } => {
                 tracing::debug!(id = id.raw(), %method, "request");
-                if let Some(forced) = self.client_era
-                    && let Some((code, message, data)) =
-                        bridge::refused_by_client_era(forced, &method, modern.is_some(), bytes)
-                {
+                let request = Request {
+                    id: &id,
+                    method: &method,
+                    bytes,
+                    meta: meta.as_deref(),
+                };
+                if let Some(refusal) = self.refused_in_client_era(&request) {
                     bad_input();
-                    routed.to_client.push(jsonrpc::error_response(
-                        Some(&id),
-                        code,
-                        &message,
-                        data.as_ref(),
-                    ));
+                    routed.to_client.push(refusal);
                     return Forward::Drop;
                 }
                 // Admission and the entry in flight happen under one lock: two requests with one
                 // id can never both be admitted.
                 let mut state = self.state();
-                let upstream = match self.admit(&mut state, &id, &method) {
+                let mut upstream = match self.admit(&mut state, &id, &method) {
                     Ok(upstream) => upstream,
                     Err(refusal) => {
                         routed.to_client.push(refusal);
                         return Forward::Drop;
                     }
                 };
-                let mut upstream = upstream;
-                if self.bridge_on
-                    && let Some(forward) = self.bridge_request(
-                        &mut state,
-                        &id,
-                        &method,
-                        modern.as_deref(),
-                        bytes,
-                        &mut upstream,
-                        routed,
-                    )
-                {
-                    return forward;
-                }
-                if let Some(meta) = &modern
-                    && !state.probed
-                    && method != "server/discover"
-                    && state.bridge.server != Some(Era::Legacy)
-                    && self.interceptor.unsettled()
-                {
-                    state.probed = true;
-                    routed.probe = Some(self.probe(&mut state, &meta.version));
-                }
-                // A modern client names tasks by the tokens the proxy showed it: the server
-                // gets its own ids, and a token that does not open is refused. A task id the
-                // proxy did not hand to this principal never reaches the server (which sees one
-                // client, the proxy, and would answer with another principal's task): a client
-                // that did not declare the tasks extension has no tasks, and is told so here
-                // (-32021, as the extension says), its request never forwarded.
-                let mut named_task: Option<(String, String)> = None;
-                let mut task_forward: Option<Vec<u8>> = None;
-                let names_a_task = matches!(
-                    method.as_str(),
-                    "tasks/get" | "tasks/update" | "tasks/cancel"
-                );
-                if modern.is_some()
-                    && names_a_task
-                    && !crate::holds!(bytes, b"modelcontextprotocol/tasks")
-                {
-                    bad_input();
-                    tracing::warn!(id = id.raw(), %method, "a task method from a client without the tasks extension; refused");
-                    routed.to_client.push(jsonrpc::error_response(
-                        Some(&id),
-                        jsonrpc::MISSING_CAPABILITY,
-                        &format!(
-                            "Missing required client capability: {method} needs the tasks extension (io.modelcontextprotocol/tasks) in the request's clientCapabilities; a client that did not declare it has no tasks"
-                        ),
-                        Some(&serde_json::json!({"requiredCapabilities": {"extensions": {
-                            "io.modelcontextprotocol/tasks": {}
-                        }}})),
-                    ));
-                    return Forward::Drop;
-                }
-                if modern.is_some() && (names_a_task || method == "subscriptions/listen") {
-                    match self.interceptor.task_request(&method, bytes) {
-                        Ok(None) => {}
-                        Ok(Some(named)) => {
-                            named_task = named.task;
-                            task_forward = Some(named.rewritten);
+                let opened = match self.era_request(&mut state, &request, &mut upstream, routed) {
+                    Ok(opened) => opened,
+                    Err(forward) => return forward,
+                };
+                let task_forward = match &opened.rewritten {
+                    Some(rewritten) => Forward::Rewritten(rewritten.clone()),
+                    None => Forward::Unchanged,
+                };
+                let routed_by_era =
+                    self.era_pending(&mut state, &request, &mut upstream, task_forward);
+                let (pending, forward) = match routed_by_era {
+                    Ok(decided) => decided,
+                    Err(task_forward) => match method.as_str() {
+                        "tools/list" => (Pending::ToolsList(meta.clone()), Forward::Unchanged),
+                        "server/discover" => (Pending::Discover, Forward::Unchanged),
+                        "initialize" => {
+                            self.interceptor.initialize_request(bytes);
+                            (Pending::Initialize, Forward::Unchanged)
                         }
-                        Err(refused) => {
-                            bad_input();
-                            tracing::warn!(id = id.raw(), %method, %refused, "a task token refused");
-                            routed.to_client.push(jsonrpc::error_response(
-                                Some(&id),
-                                jsonrpc::INVALID_PARAMS,
-                                &refused.to_string(),
-                                None,
-                            ));
-                            return Forward::Drop;
-                        }
-                    }
-                }
-                let task_forward = task_forward.map_or(Forward::Unchanged, Forward::Rewritten);
-                let (pending, forward) = match method.as_str() {
-                    "tools/list" => (Pending::ToolsList(modern.clone()), Forward::Unchanged),
-                    "server/discover" => (Pending::Discover, Forward::Unchanged),
-                    // Held while the server's era is learned: should it be a legacy one, the
-                    // proxy serves the listen when the server refuses it.
-                    "subscriptions/listen"
-                        if modern.is_some()
-                            && self.bridge_on
-                            && state.bridge.server != Some(Era::Modern) =>
-                    {
-                        (
-                            Pending::Listen {
-                                filter: crate::era::subscriptions::Filter::requested(bytes)
-                                    .ok()
-                                    .map(Box::new),
-                                served: false,
-                            },
-                            task_forward,
-                        )
-                    }
-                    "initialize" if self.bridge_on => {
-                        self.interceptor.initialize_request(bytes);
-                        let client = LegacyClient::of(bytes);
-                        // A modern server may speak both eras: unless it is forced modern, or
-                        // refused a legacy initialize before, the client's own initialize is
-                        // tried first (a refusal is bridged: `ask_after_refusal`).
-                        let by_discover = state.bridge.server == Some(Era::Modern)
-                            && (state.bridge.forced
-                                || self.interceptor.origin().is_some_and(bridge::modern_only));
-                        let forward = if by_discover {
-                            // A modern server has no initialize: its discover answers it.
-                            let fresh = upstream.get_or_insert_with(|| {
-                                state.fresh += 1;
-                                Id::from_json_text(&format!(
-                                    "\"mcp-budget-discover-{}\"",
-                                    state.fresh
-                                ))
-                            });
-                            Forward::Rewritten(bridge::discover_for(fresh, &client))
-                        } else {
-                            Forward::Unchanged
-                        };
-                        state.bridge.legacy_client = Some(client);
-                        match by_discover {
-                            true => (Pending::InitializeByDiscover { refused: None }, forward),
-                            false => (Pending::Initialize, forward),
-                        }
-                    }
-                    "initialize" => {
-                        self.interceptor.initialize_request(bytes);
-                        (Pending::Initialize, Forward::Unchanged)
-                    }
-                    "tools/call" => {
-                        match self.interceptor.tools_call_request(
-                            &id,
-                            bytes,
-                            modern.as_deref(),
-                            call.as_ref(),
-                        ) {
-                            CallDecision::Answer(answer) => {
-                                // Written in the client's era (a legacy client's page of a
-                                // modern server's result has no resultType).
-                                let answer = match state.bridge.serving_legacy && modern.is_none() {
-                                    true => bridge::legacy_answer(&answer).unwrap_or(answer),
-                                    false => answer,
-                                };
-                                if crate::traces::enabled() {
-                                    let span = crate::traces::request_span(&method, bytes);
-                                    crate::traces::finish(
-                                        &span,
-                                        answer.len(),
-                                        "answered by the proxy",
-                                    );
+                        "tools/call" => {
+                            match self.interceptor.tools_call_request(
+                                &id,
+                                bytes,
+                                request.meta,
+                                call.as_ref(),
+                            ) {
+                                CallDecision::Answer(answer) => {
+                                    let answer =
+                                        self.answer_in_client_era(&state, &request, answer);
+                                    if crate::traces::enabled() {
+                                        let span = crate::traces::request_span(&method, bytes);
+                                        crate::traces::finish(
+                                            &span,
+                                            answer.len(),
+                                            "answered by the proxy",
+                                        );
+                                    }
+                                    routed.to_client.push(answer);
+                                    return Forward::Drop;
                                 }
-                                routed.to_client.push(answer);
-                                return Forward::Drop;
-                            }
-                            CallDecision::Defer(job) => {
-                                routed.deferred.push(job);
-                                return Forward::Drop;
-                            }
-                            CallDecision::Forward { rewritten, context } => (
-                                Pending::ToolsCall(context),
-                                rewritten.map_or(Forward::Unchanged, Forward::Rewritten),
-                            ),
-                        }
-                    }
-                    // A modern client's task, named by its token: every answer about it is
-                    // read as a task's state (a completed one carries its result). A legacy
-                    // one: the answers that carry results.
-                    "tasks/result" | "tasks/get" | "tasks/update" | "tasks/cancel" => {
-                        let pending = match named_task.clone() {
-                            Some((task, shown)) => Pending::TaskResult {
-                                task: Some(task),
-                                shown: Some(shown),
-                            },
-                            None if matches!(method.as_str(), "tasks/result" | "tasks/get") => {
-                                Pending::TaskResult {
-                                    task: self.interceptor.task_of(bytes),
-                                    shown: None,
+                                CallDecision::Defer(job) => {
+                                    routed.deferred.push(job);
+                                    return Forward::Drop;
                                 }
+                                CallDecision::Forward { rewritten, context } => (
+                                    Pending::ToolsCall(context),
+                                    rewritten.map_or(Forward::Unchanged, Forward::Rewritten),
+                                ),
                             }
-                            None => Pending::Other,
-                        };
-                        (pending, task_forward)
-                    }
-                    _ => (Pending::Other, task_forward),
+                        }
+                        // A task named by the token the client was shown: every answer about it
+                        // is read as a task's state (a completed one carries its result).
+                        // Otherwise: the answers that carry results.
+                        "tasks/result" | "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                            let pending = match opened.task.clone() {
+                                Some((task, shown)) => Pending::TaskResult {
+                                    task: Some(task),
+                                    shown: Some(shown),
+                                },
+                                None if matches!(method.as_str(), "tasks/result" | "tasks/get") => {
+                                    Pending::TaskResult {
+                                        task: self.interceptor.task_of(bytes),
+                                        shown: None,
+                                    }
+                                }
+                                None => Pending::Other,
+                            };
+                            (pending, task_forward)
+                        }
+                        _ => (Pending::Other, task_forward),
+                    },
                 };
                 let forward = match &upstream {
                     None => forward,
@@ -397,90 +281,14 @@ impl Relay {
                     self.request_timeout.map(|t| Instant::now() + t)
                 };
                 let progress_token = self.request_timeout.and(progress).map(String::from);
-                let by_discover = matches!(pending, Pending::InitializeByDiscover { .. });
                 if method == "initialize" {
                     state.initialized = true;
-                    out.initialize = !by_discover;
+                    out.initialize = true;
                 }
-                // A legacy client's request to a modern server carries the modern `_meta`.
-                let bridged = state.bridge.serving_legacy && modern.is_none() && !by_discover;
-                let forward = match (bridged, &state.bridge.legacy_client) {
-                    (true, Some(client)) => {
-                        let current = match &forward {
-                            Forward::Rewritten(b) => b.as_slice(),
-                            _ => bytes,
-                        };
-                        match client.modern_request(current) {
-                            Some(b) => Forward::Rewritten(b),
-                            None => forward,
-                        }
-                    }
-                    _ => forward,
-                };
+                let (forward, era) =
+                    self.era_outgoing(&mut state, &request, &pending, &opened, forward, out);
                 out.requests
                     .push(upstream.clone().unwrap_or_else(|| id.clone()));
-                let headers = match &modern {
-                    Some(modern) => Some((
-                        &*modern.version,
-                        method.as_str(),
-                        // A task named by its token: the server's id (Mcp-Name is the body's).
-                        match &named_task {
-                            Some((task, _)) => Some(task.clone()),
-                            None => modern.named.clone(),
-                        },
-                    )),
-                    None if by_discover => Some((crate::protocol::MODERN, "server/discover", None)),
-                    None if bridged => {
-                        let sent = match &forward {
-                            Forward::Rewritten(b) => b.as_slice(),
-                            _ => bytes,
-                        };
-                        Some((
-                            crate::protocol::MODERN,
-                            method.as_str(),
-                            bridge::named(&method, sent),
-                        ))
-                    }
-                    None => None,
-                };
-                if let Some((version, header_method, named)) = headers {
-                    let sent = match &forward {
-                        Forward::Rewritten(b) => b.as_slice(),
-                        _ => bytes,
-                    };
-                    let annotated = match &pending {
-                        Pending::ToolsCall(context) => {
-                            self.interceptor.param_headers(context.tool())
-                        }
-                        _ => Vec::new(),
-                    };
-                    out.modern = Some(Box::new(crate::era::Headers::of(
-                        version,
-                        header_method,
-                        named,
-                        sent,
-                        &annotated,
-                    )));
-                }
-                let to_legacy = modern.is_some()
-                    && self.bridge_on
-                    && matches!(state.bridge.server, Some(Era::Legacy) | None);
-                let log_level = to_legacy
-                    .then(|| bridge::requested_log_level(bytes))
-                    .flatten();
-                let digest = (to_legacy && crate::protocol::takes_input(&method))
-                    .then(|| bridge::call_digest(&method, bytes));
-                let kept = match &forward {
-                    Forward::Rewritten(b)
-                        if bridged
-                            && crate::protocol::takes_input(&method)
-                            && b.len() <= MAX_KEPT_REQUEST
-                            && kept_bytes(&state) + b.len() <= MAX_KEPT_BYTES =>
-                    {
-                        Some(b.clone().into_boxed_slice())
-                    }
-                    _ => None,
-                };
                 let key: Box<str> = match &upstream {
                     Some(fresh) => {
                         state.aliases.insert(id.key().into(), fresh.key().into());
@@ -501,13 +309,7 @@ impl Relay {
                         progress_token,
                         sent: crate::metrics::get().map(|_| Instant::now()),
                         span,
-                        modern: modern.is_some(),
-                        log_level,
-                        digest,
-                        parked: None,
-                        kept,
-                        rounds: 0,
-                        caps: digest.map(|_| bridge::capability_profile(bytes).into_boxed_str()),
+                        era,
                     },
                 );
                 drop(state);
@@ -518,13 +320,8 @@ impl Relay {
                 forward
             }
             Kind::Notification { method } => {
-                if method == "notifications/initialized" && self.state().bridge.serving_legacy {
-                    // A modern server has no session to be told of; the list changes the
-                    // client gets unasked come on a listen the proxy holds for it.
-                    let mut state = self.state();
-                    let listen = self.relisten(&mut state);
-                    routed.also_to_server.extend(listen);
-                    return Forward::Drop;
+                if let Some(forward) = self.era_notification(&method, routed) {
+                    return forward;
                 }
                 // A notification always goes upstream (a cancellation perhaps rewritten).
                 out.initialized |= method == "notifications/initialized";
@@ -533,39 +330,8 @@ impl Relay {
                 {
                     tracing::debug!(id = id.raw(), "client cancelled a request");
                     let mut state = self.state();
-                    // A call waiting for the client's own answers to a server's input requests
-                    // ends here: nothing of it is upstream.
-                    let round = state
-                        .bridge
-                        .rounds
-                        .iter()
-                        .find(|(_, r)| r.client.key() == id.key())
-                        .map(|(n, _)| *n);
-                    // A listen the proxy serves ends here: nothing of it is upstream but the
-                    // subscriptions no other listen needs.
-                    if let Some(gone) = state.bridge.listens.close(id.key()) {
-                        let key = state
-                            .aliases
-                            .get(id.key())
-                            .cloned()
-                            .unwrap_or_else(|| id.key().into());
-                        state.finish(&key);
-                        state.retired.add(id.key().into());
-                        for uri in gone {
-                            let unsubscribe = self.subscription_request(
-                                &mut state,
-                                "resources/unsubscribe",
-                                &uri,
-                            );
-                            routed.also_to_server.extend(unsubscribe);
-                        }
-                        return Forward::Drop;
-                    }
-                    if let Some(n) = round {
-                        state.bridge.rounds.remove(&n);
-                        state.bridge.inputs.retain(|_, (m, _)| *m != n);
-                        state.retired.add(id.key().into());
-                        return Forward::Drop;
+                    if let Some(forward) = self.era_cancelled(&mut state, &id, routed) {
+                        return forward;
                     }
                     let key = state
                         .aliases
@@ -605,10 +371,8 @@ impl Relay {
                 ));
                 Forward::Drop
             }
-            Kind::Response { id: Some(id), .. }
-                if self.state().bridge.inputs.contains_key(id.key()) =>
-            {
-                self.answered_by_legacy_client(&id, bytes, routed, out)
+            Kind::Response { id: Some(id), .. } if self.answers_a_round(&id) => {
+                self.answered_in_round(&id, bytes, routed, out)
             }
             // An answer to no request: no id to answer under, and nothing the server asked.
             Kind::Response { id: None, .. } => {

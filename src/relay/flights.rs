@@ -8,6 +8,7 @@ use crate::intercept::CallContext;
 use crate::wire::jsonrpc::{self, INVALID_REQUEST, UPSTREAM_ERROR};
 use crate::wire::message::{Id, Modern};
 
+use super::bridged::EraFlight;
 use super::{Relay, State, bad_input};
 
 /// How many ids of finished requests are remembered (not reused; their late answers dropped).
@@ -76,31 +77,8 @@ pub(super) struct InFlight {
     pub(super) sent: Option<Instant>,
     /// Its span (only with traces on).
     pub(super) span: Option<tracing::Span>,
-    /// Whether it was a modern (2026-07-28) request.
-    pub(super) modern: bool,
-    /// The log level it asked for (a rank), when it is a modern request bridged to a legacy
-    /// server: only such requests get the server's `notifications/message`.
-    pub(super) log_level: Option<u8>,
-    /// What identifies it across MRTR rounds ([`bridge::call_digest`]), when it is a modern
-    /// request a legacy server may ask input for.
-    ///
-    /// [`bridge::call_digest`]: crate::era::bridge::call_digest
-    pub(super) digest: Option<[u8; 16]>,
-    /// Parked: its client got `input_required` and the call waits upstream for the retry
-    /// (the number of its entry in [`Bridge::parked`]).
-    ///
-    /// [`Bridge::parked`]: super::bridged::Bridge::parked
-    pub(super) parked: Option<u64>,
-    /// A legacy client's request to a modern server that may be answered `input_required`:
-    /// the bytes it went upstream as (the proxy retries it with the client's answers), and
-    /// how many rounds it had.
-    pub(super) kept: Option<Box<[u8]>>,
-    pub(super) rounds: u8,
-    /// What a modern call bridged to a legacy server declared that the server may use
-    /// ([`bridge::capability_profile`]).
-    ///
-    /// [`bridge::capability_profile`]: crate::era::bridge::capability_profile
-    pub(super) caps: Option<Box<str>>,
+    /// What its era hooks keep of it (see [`super::bridged`]).
+    pub(super) era: EraFlight,
 }
 
 impl InFlight {
@@ -121,13 +99,7 @@ impl InFlight {
             progress_token: None,
             sent: None,
             span: None,
-            modern: false,
-            log_level: None,
-            digest: None,
-            parked: None,
-            kept: None,
-            rounds: 0,
-            caps: None,
+            era: EraFlight::default(),
         }
     }
 }
@@ -178,7 +150,7 @@ impl State {
     /// id as used.
     pub(super) fn finish(&mut self, key: &str) -> Option<InFlight> {
         let (key, flight) = self.pending.remove_entry(key)?;
-        if flight.upstream.is_some() && flight.parked.is_none() {
+        if flight.upstream.is_some() && flight.era.parked.is_none() {
             self.aliases.remove(flight.id.key());
         }
         self.retired.add(key);
@@ -206,8 +178,7 @@ impl Relay {
         !state.aliases.contains_key(key)
             && !state.pending.contains_key(key)
             && !state.retired.contains(key)
-            && !state.bridge.listens.is_open(key)
-            && !state.bridge.rounds.values().any(|r| r.client.key() == key)
+            && !state.bridge.holds(key)
     }
 
     /// Whether `id` names a client request this relay has in flight: a call (or its held round
@@ -219,12 +190,7 @@ impl Relay {
             .pending
             .get(key)
             .is_some_and(|f| f.id.key() == id.key())
-            || state.bridge.listens.is_open(id.key())
-            || state
-                .bridge
-                .rounds
-                .values()
-                .any(|r| r.client.key() == id.key())
+            || state.bridge.holds(id.key())
     }
 
     /// Whether a request may go upstream: the upstream is there, its id is not in flight, it is

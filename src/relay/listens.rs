@@ -77,7 +77,7 @@ impl Relay {
             None,
         );
         flight.upstream = upstream;
-        flight.modern = true;
+        flight.era.modern = true;
         state.pending.insert(key, flight);
         let to_server = new
             .iter()

@@ -18,6 +18,9 @@ mod batch;
 mod bridged;
 mod client;
 mod ends;
+mod era_ends;
+mod era_in;
+mod era_out;
 mod flights;
 mod listens;
 mod mrtr;
@@ -27,12 +30,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::era::bridge::{self, Era, EraChoice};
+use crate::era::bridge::Era;
 use crate::intercept::Interceptor;
 use crate::recording::{Dir, Recorder};
 use crate::upstream::Outgoing;
-use crate::wire::framing::Frame;
-use crate::wire::message::{Id, Kind, Parsed};
+use crate::wire::message::{Id, Kind};
 
 use bridged::Bridge;
 use flights::{InFlight, Retired};
@@ -188,45 +190,12 @@ impl Relay {
     pub fn next_deadline(&self) -> Option<Instant> {
         let state = self.state();
         let calls = state.pending.values().filter_map(|f| f.deadline);
-        let rounds = state.bridge.rounds.values().map(|r| r.deadline);
-        calls.chain(rounds).min()
+        calls.chain(state.bridge.next_deadline()).min()
     }
 
     /// Completes when a request with a deadline went in flight (since the last call).
     pub async fn deadline_added(&self) {
         self.deadline_added.notified().await;
-    }
-
-    /// Turns the era bridge on ([`crate::era::bridge`]): a client of one protocol era is served in
-    /// front of a server of the other. `server`: the server's era, or `auto` to learn it (what
-    /// was learned of the server's origin in this process is used).
-    pub fn with_bridge(mut self, server: EraChoice) -> Self {
-        self.bridge_on = true;
-        {
-            let mut state = self.state();
-            let bridge = &mut state.bridge;
-            bridge.forced = server.forced().is_some();
-            let mut raw = [0u8; 8];
-            let _ = getrandom::fill(&mut raw);
-            bridge.nonce = crate::wire::canonical::hex(&raw);
-            bridge.server = server
-                .forced()
-                .or_else(|| self.interceptor.origin().and_then(bridge::verdict));
-        }
-        self
-    }
-
-    /// How long a call the era bridge parked (its client answering the server's request)
-    /// waits for the client's retry before it is cancelled upstream.
-    /// Serves clients of one era only (`--client-era`); `auto` serves both.
-    pub fn with_client_era(mut self, era: EraChoice) -> Self {
-        self.client_era = era.forced();
-        self
-    }
-
-    pub fn with_input_timeout(mut self, timeout: Duration) -> Self {
-        self.input_timeout = timeout;
-        self
     }
 
     /// What the relay sent or answered while it handled server messages and timeouts since
@@ -296,63 +265,18 @@ impl Relay {
         self.state().pending.len()
     }
 
-    /// What a modern request that may take input declares (sampling, elicitation, roots), and
-    /// whether it is what the legacy session this relay opened for modern clients declared:
-    /// another needs a legacy session of its own (see `stdio`'s lanes). `None` for any other
-    /// message, and while the server is not known to be legacy or no session was opened.
-    pub fn call_capabilities(&self, frame: &Frame) -> Option<(String, bool)> {
-        if !self.bridge_on {
-            return None;
-        }
-        let Frame::Read {
-            line,
-            parsed:
-                Parsed::Single(Kind::Request {
-                    method,
-                    modern: Some(modern),
-                    ..
-                }),
-        } = frame
-        else {
-            return None;
-        };
-        if !crate::era::is_modern(&modern.version) || !crate::protocol::takes_input(method) {
-            return None;
-        }
-        // (While a restarted server's era is asked again, the session's profile stands.)
-        let session = {
-            let state = self.state();
-            if state.bridge.server == Some(Era::Modern) {
-                return None;
-            }
-            state.bridge.profile.clone()?
-        };
-        let profile = bridge::capability_profile(line);
-        let same = *profile == *session;
-        Some((profile, same))
-    }
-
     /// This relay knows the tools as `other`'s client listed them (see
     /// [`Interceptor::sharing_tools_of`]).
     pub fn sharing_tools_of(mut self, other: &Relay) -> Self {
         self.interceptor = self.interceptor.sharing_tools_of(&other.interceptor);
         self
     }
-
-    /// Whether this relay serves modern clients from a legacy session it opened (so that a
-    /// request may need another: [`Relay::call_capabilities`]).
-    pub fn in_legacy_session(&self) -> bool {
-        if !self.bridge_on {
-            return false;
-        }
-        let state = self.state();
-        state.bridge.server != Some(Era::Modern) && state.bridge.profile.is_some()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::framing::Frame;
     use crate::wire::message;
 
     fn line(text: &str) -> Frame {

@@ -8,6 +8,7 @@ use crate::upstream::Outgoing;
 use crate::wire::jsonrpc::{self, MISSING_CAPABILITY, UPSTREAM_ERROR};
 use crate::wire::message::{Id, Kind};
 
+use super::bridged::EraFlight;
 use super::flights::{InFlight, Pending};
 use super::{Delivery, Forward, Relay, Routed, State, bad_input};
 
@@ -48,7 +49,7 @@ pub(super) fn kept_bytes(state: &State) -> usize {
     let calls: usize = state
         .pending
         .values()
-        .filter_map(|f| f.kept.as_ref().map(|k| k.len()))
+        .filter_map(|f| f.era.kept.as_ref().map(|k| k.len()))
         .sum();
     let rounds: usize = state
         .bridge
@@ -94,7 +95,7 @@ pub(super) const MAX_PARKED: usize = 64;
 impl Relay {
     /// A modern server's `input_required` for a legacy client's call: each of its requests
     /// goes to the client as a real server-to-client request (on the call's stream); the
-    /// answers are collected and the call retried ([`Relay::answered_by_legacy_client`]).
+    /// answers are collected and the call retried ([`Relay::answered_in_round`]).
     pub(super) fn ask_legacy_client(
         &self,
         client: &Id,
@@ -201,7 +202,7 @@ impl Relay {
 
     /// A legacy client's answer to one of the proxy's input requests; once every answer is in,
     /// the call goes upstream again with them.
-    pub(super) fn answered_by_legacy_client(
+    pub(super) fn answered_in_round(
         &self,
         id: &Id,
         bytes: &[u8],
@@ -322,8 +323,11 @@ impl Relay {
             fresh.key().into(),
             InFlight {
                 upstream: Some(fresh.clone()),
-                kept: Some(round.sent),
-                rounds: round.rounds,
+                era: EraFlight {
+                    kept: Some(round.sent),
+                    rounds: round.rounds,
+                    ..EraFlight::default()
+                },
                 ..InFlight::own(
                     round.client,
                     &round.method,
@@ -389,8 +393,8 @@ impl Relay {
         let related = match related {
             None => None,
             Some(r) => match state.pending.get(r.key()) {
-                Some(flight) if flight.modern && flight.digest.is_some() => {
-                    Some((Box::<str>::from(r.key()), flight.parked))
+                Some(flight) if flight.era.modern && flight.era.digest.is_some() => {
+                    Some((Box::<str>::from(r.key()), flight.era.parked))
                 }
                 _ => {
                     tracing::warn!(
@@ -407,13 +411,18 @@ impl Relay {
         let open: Vec<Box<str>> = state
             .pending
             .iter()
-            .filter(|(_, f)| f.modern && f.digest.is_some() && f.parked.is_none())
+            .filter(|(_, f)| f.era.modern && f.era.digest.is_some() && f.era.parked.is_none())
             .map(|(k, _)| k.clone())
             .collect();
         let latest = state
             .pending
             .iter()
-            .filter_map(|(k, f)| f.parked.filter(|_| f.modern).map(|n| (n, k.clone())))
+            .filter_map(|(k, f)| {
+                f.era
+                    .parked
+                    .filter(|_| f.era.modern)
+                    .map(|n| (n, k.clone()))
+            })
             .max_by_key(|(n, _)| *n);
         let (upstream_key, parked) = match (related, open.as_slice(), latest) {
             (Some(call), _, _) => call,
@@ -457,9 +466,9 @@ impl Relay {
         let flight = state.pending.get_mut(&upstream_key)?;
         let client = flight.id.clone();
         // Only a call that can take input (a modern call, its digest kept) is parked.
-        flight.digest?;
+        flight.era.digest?;
         let capability = crate::protocol::capability_of(method);
-        let declared = flight.caps.as_deref().is_some_and(|caps| {
+        let declared = flight.era.caps.as_deref().is_some_and(|caps| {
             caps.split(';')
                 .any(|c| c.starts_with(&format!("{capability}(")))
         });
@@ -503,7 +512,7 @@ impl Relay {
             // upstream under a fresh one.
             flight.upstream = Some(flight.id.clone());
         }
-        flight.parked = Some(n);
+        flight.era.parked = Some(n);
         flight.deadline = Some(deadline);
         state.aliases.remove(client.key());
         let input_key = format!("mcp-budget-{n}");
@@ -566,7 +575,7 @@ impl Relay {
             let Some(flight) = fields.pending.get(&parked.upstream_key) else {
                 continue;
             };
-            let Some(digest) = flight.digest else {
+            let Some(digest) = flight.era.digest else {
                 continue;
             };
             let token = key.mint(
@@ -663,7 +672,7 @@ impl Relay {
                 return refuse("Invalid params: the call this requestState continues has ended");
             };
             flight.id = id.clone();
-            flight.parked = Some(m);
+            flight.era.parked = Some(m);
             flight.deadline = Some(Instant::now() + self.input_timeout);
             let token = self.interceptor.cursor_key().mint(
                 &crate::budget::page::Position {
@@ -698,7 +707,7 @@ impl Relay {
             return refuse("Invalid params: the call this requestState continues has ended");
         };
         flight.id = id.clone();
-        flight.parked = None;
+        flight.era.parked = None;
         flight.deadline = deadline;
         let upstream = flight.upstream.clone();
         state
