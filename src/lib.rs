@@ -18,8 +18,9 @@
 //!   paging, the result cache ([`budget::cache`]) and the descriptor rewrite.
 //! - [`intercept`]: `tools/list` and `tools/call` (list, call, paging, tasks), where the budget is
 //!   applied to one message; [`search`]: the proxy's own search tool.
-//! - [`relay`]: the transport-free core of one session: ids in flight, batches, ends, and the era
-//!   hooks (bridge, MRTR rounds, listens) in files of their own.
+//! - [`relay`]: the transport-free core of one session: a routing core that names no era (ids
+//!   in flight, batches, ends), and the era's hooks it calls (bridge, MRTR rounds, listens) in
+//!   files of their own.
 //! - [`session`], [`remote`]: the session driver every transport runs.
 //! - [`upstream`]: the server side (child process, supervision, Streamable HTTP, a recording).
 //! - [`stdio`], [`listen`]: the client side, on stdin/stdout and over Streamable HTTP (sessions,

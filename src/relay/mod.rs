@@ -13,6 +13,15 @@
 //! late or twice: a client that reuses one (MCP forbids it, plain JSON-RPC allows it) is served,
 //! but its request goes upstream under a fresh id of the proxy's (`"mcp-budget-N"`), and the
 //! answer is given back the client's id. The common path — a new id — is never rewritten.
+//!
+//! Its files: the routing core, which names no era — `client.rs` (a client's frame),
+//! `server.rs` (a server's message), `batch.rs`, `flights.rs` (ids in flight, admission),
+//! `ends.rs` (how a request ends without an answer) — and the era's hooks it calls at each step:
+//! `era_in.rs` (a client request's era: refusals, task tokens, headers, what the bridge keeps
+//! of it), `era_out.rs` (a server message's era: the handshakes, a legacy server's logs and
+//! requests), `era_ends.rs` (timeouts and restarts of what the era holds), `bridged.rs` (the
+//! bridge's state and the legacy session it opens), `mrtr.rs` (MRTR rounds) and `listens.rs`
+//! (listens the proxy serves or holds).
 
 mod batch;
 mod bridged;
