@@ -68,7 +68,7 @@ fn simple_result(name: &str, arguments: &Value) -> Option<String> {
     }
 }
 
-const TOOLS: &str = r##"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"broken","description":"Answers with a line that is not JSON but begins like its answer.","inputSchema":{"type":"object"}},{"name":"drift","description":"Read-only, but its answer changes with every call (arguments.lines lines).","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"history","description":"Has an after argument of its own (an entry number); returns arguments.lines lines from there.","inputSchema":{"type":"object","properties":{"after":{"type":"integer"},"lines":{"type":"integer"}}}},{"name":"tree","description":"A JSON listing of arguments.entries entries, as text and again as structuredContent.content (as server-filesystem does).","inputSchema":{"type":"object","properties":{"entries":{"type":"integer"}}},"outputSchema":{"type":"object","properties":{"content":{"type":"string"}},"required":["content"],"additionalProperties":false}},{"name":"rows","description":"arguments.rows rows: structuredContent is the array itself (2025-06-18 and later allow any JSON value), and the text block its JSON.","inputSchema":{"type":"object","properties":{"rows":{"type":"integer"}}},"outputSchema":{"type":"array","items":{"type":"object","properties":{"n":{"type":"integer"},"label":{"type":"string"}},"required":["n","label"],"additionalProperties":false}},"annotations":{"readOnlyHint":true}},{"name":"closed","description":"Like big, with an input schema closed to other arguments through a $ref.","inputSchema":{"$ref":"#/$defs/Args","$defs":{"Args":{"type":"object","properties":{"bytes":{"type":"integer"}},"additionalProperties":false}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"##;
+const TOOLS: &str = r##"{"tools":[{"name":"report","title":"Quarterly report","description":"Builds a report; asks the client's model for a summary.","inputSchema":{"type":"object","properties":{"quarter":{"type":"string","x-widget":"select"}},"required":["quarter"],"additionalProperties":false},"outputSchema":{"type":"object","properties":{"total":{"type":"number"},"rows":{"type":"array"}},"required":["total"]},"annotations":{"readOnlyHint":true,"x-cost":"high","openWorldHint":false},"execution":{"taskSupport":"optional"},"_meta":{"vendor/trace":true,"anthropic/maxResultSizeChars":50000},"x-owner":"team-q"},{"name":"slow","description":"Never finishes unless cancelled.","inputSchema":{"type":"object"}},{"name":"crash","description":"Exits mid-call.","inputSchema":{"type":"object"}},{"name":"noise","description":"Writes a non-JSON line before answering.","inputSchema":{"type":"object"}},{"name":"big","description":"Returns arguments.bytes bytes of text (lines of arguments.line bytes, when given).","inputSchema":{"type":"object","properties":{"bytes":{"type":"integer"},"line":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"journal","description":"Appends to a journal (a side effect) and returns arguments.lines numbered lines.","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}}},{"name":"executions","description":"How many times each tool ran.","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},{"name":"broken","description":"Answers with a line that is not JSON but begins like its answer.","inputSchema":{"type":"object"}},{"name":"drift","description":"Read-only, but its answer changes with every call (arguments.lines lines).","inputSchema":{"type":"object","properties":{"lines":{"type":"integer"}}},"annotations":{"readOnlyHint":true}},{"name":"history","description":"Has an after argument of its own (an entry number); returns arguments.lines lines from there.","inputSchema":{"type":"object","properties":{"after":{"type":"integer"},"lines":{"type":"integer"}}}},{"name":"tree","description":"A JSON listing of arguments.entries entries, as text and again as structuredContent.content (as server-filesystem does).","inputSchema":{"type":"object","properties":{"entries":{"type":"integer"}}},"outputSchema":{"type":"object","properties":{"content":{"type":"string"}},"required":["content"],"additionalProperties":false}},{"name":"rows","description":"arguments.rows rows: structuredContent is the array itself (2025-06-18 and later allow any JSON value), and the text block its JSON.","inputSchema":{"type":"object","properties":{"rows":{"type":"integer"}}},"outputSchema":{"type":"array","items":{"type":"object","properties":{"n":{"type":"integer"},"label":{"type":"string"}},"required":["n","label"],"additionalProperties":false}},"annotations":{"readOnlyHint":true}},{"name":"closed","description":"Like big, with an input schema closed to other arguments through a $ref.","inputSchema":{"$ref":"#/$defs/Args","$defs":{"Args":{"type":"object","properties":{"bytes":{"type":"integer"}},"additionalProperties":false}}}},{"name":"spawn","description":"Starts a grandchild process.","inputSchema":{"type":"object"}},{"name":"list_changed","description":"Emits tools/list_changed.","inputSchema":{"type":"object"}},{"name":"late","description":"Answers after arguments.ms.","inputSchema":{"type":"object"}},{"name":"flood","description":"Floods log notifications.","inputSchema":{"type":"object"}},{"name":"sink","description":"Takes anything: answers, for each argument, the length and SHA-256 of its JSON text as it arrived, and of its value when it is a string.","inputSchema":{"type":"object","properties":{"content":{"type":"string"},"item":{}}}}],"nextCursor":null,"x-list-extra":{"a":1.50}}"##;
 
 fn main() {
     let stdin = std::io::stdin();
@@ -223,6 +223,16 @@ fn main() {
                     continue;
                 }
                 match name {
+                    "sink" => {
+                        let result = sink(&line);
+                        send(
+                            &mut out,
+                            &format!(
+                                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{result}}}}}"#,
+                                Value::String(result.to_string())
+                            ),
+                        );
+                    }
                     "declared" => {
                         let who = json!({"pid": std::process::id(), "capabilities": declared});
                         send(
@@ -626,4 +636,40 @@ fn main() {
             _ => {}
         }
     }
+}
+
+/// What `sink` answers: for each argument of the call in `line`, the length and SHA-256 of its
+/// JSON text as it arrived, and of its value when it is a string.
+fn sink(line: &str) -> Value {
+    use sha2::{Digest, Sha256};
+    #[derive(serde::Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, default)]
+        arguments: std::collections::BTreeMap<String, &'a serde_json::value::RawValue>,
+    }
+    let hex = |bytes: &[u8]| {
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let Ok(call) = serde_json::from_str::<Call>(line) else {
+        return json!({"error": "unreadable"});
+    };
+    let mut out = serde_json::Map::new();
+    for (name, raw) in call.params.arguments {
+        let text = raw.get();
+        let mut entry = json!({"raw_bytes": text.len(), "raw_sha256": hex(text.as_bytes())});
+        if let Ok(value) = serde_json::from_str::<String>(text) {
+            entry["string_bytes"] = json!(value.len());
+            entry["string_sha256"] = json!(hex(value.as_bytes()));
+        }
+        out.insert(name, entry);
+    }
+    Value::Object(out)
 }

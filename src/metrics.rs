@@ -76,6 +76,8 @@ pub struct Metrics {
     pub remote_misses: Counter,
     pub remote_errors_by: Family<RemoteLabel, Counter>,
     pub remote_written_bytes: Counter,
+    /// Bytes result references put into calls in place of the references.
+    pub reference_bytes: Counter,
     /// The tool names already used as labels.
     tools: Mutex<HashSet<String>>,
 }
@@ -117,6 +119,7 @@ impl Metrics {
             remote_misses: Counter::default(),
             remote_errors_by: Family::default(),
             remote_written_bytes: Counter::default(),
+            reference_bytes: Counter::default(),
             tools: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -209,6 +212,11 @@ impl Metrics {
             "remote_cache_written_bytes",
             "Bytes of sealed pages written to the shared cache",
             metrics.remote_written_bytes.clone(),
+        );
+        registry.register(
+            "reference_bytes",
+            "Bytes of results put into calls in place of result references (kept out of the clients' context)",
+            metrics.reference_bytes.clone(),
         );
         Metrics {
             registry,

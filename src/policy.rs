@@ -77,6 +77,8 @@ struct PolicyFile {
 struct ToolsFile {
     allow: Option<Spanned<Vec<String>>>,
     deny: Option<Spanned<Vec<String>>>,
+    /// Tools that never receive a result reference in place of an argument.
+    no_references: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -107,6 +109,9 @@ struct BudgetFile {
     cache_ttl_secs: Option<Spanned<i64>>,
     /// Offer `mcp_budget_search`, which searches a paged result the cache holds. Default true.
     search: Option<bool>,
+    /// Name each paged result by a reference a client may pass to another tool in place of an
+    /// argument (the proxy puts the result there). Default true.
+    references: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,6 +208,10 @@ pub struct Policy {
     pub allow: Vec<String>,
     /// `[tools] deny`: the tools it matches are hidden (whatever `allow` says).
     pub deny: Vec<String>,
+    /// `[budget] references`: pages name result references, and calls may pass them.
+    pub references: bool,
+    /// `[tools] no_references`: the tools that never receive a reference.
+    pub no_references: Vec<String>,
 }
 
 impl Default for Policy {
@@ -220,6 +229,8 @@ impl Default for Policy {
             clients: Vec::new(),
             allow: Vec::new(),
             deny: Vec::new(),
+            references: true,
+            no_references: Vec::new(),
         }
     }
 }
@@ -359,6 +370,12 @@ impl Policy {
         (!self.allow.is_empty() && !matches(&self.allow)) || matches(&self.deny)
     }
 
+    /// Whether `tool` may receive a result reference in place of an argument.
+    pub fn takes_references(&self, tool: &str) -> bool {
+        let matches = |p: &String| p == tool || glob_match(p, tool);
+        self.references && !self.no_references.iter().any(matches)
+    }
+
     /// Whether the policy hides any tool.
     pub fn hides_any(&self) -> bool {
         !self.allow.is_empty() || !self.deny.is_empty()
@@ -490,6 +507,7 @@ impl Resolver<'_> {
         };
         let allow = names(&file.tools.allow, "allow")?;
         let deny = names(&file.tools.deny, "deny")?;
+        let no_references = names(&file.tools.no_references, "no_references")?;
         if let Some(list) = &file.tools.allow
             && list.get_ref().is_empty()
         {
@@ -510,6 +528,8 @@ impl Resolver<'_> {
             clients,
             allow,
             deny,
+            references: file.budget.references.unwrap_or(true),
+            no_references,
         })
     }
 

@@ -62,6 +62,7 @@ impl Options {
     /// A relay for one session under these options.
     pub fn relay(&self, interceptor: Interceptor) -> Relay {
         let relay = Relay::new(interceptor)
+            .with_max_message_bytes(self.max_message_bytes)
             .with_request_timeout(self.request_timeout)
             .with_initialize_timeout(self.initialize_timeout)
             .with_max_in_flight(self.max_in_flight)
@@ -296,15 +297,65 @@ pub async fn client_frame(
     relay: &Relay,
     frame: crate::wire::framing::Frame,
 ) -> crate::relay::Routed {
-    if let crate::wire::framing::Frame::Line(line)
-    | crate::wire::framing::Frame::Read { line, .. } = &frame
-    {
+    use crate::wire::framing::Frame;
+    let mut job = None;
+    if let Frame::Line(line) | Frame::Read { line, .. } = &frame {
         prefetch(relay, line).await;
+        job = relay
+            .interceptor()
+            .references_job(line, relay.max_message_bytes());
     }
-    let routed = relay.from_client(frame);
+    let (frame, references) = match job {
+        Some(job) => replace_references(job, frame).await,
+        None => (frame, None),
+    };
+    let routed = relay.from_client_with(frame, references);
     // (A rule chain automatic paging took over is cut on the way in.)
     flush(relay).await;
     routed
+}
+
+/// A client line's result references replaced, on the heavy-work pool: the line to route, and
+/// what became of them.
+async fn replace_references(
+    job: crate::intercept::ReferenceJob,
+    frame: crate::wire::framing::Frame,
+) -> (
+    crate::wire::framing::Frame,
+    Option<crate::intercept::Substituted>,
+) {
+    use crate::intercept::Substituted;
+    use crate::wire::framing::Frame;
+    let (line, parsed) = match frame {
+        Frame::Line(line) => (line, None),
+        Frame::Read { line, parsed } => (line, Some(parsed)),
+        other => return (other, None),
+    };
+    let (line, outcome) = crate::heavy::run(move || {
+        let outcome = job.run(&line);
+        (line, outcome)
+    })
+    .await;
+    let as_it_came = |line| match parsed {
+        Some(parsed) => Frame::Read { line, parsed },
+        None => Frame::Line(line),
+    };
+    match outcome {
+        None => (as_it_came(line), None),
+        Some(Ok(replaced)) => {
+            let kept_out = replaced.len().saturating_sub(line.len());
+            if let Some(metrics) = crate::metrics::get() {
+                metrics.reference_bytes.inc_by(kept_out as u64);
+            }
+            let original = line;
+            let references = Substituted::Replaced { original, kept_out };
+            (Frame::Line(replaced), Some(references))
+        }
+        Some(Err(refused)) => {
+            tracing::warn!(%refused, "a call's result reference refused");
+            (as_it_came(line), Some(Substituted::Refused(refused)))
+        }
+    }
 }
 
 /// Before a client's call reaches the relay: the page it asks for, read from the shared cache

@@ -142,7 +142,7 @@ async fn without_a_policy_a_long_text_is_paged_and_the_pages_are_the_text() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(last.ends_with("This is the last page."), "{last}");
+    assert!(last.contains(" This is the last page."), "{last}");
     // The server ran once for the whole chain: the next pages came from the cache.
     assert_eq!(proxied.executions().await["big"], 1);
 }

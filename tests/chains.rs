@@ -117,6 +117,23 @@ async fn chain(client: &mut Client, tool: &str, arguments: Value) -> Vec<(Value,
     }
 }
 
+/// A page's line without its result reference: the sentence in its notice, and the
+/// `mcp_budget` member beside its structured continuation.
+fn without_reference(line: &str) -> String {
+    let mut line = line.to_string();
+    let sentence = " To pass the whole result to another tool";
+    while let Some(at) = line.find(sentence) {
+        let end = at + line[at..].find("one part of JSON).").unwrap() + "one part of JSON).".len();
+        line.replace_range(at..end, "");
+    }
+    let member = r#","mcp_budget":{"result_ref":""#;
+    while let Some(at) = line.find(member) {
+        let end = at + member.len() + line[at + member.len()..].find("\"}").unwrap() + 2;
+        line.replace_range(at..end, "");
+    }
+    line
+}
+
 /// The same chain through a proxy whose cache holds nothing (every page re-runs the tool,
 /// as rule chains did before they were cached), with the same cursor key.
 async fn uncached(tool: &str, arguments: Value, key_env: &str) -> Vec<(Value, String)> {
@@ -174,8 +191,10 @@ async fn a_text_rule_chain_runs_the_tool_once_and_its_pages_are_unchanged() {
     // Byte for byte what a proxy that re-ran the tool for every page sends.
     let again = uncached("journal", arguments, key_env).await;
     assert_eq!(again.len(), pages.len());
+    // (but for the result reference, which only a proxy that keeps the result can honour).
     for ((_, cached), (_, rerun)) in pages.iter().zip(&again) {
-        assert_eq!(cached, rerun);
+        assert!(cached.contains("result_ref"), "{cached:.300}");
+        assert_eq!(without_reference(cached), *rerun);
     }
 }
 

@@ -19,6 +19,7 @@ const FLOORS: &str = "cli
     budget::pipeline
     budget::args
     budget::auto
+    budget::reference
     budget::at budget::continuation budget::cursor budget::escaped
     budget::cap budget::descriptor budget::exact budget::filter budget::horizon budget::notice \
         budget::page budget::render

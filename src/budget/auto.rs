@@ -110,6 +110,9 @@ pub struct Prepared {
     budget: Box<str>,
     /// The sentence a first page's notice ends with, naming the search tool (when it is on).
     search: Option<Box<str>>,
+    /// The reference to the whole result that every page cut from it names (when references
+    /// are on): see [`super::reference`].
+    reference: Option<Box<str>>,
     /// The tool may be run again to serve a page: its cursors say so.
     rerun: bool,
     /// What the client's model reads of a page: a page is measured by that, and a mirrored
@@ -199,6 +202,7 @@ pub fn prepare(result: ByteString, max_bytes: usize) -> Result<Prepared, Unpagea
         argument: "after",
         budget: "budget".into(),
         search: None,
+        reference: None,
         rerun: false,
         reads: Reads::Both,
         text_limit: None,
@@ -239,6 +243,12 @@ impl Prepared {
     /// Ends a first page's notice with `sentence` (how to search the whole result).
     pub fn with_search(mut self, sentence: Option<&str>) -> Prepared {
         self.search = sentence.map(Into::into);
+        self
+    }
+
+    /// Names `reference` on every page cut from this result.
+    pub fn with_reference(mut self, reference: Option<String>) -> Prepared {
+        self.reference = reference.map(Into::into);
         self
     }
 
@@ -296,9 +306,15 @@ impl Prepared {
         if !at.first() && at.fingerprint != self.fingerprint {
             return Err(Unpageable::Changed);
         }
-        let mut room = self
-            .room
-            .min(max_bytes.saturating_sub(CONTINUATION_ALLOWANCE).max(64));
+        // A reference costs three times (in the notice block, in the structured notice, beside
+        // the structured continuation), its sentence twice.
+        let sentence = super::reference::sentence("").len();
+        let reference = self
+            .reference
+            .as_ref()
+            .map_or(0, |r| 3 * r.len() + 2 * sentence + 40);
+        let allowance = CONTINUATION_ALLOWANCE + reference;
+        let mut room = self.room.min(max_bytes.saturating_sub(allowance).max(64));
         // What can never fit is refused on the first call, not after pages that promise more.
         if at.first()
             && let Some(refusal) = self.unsplittable(room)
@@ -772,7 +788,15 @@ impl Prepared {
         digest: &SelectionDigest,
     ) -> AutoPage {
         let cursor = next.map(|n| key.mint(&n.position(self.rerun), digest));
-        let (notice, total_count) = self.notice(at, taken, tool, cursor.as_deref());
+        let reference = self
+            .reference
+            .as_deref()
+            .filter(|_| cursor.is_some() || !at.first());
+        let (mut notice, total_count) = self.notice(at, taken, tool, cursor.as_deref());
+        if let Some(reference) = reference {
+            notice.push(' ');
+            notice.push_str(&super::reference::sentence(reference));
+        }
         let mut blocks: Vec<String> = Vec::new();
         // The text literal written for each taken text block, for a structured field mirror.
         let mut literals: Vec<(usize, String)> = Vec::new();
@@ -822,14 +846,14 @@ impl Prepared {
                     format!("{}{}{}", &doc[..member.start], value, &doc[member.end..])
                 }
             };
-            decorate(&body, cursor.as_deref(), total_count, &notice)
+            decorate(&body, cursor.as_deref(), total_count, &notice, reference)
         });
         // An array has no room for the continuation: it goes in the result's `_meta`, under
         // the proxy's own key (and in the notice block, as always).
         let meta_continuation = structured
             .as_deref()
             .filter(|s| s.trim_start().starts_with('['))
-            .map(|_| continuation(cursor.as_deref(), total_count, &notice));
+            .map(|_| continuation(cursor.as_deref(), total_count, &notice, reference));
         let mut wrote_meta = false;
         let mut out = String::with_capacity(self.result.len().min(1 << 20));
         out.push('{');

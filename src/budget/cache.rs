@@ -37,6 +37,22 @@ impl Cached {
         }
     }
 
+    /// The result's fingerprint (what its cursors and references carry).
+    pub fn fingerprint(&self) -> u64 {
+        match self {
+            Cached::Auto(prepared) => prepared.fingerprint(),
+            Cached::Rule(result) => result.fingerprint(),
+        }
+    }
+
+    /// The tool whose result this is, when it is known.
+    pub fn tool(&self) -> Option<&str> {
+        match self {
+            Cached::Auto(_) => None,
+            Cached::Rule(result) => result.tool(),
+        }
+    }
+
     /// The result, as the server wrote it.
     pub fn raw(&self) -> &str {
         match self {

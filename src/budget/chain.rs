@@ -33,6 +33,9 @@ pub struct RuleResult {
     structured: std::sync::OnceLock<Option<Range<usize>>>,
     fingerprint: u64,
     text: Option<TextLayout>,
+    /// The reference to the whole result that every page cut from it names (when references
+    /// are on): see [`super::reference`].
+    reference: Option<Box<str>>,
 }
 
 impl std::fmt::Debug for RuleResult {
@@ -82,7 +85,19 @@ impl RuleResult {
             walked: None,
             structured: std::sync::OnceLock::new(),
             text: layout,
+            reference: None,
         }
+    }
+
+    /// Names `reference` on every page cut from this result.
+    pub fn with_reference(mut self, reference: Option<String>) -> RuleResult {
+        self.reference = reference.map(Into::into);
+        self
+    }
+
+    /// The reference every page cut from this result names.
+    pub fn reference(&self) -> Option<&str> {
+        self.reference.as_deref()
     }
 
     /// Names the tool whose result this is.
@@ -195,8 +210,13 @@ impl RuleResult {
             notice.push(' ');
             notice.push_str(search);
         }
+        let reference = self.reference.as_deref();
+        if let Some(reference) = reference {
+            notice.push(' ');
+            notice.push_str(&super::reference::sentence(reference));
+        }
         Some(TextOutcome::Page {
-            result: layout.write(&self.raw, &page, next.as_deref(), &notice),
+            result: layout.write(&self.raw, &page, next.as_deref(), &notice, reference),
             more: next.is_some(),
         })
     }
@@ -343,7 +363,14 @@ impl TextLayout {
     }
 
     /// The page written into the server's text of the result.
-    fn write(&self, raw: &str, page: &TextPage, next: Option<&str>, notice: &str) -> String {
+    fn write(
+        &self,
+        raw: &str,
+        page: &TextPage,
+        next: Option<&str>,
+        notice: &str,
+        reference: Option<&str>,
+    ) -> String {
         let slice = json_string(&self.whole[page.start..page.end]);
         let block = format!(",{}", serde_json::json!({"type": "text", "text": notice}));
         let mut cuts: Vec<(Range<usize>, String)> = vec![
@@ -362,6 +389,7 @@ impl TextLayout {
                 next,
                 page.total_lines,
                 notice,
+                reference,
                 !inner.is_empty(),
             );
             cuts.push((close..close, addition));

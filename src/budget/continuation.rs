@@ -23,14 +23,18 @@ pub(super) fn cut(doc: &str, array: &FoundArray, from: usize, to: usize) -> Stri
 /// continuation.
 pub const META_CONTINUATION: &str = "mcp-budget/continuation";
 
-/// `"mcp-budget/continuation":{next_after, total_count, notice}`, a member to put in `_meta`.
-pub(super) fn continuation(cursor: Option<&str>, total_count: usize, notice: &str) -> String {
-    let mut fields = serde_json::Map::new();
-    if let Some(cursor) = cursor {
-        fields.insert("next_after".into(), cursor.into());
+/// `"mcp-budget/continuation":{next_after, total_count, notice, result_ref}`, a member to put
+/// in `_meta`.
+pub(super) fn continuation(
+    cursor: Option<&str>,
+    total_count: usize,
+    notice: &str,
+    reference: Option<&str>,
+) -> String {
+    let mut fields = fields(cursor, total_count, notice);
+    if let Some(reference) = reference {
+        fields.insert("result_ref".into(), reference.into());
     }
-    fields.insert("total_count".into(), total_count.into());
-    fields.insert("notice".into(), notice.into());
     format!(
         "{}:{}",
         serde_json::Value::from(META_CONTINUATION),
@@ -44,40 +48,66 @@ pub(super) fn decorate(
     cursor: Option<&str>,
     total_count: usize,
     notice: &str,
+    reference: Option<&str>,
 ) -> String {
     let trimmed = doc.trim_end();
     let Some(body) = trimmed.strip_suffix('}') else {
         return doc.to_string();
     };
     let existing = raw::members(doc).unwrap_or_default();
+    let separated = !existing.is_empty();
     let addition =
-        continuation_members(&existing, cursor, total_count, notice, !existing.is_empty());
+        continuation_members(&existing, cursor, total_count, notice, reference, separated);
     format!("{body}{addition}}}")
 }
 
-/// The continuation as members to add at the end of an object whose members are `existing`
-/// (`separated`: a comma goes first): `next_after`, `total_count` and `notice`, or, where the
-/// object already has one of those names, the same inside a `mcp_budget` object of the proxy's
-/// own (never a duplicate key).
-pub fn continuation_members(
-    existing: &[(String, Range<usize>)],
+/// The continuation's fields: `next_after`, `total_count` and `notice`.
+fn fields(
     cursor: Option<&str>,
     total_count: usize,
     notice: &str,
-    separated: bool,
-) -> String {
-    let taken = |name: &str| existing.iter().any(|(k, _)| k == name);
+) -> serde_json::Map<String, serde_json::Value> {
     let mut fields = serde_json::Map::new();
     if let Some(cursor) = cursor {
         fields.insert("next_after".into(), cursor.into());
     }
     fields.insert("total_count".into(), total_count.into());
     fields.insert("notice".into(), notice.into());
+    fields
+}
+
+/// The continuation as members to add at the end of an object whose members are `existing`
+/// (`separated`: a comma goes first): `next_after`, `total_count` and `notice`, or, where the
+/// object already has one of those names, the same inside a `mcp_budget` object of the proxy's
+/// own (never a duplicate key). A result reference goes in the `mcp_budget` object always: the
+/// output schemas the proxy extends declare it (an object), so a schema closed to other
+/// properties still holds, and no descriptor grows for references.
+pub fn continuation_members(
+    existing: &[(String, Range<usize>)],
+    cursor: Option<&str>,
+    total_count: usize,
+    notice: &str,
+    reference: Option<&str>,
+    separated: bool,
+) -> String {
+    let taken = |name: &str| existing.iter().any(|(k, _)| k == name);
+    let mut fields = fields(cursor, total_count, notice);
+    let reference = reference.filter(|_| !taken("mcp_budget"));
     let addition = if fields.keys().any(|k| taken(k)) {
+        if let Some(reference) = reference {
+            fields.insert("result_ref".into(), reference.into());
+        }
         format!("\"mcp_budget\":{}", serde_json::Value::Object(fields))
     } else {
         let text = serde_json::Value::Object(fields).to_string();
-        text[1..text.len() - 1].to_string()
+        let mut members = text[1..text.len() - 1].to_string();
+        if let Some(reference) = reference {
+            members.push_str(&format!(
+                ",\"mcp_budget\":{}",
+                serde_json::json!({"result_ref": reference})
+            ));
+        }
+        members
     };
     let separator = if separated { "," } else { "" };
     format!("{separator}{addition}")

@@ -41,6 +41,7 @@ mod place;
 pub mod project;
 pub mod raw;
 pub mod reduce;
+pub mod reference;
 pub mod render;
 pub mod text;
 

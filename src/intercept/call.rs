@@ -9,15 +9,27 @@ impl Interceptor {
     /// it is budgeted for the client that names itself there, and every result the proxy
     /// writes for it is complete (`resultType`).
     /// `call`: where the envelope reader found the call's name and arguments in `message`.
+    /// `references`: what became of the result references it passed, when a job looked (see
+    /// [`Interceptor::references_job`]): `message` is the call with them replaced.
     pub fn tools_call_request(
         &self,
         id: &Id,
         message: &[u8],
         modern: Option<&Modern>,
         call: Option<&crate::wire::message::CallAt>,
+        references: Option<&Substituted>,
     ) -> CallDecision {
         let budget = self.budget_for(modern);
-        match self.call_request_at(id, message, budget, true, call) {
+        let decision = match references {
+            Some(Substituted::Refused(text)) => {
+                CallDecision::Answer(crate::wire::jsonrpc::tool_error(id, text))
+            }
+            Some(Substituted::Replaced { .. }) => {
+                self.call_request_at(id, message, budget, true, call, true)
+            }
+            None => self.call_request_at(id, message, budget, true, call, false),
+        };
+        match decision {
             CallDecision::Answer(answer) if modern.is_some() => {
                 CallDecision::Answer(crate::era::completed_response(answer))
             }
@@ -64,11 +76,12 @@ impl Interceptor {
         budget: Arc<Budget>,
         counted: bool,
     ) -> CallDecision {
-        self.call_request_at(id, message, budget, counted, None)
+        self.call_request_at(id, message, budget, counted, None, true)
     }
 
     /// [`Self::call_request`], with where the call's parts are when the envelope reader found
-    /// them (then the call is not read again).
+    /// them (then the call is not read again). `replaced`: its result references were replaced
+    /// (else a call that holds one is refused: it never goes upstream with it).
     fn call_request_at(
         &self,
         id: &Id,
@@ -76,6 +89,7 @@ impl Interceptor {
         budget: Arc<Budget>,
         counted: bool,
         at: Option<&crate::wire::message::CallAt>,
+        replaced: bool,
     ) -> CallDecision {
         let forward = |plan: CallPlan, auto: Option<AutoCall>, rewritten: Option<Vec<u8>>| {
             CallDecision::Forward {
@@ -158,6 +172,14 @@ impl Interceptor {
                     "{name} is not available through this proxy (its policy hides it); call one of the tools tools/list returns"
                 ),
             ));
+        }
+        if !replaced
+            && let Some(refused) = parts
+                .as_ref()
+                .and_then(|p| p.arguments)
+                .and_then(|a| self.unreplaced_reference(&budget, &name, a))
+        {
+            return CallDecision::Answer(crate::wire::jsonrpc::tool_error(id, &refused));
         }
         if self.tool_info(&name).closed {
             // Its descriptor was left as the server wrote it: so is the call.

@@ -141,6 +141,14 @@ impl Interceptor {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    strings: properties
+                        .map(|p| {
+                            let string =
+                                |schema: &Value| schema.get("type") == Some(&json!("string"));
+                            let strings = p.iter().filter(|(_, schema)| string(schema));
+                            strings.map(|(argument, _)| argument.clone()).collect()
+                        })
+                        .unwrap_or_default(),
                 },
             );
         }

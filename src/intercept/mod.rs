@@ -28,10 +28,12 @@ mod call;
 mod list;
 mod paging;
 mod parts;
+mod references;
 mod tasks;
 
 use self::parts::*;
 pub use self::parts::{CallContext, CallDecision, Deferred, Outcome};
+pub use self::references::{ReferenceJob, Substituted};
 use self::tasks::*;
 pub use self::tasks::{TaskNamed, Withheld};
 
@@ -132,6 +134,9 @@ struct ToolInfo {
     /// Its arguments that travel as HTTP headers too (2026-07-28, `x-mcp-header`): (the
     /// header's name after `Mcp-Param-`, the argument).
     headers: Vec<(String, String)>,
+    /// Its top-level arguments the input schema declares strings: a result reference passed
+    /// as one is replaced by the result's text, never its JSON.
+    strings: Vec<String>,
 }
 
 /// What the servers of this process said of themselves, by origin (bounded: a gateway reaches

@@ -387,9 +387,14 @@ impl Interceptor {
         raw: &str,
     ) -> Result<Finished, crate::budget::render::RenderError> {
         let text = budget.pages_text(plan);
+        let digest = budget.chain_digest(plan);
         let (finished, entry) = if text {
             let entry = crate::budget::chain::RuleResult::new(shared_part(message, raw), true)
                 .of_tool(&plan.tool);
+            let reference = digest.as_ref().and_then(|digest| {
+                self.reference_to(budget, digest, entry.fingerprint(), raw.len())
+            });
+            let entry = entry.with_reference(reference);
             let (finished, more) = budget.finish_rule(plan, &entry)?;
             (finished, more.then_some(entry))
         } else {
@@ -406,9 +411,7 @@ impl Interceptor {
             });
             (finished, entry)
         };
-        if let (Finished::Bytes(first), Some(entry), Some(digest)) =
-            (&finished, entry, budget.chain_digest(plan))
-        {
+        if let (Finished::Bytes(first), Some(entry), Some(digest)) = (&finished, entry, digest) {
             if crate::remote::get().is_some()
                 && let Some(write) = self.remote_rule_chain(budget, plan, &entry, first, &digest)
             {
@@ -484,6 +487,10 @@ impl Interceptor {
                 .with_text_limit(budget.text_page_in(plan))
                 .with_search(budget.search_hint())
                 .with_rerun(rerun)
+        });
+        let prepared = prepared.map(|p| {
+            let reference = self.reference_to(budget, &digest, p.fingerprint(), bytes);
+            p.with_reference(reference)
         });
         let page = match &prepared {
             Ok(prepared) => page_fitted(prepared, budget, at, max, tool, &digest),

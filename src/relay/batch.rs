@@ -29,7 +29,7 @@ impl Relay {
         let mut changed = false;
         let mut out = Outgoing::default();
         for (kind, element) in kinds.into_iter().zip(&elements) {
-            match self.client_message(kind, element.get().as_bytes(), &mut routed, &mut out) {
+            match self.client_message(kind, element.get().as_bytes(), &mut routed, &mut out, None) {
                 Forward::Drop => changed = true,
                 Forward::Unchanged => kept.push(element.get().to_owned()),
                 Forward::Rewritten(rewritten) => {

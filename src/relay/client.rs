@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::intercept::CallDecision;
+use crate::intercept::{CallDecision, Substituted};
 use crate::recording::Dir;
 use crate::upstream::Outgoing;
 use crate::wire::framing::Frame;
@@ -18,7 +18,13 @@ use super::*;
 impl Relay {
     /// A frame from the client.
     pub fn from_client(&self, frame: Frame) -> Routed {
-        let mut routed = self.route_client(frame);
+        self.from_client_with(frame, None)
+    }
+
+    /// A frame from the client, and what became of the result references it passed (see
+    /// [`crate::session::client_frame`], which replaces them first).
+    pub fn from_client_with(&self, frame: Frame, references: Option<Substituted>) -> Routed {
+        let mut routed = self.route_client(frame, references);
         // What the era holds of it, and a parked call's answer for its retry.
         let done = self.era_held(&mut routed);
         if let Some((upstream, answer)) = done {
@@ -39,10 +45,10 @@ impl Relay {
         routed
     }
 
-    pub(super) fn route_client(&self, frame: Frame) -> Routed {
+    pub(super) fn route_client(&self, frame: Frame, references: Option<Substituted>) -> Routed {
         match frame {
-            Frame::Line(line) => self.client_line(line, None),
-            Frame::Read { line, parsed } => self.client_line(line, Some(parsed)),
+            Frame::Line(line) => self.client_line(line, None, references),
+            Frame::Read { line, parsed } => self.client_line(line, Some(parsed), references),
             Frame::TooLarge { bytes, id, method } => {
                 bad_input();
                 tracing::warn!(
@@ -71,7 +77,12 @@ impl Relay {
         }
     }
 
-    pub(super) fn client_line(&self, line: Vec<u8>, read: Option<Parsed>) -> Routed {
+    pub(super) fn client_line(
+        &self,
+        line: Vec<u8>,
+        read: Option<Parsed>,
+        references: Option<Substituted>,
+    ) -> Routed {
         let parsed = match read.map_or_else(|| message::parse_from_client(&line), Ok) {
             Ok(parsed) => parsed,
             Err(err) => {
@@ -108,13 +119,24 @@ impl Relay {
             Parsed::Single(kind) => {
                 let mut routed = Routed::default();
                 let mut out = Outgoing::default();
-                let forward = self.client_message(kind, &line, &mut routed, &mut out);
+                let forward =
+                    self.client_message(kind, &line, &mut routed, &mut out, references.as_ref());
                 if let Some(recorder) = &self.recorder {
                     let forwarded = match &forward {
                         Forward::Rewritten(bytes) => Some(("forwarded", bytes.as_slice())),
                         _ => None,
                     };
-                    recorder.message(Dir::ClientToServer, &line, forwarded);
+                    // The client's own line, and what went upstream of it.
+                    match &references {
+                        Some(Substituted::Replaced { original, .. }) => {
+                            let sent = forwarded.or(match &forward {
+                                Forward::Unchanged => Some(("forwarded", line.as_slice())),
+                                _ => None,
+                            });
+                            recorder.message(Dir::ClientToServer, original, sent)
+                        }
+                        _ => recorder.message(Dir::ClientToServer, &line, forwarded),
+                    }
                 }
                 routed.to_server = match forward {
                     Forward::Drop => None,
@@ -150,6 +172,7 @@ impl Relay {
         bytes: &[u8],
         routed: &mut Routed,
         out: &mut Outgoing,
+        references: Option<&Substituted>,
     ) -> Forward {
         match kind {
             Kind::Request {
@@ -206,6 +229,7 @@ impl Relay {
                                 bytes,
                                 request.meta,
                                 call.as_ref(),
+                                references,
                             ) {
                                 CallDecision::Answer(answer) => {
                                     let answer =

@@ -159,6 +159,9 @@ pub struct Relay {
     input_timeout: Duration,
     /// Signalled when a request with a deadline goes in flight.
     deadline_added: tokio::sync::Notify,
+    /// The most a client message may be (`--max-message-bytes`): a call whose result
+    /// references are replaced may not grow past it.
+    max_message_bytes: usize,
 }
 
 /// What reaches the client of one server message.
@@ -192,7 +195,19 @@ impl Relay {
             client_era: None,
             rounds_held: std::sync::atomic::AtomicUsize::new(0),
             deadline_added: tokio::sync::Notify::new(),
+            max_message_bytes: crate::wire::framing::DEFAULT_MAX_MESSAGE_BYTES,
         }
+    }
+
+    /// A client message may be at most `max` bytes, its result references replaced.
+    pub fn with_max_message_bytes(mut self, max: usize) -> Self {
+        self.max_message_bytes = max;
+        self
+    }
+
+    /// The most a client message may be.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
     }
 
     /// The earliest deadline of a request in flight.

@@ -210,7 +210,7 @@ function stopAll() {
 
 // tap.call is the response to the last tools/call (a client may send tools/list around a call).
 function tapTransport(transport) {
-  const tap = { sent: null, received: null, callId: undefined, call: null };
+  const tap = { sent: null, received: null, callId: undefined, call: null, receivedBytes: 0 };
   const send = transport.send.bind(transport);
   transport.send = (message, options) => {
     if (message && 'id' in message && 'method' in message) {
@@ -224,6 +224,7 @@ function tapTransport(transport) {
   };
   let handler;
   const wrapped = (message, extra) => {
+    tap.receivedBytes += Buffer.byteLength(JSON.stringify(message) ?? '');
     if (message && 'id' in message && ('result' in message || 'error' in message)) {
       tap.received = message;
       if (message.id === tap.callId) tap.call = message;
@@ -385,6 +386,17 @@ const bigLog = path.join(fsRoot, 'big.log');
     lines.push(`2026-11-20T12:00:${String(i % 60).padStart(2, '0')}Z worker-${i % 7} stream st-${String(i % 240).padStart(4, '0')} état ok — line ${i}\n`);
   }
   fs.writeFileSync(bigLog, lines.join(''));
+}
+
+// A 300 KB text with what a copy could get wrong (unicode, tabs, quotes, backslashes, CRLF).
+const copySource = path.join(fsRoot, 'copy-source.txt');
+{
+  const lines = [];
+  for (let i = 0, length = 0; length < 300_000; i += 1) {
+    length += lines.at(-1)?.length ?? 0;
+    lines.push(`${i}\tcafé 日本 🦀 "quoted" back\\slash \\n not a newline ${'·'.repeat(i % 13)}${i % 5 === 0 ? '\r\n' : '\n'}`);
+  }
+  fs.writeFileSync(copySource, lines.join(''));
 }
 
 // A name of ~300 KB in lines: the target greets with it, so the final result of an
@@ -747,6 +759,31 @@ async function filesystemChecks(routes, mode, transport, prefix) {
   });
 }
 
+// 3b: a result passed on by its reference: as claude-code, read a 300 KB file (pages of the
+// built-in policy) and write its copy with write_file, whose content is the first page's
+// result_ref. The copy equals the file byte for byte; the client received under 64 KB in all.
+async function copyByReference(routes, mode, transport, prefix) {
+  if (!routes.filesystem[transport] || !isProxy(transport)) return;
+  const label = `${prefix}: filesystem: a 300 KB file copied by its result_ref, the client reading under 64 KB`;
+  const bridge = mode === 'pinned' ? 'through the era bridge: ' : '';
+  await withSession([label], { target: routes.filesystem[transport], mode, transport, note: bridge, name: 'claude-code' }, async (session) => {
+    await attempt(label, session, async () => {
+      const copy = path.join(fsRoot, `copy-${mode}-${transport}.txt`);
+      const before = session.tap.receivedBytes;
+      const page = await session.client.callTool({ name: 'read_text_file', arguments: { path: copySource } });
+      const notice = textsOf(page).slice(1).join(' ');
+      const ref = /result_ref:"([^"]+)"/.exec(notice)?.[1];
+      if (!ref) return [false, `no result_ref in the page's notice: ${clip(notice, 300)}`];
+      const written = await session.client.callTool({ name: 'write_file', arguments: { path: copy, content: ref } });
+      if (written.isError) return [false, `write_file: ${clip(textsOf(written)[0], 300)}`];
+      const received = session.tap.receivedBytes - before;
+      const same = fs.existsSync(copy) && Buffer.compare(fs.readFileSync(copy), fs.readFileSync(copySource)) === 0;
+      console.log(`     ${fs.statSync(copySource).size} bytes copied; the client received ${received} bytes`);
+      return [same && received < 64 * 1024, `copy equal: ${same}, received ${received} bytes`];
+    });
+  });
+}
+
 // A resource subscription with the target: a legacy client subscribes (resources/subscribe),
 // a modern one listens (subscriptions/listen); test_trigger_resource_update's update of the
 // watched resource must then reach the client's notification handler.
@@ -920,6 +957,7 @@ async function main() {
         await everythingChecks(routes, mode, transport, prefix);
       }
       await filesystemChecks(routes, mode, transport, prefix);
+      await copyByReference(routes, mode, transport, prefix);
       await targetChecks(routes, mode, transport, prefix);
       await modernOnlyChecks(routes, mode, transport, prefix);
       console.log(`     (${prefix}: ${((Date.now() - t0) / 1000).toFixed(1)} s)`);

@@ -1,0 +1,379 @@
+//! Result references through the real binary: a page of a big result names it
+//! (`result_ref:"…"`), and a call that passes the reference as an argument's whole value gets
+//! the result in its place before it goes upstream (quirky's `sink` tells what it received).
+//! Every reference the proxy cannot open for certain is refused with a clear error, and the
+//! server never sees that call.
+
+mod common;
+
+use common::{Peer, example, handshake, last_message};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+struct Client {
+    peer: Peer,
+    next_id: u64,
+}
+
+impl Client {
+    async fn over(mut peer: Peer) -> Client {
+        handshake(&mut peer).await;
+        let mut client = Client { peer, next_id: 10 };
+        client.request("tools/list", json!({})).await;
+        client
+    }
+
+    /// The proxy with `options` in front of quirky.
+    async fn proxy(options: &[&str]) -> Client {
+        let quirky = example("quirky_server");
+        Client::over(Peer::proxy(options, &[quirky.to_str().unwrap()])).await
+    }
+
+    /// Sends `message` (a request with id `id`, or a batch) and returns the answer with that id,
+    /// with the size of the line it came on.
+    async fn exchange(&mut self, message: &Value, id: u64) -> (Value, usize) {
+        self.peer.send(&message.to_string()).await;
+        loop {
+            let line = self.peer.recv().await;
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            let answer = match answer {
+                Value::Array(answers) => answers.into_iter().find(|a| a["id"] == id),
+                answer => Some(answer),
+            };
+            if let Some(answer) = answer.filter(|a| a["id"] == id) {
+                return (answer, line.len());
+            }
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let request =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        self.exchange(&request, self.next_id).await.0
+    }
+
+    /// A call's result, and the bytes of the line it came on.
+    async fn call_sized(&mut self, tool: &str, arguments: Value) -> (Value, usize) {
+        self.next_id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        let (answer, bytes) = self.exchange(&request, self.next_id).await;
+        assert!(answer.get("error").is_none(), "{answer}");
+        (answer["result"].clone(), bytes)
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.call_sized(tool, arguments).await.0
+    }
+
+    /// How many times quirky ran `tool`.
+    async fn runs(&mut self, tool: &str) -> u64 {
+        let runs = self.call("executions", json!({})).await;
+        runs["structuredContent"][tool].as_u64().unwrap_or(0)
+    }
+}
+
+/// The reference a page names in its notice.
+fn reference_of(result: &Value) -> String {
+    let text = result.to_string();
+    let at = text
+        .find("result_ref:\\\"")
+        .unwrap_or_else(|| panic!("no result_ref in {text:.2000}"));
+    let rest = &text[at + "result_ref:\\\"".len()..];
+    rest[..rest.find("\\\"").unwrap()].to_string()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The text of a result (its text blocks, joined).
+fn text_of(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect()
+}
+
+/// quirky's own answer to a call, directly (no proxy).
+async fn direct(tool: &str, arguments: Value) -> Value {
+    let mut client = Client::over(Peer::quirky()).await;
+    client.call(tool, arguments).await
+}
+
+/// A refused call: its error text; and the server never ran `sink`.
+async fn refused(client: &mut Client, arguments: Value) -> String {
+    let result = client.call("sink", arguments).await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(client.runs("sink").await, 0, "the server saw the call");
+    result["content"][0]["text"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_big_text_is_passed_to_another_tool_by_its_reference() {
+    let mut client = Client::proxy(&["--policy", "none", "--client", "claude-code"]).await;
+    let arguments = json!({"bytes": 300_000, "line": 97});
+    let (page, page_bytes) = client.call_sized("big", arguments.clone()).await;
+    let reference = reference_of(&page);
+    assert!(reference.starts_with("mcpb-ref."), "{reference}");
+    let (sunk, sunk_bytes) = client
+        .call_sized("sink", json!({"content": reference}))
+        .await;
+    assert_ne!(sunk["isError"], true, "{sunk}");
+    let whole = text_of(&direct("big", arguments).await);
+    assert!(whole.len() >= 299_000);
+    let got = &sunk["structuredContent"]["content"];
+    assert_eq!(got["string_bytes"], whole.len(), "{got}");
+    assert_eq!(got["string_sha256"], sha256(whole.as_bytes()));
+    // The model read one page and a short answer: the result itself never passed through it.
+    assert!(
+        page_bytes + sunk_bytes < 64 * 1024,
+        "{page_bytes} + {sunk_bytes}"
+    );
+    assert_eq!(client.runs("big").await, 1);
+    assert_eq!(client.runs("sink").await, 1);
+    // The same reference, deep in the arguments (where it is the whole value of a string).
+    let nested = json!({"item": {"a": [[{"b": [reference]}]]}});
+    let sunk = client.call("sink", nested).await;
+    let raw = sunk["structuredContent"]["item"]["raw_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(raw > whole.len() as u64, "{sunk}");
+    // Inside a longer string it is text, passed as written.
+    let sunk = client
+        .call("sink", json!({"content": format!("see {reference}")}))
+        .await;
+    assert_eq!(
+        sunk["structuredContent"]["content"]["string_bytes"],
+        reference.len() + 4
+    );
+}
+
+#[tokio::test]
+async fn one_item_of_a_paged_json_list_is_passed_on_byte_for_byte() {
+    let mut client = Client::proxy(&["--policy", "none", "--client", "claude-code"]).await;
+    let arguments = json!({"rows": 20_000});
+    let page = client.call("rows", arguments.clone()).await;
+    let reference = reference_of(&page);
+    let sunk = client
+        .call("sink", json!({"item": format!("{reference}#/17")}))
+        .await;
+    let whole = text_of(&direct("rows", arguments).await);
+    let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(&whole).unwrap();
+    let item = items[17].get();
+    let got = &sunk["structuredContent"]["item"];
+    assert_eq!(
+        got["raw_sha256"],
+        sha256(item.as_bytes()),
+        "{got} for {item}"
+    );
+    // The whole list, as JSON (an argument not declared a string takes the value).
+    let sunk = client.call("sink", json!({"item": reference})).await;
+    let got = &sunk["structuredContent"]["item"];
+    assert_eq!(got["raw_sha256"], sha256(whole.as_bytes()), "{got}");
+    // A pointer that names nothing is refused, and says what is there.
+    let text = refused_after_runs(
+        &mut client,
+        json!({"item": format!("{reference}#/20000")}),
+        2,
+    )
+    .await;
+    assert!(
+        text.contains("names nothing") && text.contains("20000 items"),
+        "{text}"
+    );
+}
+
+/// A refused call, when `sink` ran `runs` times before: its error text.
+async fn refused_after_runs(client: &mut Client, arguments: Value, runs: u64) -> String {
+    let result = client.call("sink", arguments).await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(client.runs("sink").await, runs, "the server saw the call");
+    result["content"][0]["text"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn an_altered_cut_deep_or_batched_reference_is_refused_and_never_sent() {
+    let mut client = Client::proxy(&["--policy", "none", "--client", "claude-code"]).await;
+    let page = client
+        .call("big", json!({"bytes": 100_000, "line": 50}))
+        .await;
+    let reference = reference_of(&page);
+    // One character changed.
+    let at = reference.len() - 5;
+    let swapped = if &reference[at..=at] == "A" { "B" } else { "A" };
+    let altered = format!("{}{swapped}{}", &reference[..at], &reference[at + 1..]);
+    let text = refused(&mut client, json!({"content": altered})).await;
+    assert!(text.contains("not issued by this proxy"), "{text}");
+    // Cut.
+    let text = refused(&mut client, json!({"content": &reference[..40]})).await;
+    assert!(text.contains("not issued by this proxy"), "{text}");
+    // Nested past the depth references are replaced at.
+    let mut deep = json!(reference);
+    for _ in 0..40 {
+        deep = json!([deep]);
+    }
+    let text = refused(&mut client, json!({"item": deep})).await;
+    assert!(text.contains("deeper than 32 levels"), "{text}");
+    // In a batch: that call is refused, the rest is served.
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 900, "method": "tools/call",
+         "params": {"name": "sink", "arguments": {"content": reference}}},
+        {"jsonrpc": "2.0", "id": 901, "method": "ping"},
+    ]);
+    let (answer, _) = client.exchange(&batch, 900).await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("not inside a JSON-RPC batch"), "{text}");
+    assert_eq!(client.runs("sink").await, 0);
+}
+
+#[tokio::test]
+async fn a_reference_whose_result_left_the_cache_is_refused() {
+    let policy = std::env::temp_dir().join(format!("refs-cache-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[budget]\nauto = true\ncache_bytes = 700000\n").unwrap();
+    let mut client = Client::proxy(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--client",
+        "claude-code",
+    ])
+    .await;
+    let first = client
+        .call("big", json!({"bytes": 300_000, "line": 60}))
+        .await;
+    let reference = reference_of(&first);
+    // Another result pushes it out of the cache (least recently used first).
+    client
+        .call("big", json!({"bytes": 500_000, "line": 61}))
+        .await;
+    let text = refused(&mut client, json!({"content": reference})).await;
+    assert!(text.contains("no longer in mcp-budget's cache"), "{text}");
+}
+
+#[tokio::test]
+async fn a_call_that_would_grow_past_the_message_limit_is_refused() {
+    let mut client = Client::proxy(&[
+        "--policy",
+        "none",
+        "--client",
+        "claude-code",
+        "--max-message-bytes",
+        "250000",
+    ])
+    .await;
+    let page = client
+        .call("big", json!({"bytes": 150_000, "line": 70}))
+        .await;
+    let reference = reference_of(&page);
+    // Once fits; twice would be 300 KB.
+    let once = client.call("sink", json!({"content": reference})).await;
+    assert_ne!(once["isError"], true, "{once}");
+    let text = refused_after_runs(
+        &mut client,
+        json!({"content": reference, "item": reference}),
+        1,
+    )
+    .await;
+    assert!(text.contains("--max-message-bytes"), "{text}");
+}
+
+#[tokio::test]
+async fn a_denied_tool_or_one_without_references_never_receives_one() {
+    let policy = std::env::temp_dir().join(format!("refs-deny-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[tools]\ndeny = [\"sink\"]\n").unwrap();
+    let mut client = Client::proxy(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--client",
+        "claude-code",
+    ])
+    .await;
+    let page = client
+        .call("big", json!({"bytes": 100_000, "line": 50}))
+        .await;
+    let reference = reference_of(&page);
+    let text = refused(&mut client, json!({"content": reference})).await;
+    assert!(text.contains("policy hides it"), "{text}");
+
+    let policy = std::env::temp_dir().join(format!("refs-off-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[tools]\nno_references = [\"si*\"]\n").unwrap();
+    let mut client = Client::proxy(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--client",
+        "claude-code",
+    ])
+    .await;
+    let page = client
+        .call("big", json!({"bytes": 100_000, "line": 50}))
+        .await;
+    let reference = reference_of(&page);
+    let text = refused(&mut client, json!({"content": reference})).await;
+    assert!(text.contains("does not take result references"), "{text}");
+
+    // Off everywhere: pages name no reference.
+    let policy = std::env::temp_dir().join(format!("refs-none-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[budget]\nreferences = false\n").unwrap();
+    let mut client = Client::proxy(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--client",
+        "claude-code",
+    ])
+    .await;
+    let page = client
+        .call("big", json!({"bytes": 100_000, "line": 50}))
+        .await;
+    assert!(!page.to_string().contains("result_ref"), "{page:.3000}");
+}
+
+const MODERN: &str = "2026-07-28";
+
+#[tokio::test]
+async fn over_http_a_reference_is_its_principals_alone() {
+    let (_proxy, url) = common::two_principals_with(&["--server-era", "modern"]).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let call = |token: &'static str, id: u64, tool: &'static str, arguments: Value| {
+        let params = json!({"name": tool, "arguments": arguments, "_meta": meta.clone()});
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MODERN)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .header("authorization", format!("Bearer {token}"))
+            .body(body.to_string());
+        async move {
+            let text = request.send().await.unwrap().text().await.unwrap();
+            last_message(&text)
+        }
+    };
+    let page = call("a-secret", 1, "big", json!({"bytes": 300_000, "line": 90})).await;
+    let reference = reference_of(&page["result"]);
+    let other = call("b-secret", 2, "sink", json!({"content": reference})).await;
+    assert_eq!(other["result"]["isError"], true, "{other}");
+    let text = other["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("belongs to another client"), "{text}");
+    let own = call("a-secret", 3, "sink", json!({"content": reference})).await;
+    assert_ne!(own["result"]["isError"], true, "{own}");
+    let whole = text_of(&direct("big", json!({"bytes": 300_000, "line": 90})).await);
+    let got = &own["result"]["structuredContent"]["content"];
+    assert_eq!(got["string_sha256"], sha256(whole.as_bytes()), "{got}");
+    let runs = call("a-secret", 4, "executions", json!({})).await;
+    assert_eq!(runs["result"]["structuredContent"]["sink"], 1, "{runs}");
+}
