@@ -377,3 +377,48 @@ async fn over_http_a_reference_is_its_principals_alone() {
     let runs = call("a-secret", 4, "executions", json!({})).await;
     assert_eq!(runs["result"]["structuredContent"]["sink"], 1, "{runs}");
 }
+
+#[tokio::test]
+async fn an_items_rules_pages_name_the_whole_result_too() {
+    let policy = std::env::temp_dir().join(format!("refs-items-{}.toml", std::process::id()));
+    std::fs::write(
+        &policy,
+        "[[tool]]\nname = \"rows\"\nitems = \"$\"\nkey = \"n\"\n[tool.limit]\ndefault = 25\nmax = 100\n",
+    )
+    .unwrap();
+    let mut client = Client::proxy(&["--policy", policy.to_str().unwrap()]).await;
+    let arguments = json!({"rows": 2_000});
+    let first = client.call("rows", arguments.clone()).await;
+    let reference = reference_of(&first);
+    let sunk = client
+        .call("sink", json!({"item": format!("{reference}#/1500")}))
+        .await;
+    let whole = text_of(&direct("rows", arguments).await);
+    let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(&whole).unwrap();
+    let got = &sunk["structuredContent"]["item"];
+    assert_eq!(
+        got["raw_sha256"],
+        sha256(items[1500].get().as_bytes()),
+        "{got}"
+    );
+    assert_eq!(client.runs("rows").await, 1);
+}
+
+#[tokio::test]
+async fn a_tasks_paged_result_names_the_whole_result() {
+    let mut client = Client::proxy(&["--policy", "none", "--client", "claude-code"]).await;
+    let params = json!({"name": "journal", "arguments": {"lines": 33_000}, "task": {"ttl": 60000}});
+    let created = client.request("tools/call", params).await;
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answer = client
+        .request("tasks/result", json!({"taskId": task}))
+        .await;
+    let reference = reference_of(&answer["result"]);
+    let sunk = client.call("sink", json!({"content": reference})).await;
+    let whole = text_of(&direct("journal", json!({"lines": 33_000})).await);
+    let got = &sunk["structuredContent"]["content"];
+    assert_eq!(got["string_sha256"], sha256(whole.as_bytes()), "{got}");
+}

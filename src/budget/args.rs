@@ -45,6 +45,9 @@ pub struct CallArgs {
     pub filters: Vec<(String, Filter)>,
     /// What the selection is, for cursors.
     pub digest: SelectionDigest,
+    /// The reference to the whole result that a page cut from it names (set where the result
+    /// is known: see [`super::reference`]).
+    pub reference: Option<String>,
 }
 
 /// An argument the model must fix; the text is the tool error it reads.
@@ -191,6 +194,7 @@ pub fn take(
         format,
         filters,
         digest,
+        reference: None,
     })
 }
 

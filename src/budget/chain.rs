@@ -77,9 +77,15 @@ impl RuleResult {
     /// `raw`: the server's text of the result; `text`: the rule pages text (its line index is
     /// built now).
     pub fn new(raw: ByteString, text: bool) -> RuleResult {
+        let fingerprint = fingerprint(&raw);
+        RuleResult::with_fingerprint(raw, text, fingerprint)
+    }
+
+    /// [`RuleResult::new`], its fingerprint known already.
+    pub fn with_fingerprint(raw: ByteString, text: bool, fingerprint: u64) -> RuleResult {
         let layout = if text { TextLayout::read(&raw) } else { None };
         RuleResult {
-            fingerprint: fingerprint(&raw),
+            fingerprint,
             raw,
             tool: None,
             walked: None,

@@ -30,6 +30,8 @@ impl Budget {
             }
             return self.text_from_layout(plan, text.page_bytes, args, entry);
         }
+        let named = plan.naming(entry.reference());
+        let plan = named.as_ref().unwrap_or(plan);
         let finished = self.finish_walked(plan, entry.raw(), entry.walked())?;
         let more = match &finished {
             // (`next_after` may be inside a text block's JSON, its quotes escaped.)

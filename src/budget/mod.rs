@@ -118,6 +118,29 @@ impl CallPlan {
     pub fn is_paged(&self) -> bool {
         matches!(self.governed, Governed::Paged { .. })
     }
+
+    /// The plan of an items rule whose pages name `reference` (the whole result's): `None` for
+    /// any other plan, or no reference.
+    pub fn naming(&self, reference: Option<&str>) -> Option<CallPlan> {
+        let Governed::Paged {
+            rule,
+            paging: Paging::Items(args),
+        } = &self.governed
+        else {
+            return None;
+        };
+        let args = CallArgs {
+            reference: Some(reference?.to_string()),
+            ..args.clone()
+        };
+        Some(CallPlan {
+            tool: self.tool.clone(),
+            governed: Governed::Paged {
+                rule: *rule,
+                paging: Paging::Items(args),
+            },
+        })
+    }
 }
 
 impl Budget {

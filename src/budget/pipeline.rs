@@ -158,6 +158,12 @@ pub fn run_fitted(
             ),
         });
     }
+    // A page cut from the result names it, for a call that passes it on.
+    if let Some(reference) = args.reference.as_deref()
+        && (next.is_some() || skipped > 0)
+    {
+        notices.push(super::reference::sentence(reference));
+    }
     let continuation = Continuation {
         total_count,
         matching,

@@ -400,14 +400,22 @@ impl Interceptor {
         } else {
             // The walk of the list, made once: this page, and the chain's later ones, use it.
             let walked = budget.walk(plan, raw);
-            let finished = budget.finish_walked(plan, raw, walked.as_ref())?;
+            let fingerprint = crate::budget::chain::fingerprint(raw);
+            let reference = digest
+                .as_ref()
+                .and_then(|digest| self.reference_to(budget, digest, fingerprint, raw.len()));
+            let named = plan.naming(reference.as_deref());
+            let finished =
+                budget.finish_walked(named.as_ref().unwrap_or(plan), raw, walked.as_ref())?;
             // (`next_after` may be inside a text block's JSON, its quotes escaped.)
             let more =
                 matches!(&finished, Finished::Bytes(bytes) if crate::holds!(bytes, b"next_after"));
             let entry = more.then(|| {
-                crate::budget::chain::RuleResult::new(shared_part(message, raw), false)
+                let raw = shared_part(message, raw);
+                crate::budget::chain::RuleResult::with_fingerprint(raw, false, fingerprint)
                     .of_tool(&plan.tool)
                     .with_walk(walked)
+                    .with_reference(reference)
             });
             (finished, entry)
         };
