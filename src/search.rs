@@ -45,17 +45,18 @@ const ALLOWANCE: usize = 1200;
 pub fn descriptor() -> Value {
     json!({
         "name": TOOL,
-        "description": "Search the whole of a result mcp-budget paged, without reading every page or running the tool again: pass the next_after of any page as cursor, and a pattern (a regular expression, matched against each line of a text, or each item of a JSON list by its JSON text) or a path (a JSONPath over the JSON document). Answers the matching lines (with their numbers) or items (with their positions), exactly as the server wrote them.",
+        "description": "Search the whole of a result mcp-budget paged, without reading every page or running the tool again: pass the next_after of any page as cursor (or the call itself, as tool and arguments: it runs once), and a pattern (a regular expression, matched against each line of a text, or each item of a JSON list by its JSON text) or a path (a JSONPath over the JSON document). Answers the matching lines (with their numbers) or items (with their positions), exactly as the server wrote them.",
         "inputSchema": {
             "type": "object",
             "properties": {
                 "cursor": {"type": "string", "description": "The next_after of any page of the paged result to search."},
+                "tool": {"type": "string", "description": "Instead of cursor: a tool to run and search."},
+                "arguments": {"type": "object"},
                 "pattern": {"type": "string", "description": "A regular expression (Rust regex syntax; (?i) for case-insensitive), matched against each line of a text, or each item of a JSON list by its JSON text."},
                 "path": {"type": "string", "description": "A JSONPath over the JSON document, e.g. $.items[?(@.state == 'blocked')].id"},
                 "context": {"type": "integer", "minimum": 0, "maximum": MAX_CONTEXT, "description": "Lines of context before and after each matching line of a text (default 0)."},
                 "after": {"type": "string", "description": "The next_after of the previous page of this search's answer."}
-            },
-            "required": ["cursor"]
+            }
         },
         "annotations": {"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false}
     })
@@ -64,7 +65,9 @@ pub fn descriptor() -> Value {
 /// What a search asks.
 #[derive(Debug)]
 pub struct Request {
-    cursor: String,
+    /// The chain to search: a page's cursor, or the call itself (its tool and arguments).
+    cursor: Option<String>,
+    call: Option<(String, Map<String, Value>)>,
     query: Query,
     context: usize,
     after: Option<String>,
@@ -82,10 +85,10 @@ impl Request {
         for key in arguments.keys() {
             if !matches!(
                 key.as_str(),
-                "cursor" | "pattern" | "path" | "context" | "after"
+                "cursor" | "tool" | "arguments" | "pattern" | "path" | "context" | "after"
             ) {
                 return Err(format!(
-                    "{TOOL} takes cursor, pattern, path, context and after; {key:?} is not one of them"
+                    "{TOOL} takes cursor (or tool and arguments), pattern, path, context and after; {key:?} is not one of them"
                 ));
             }
         }
@@ -96,9 +99,26 @@ impl Request {
                 Some(_) => Err(format!("{name} must be a string")),
             }
         };
-        let cursor = text("cursor")?
-            .ok_or("cursor is required: pass the next_after of a page of the result to search")?
-            .to_string();
+        let cursor = text("cursor")?.map(String::from);
+        let call = match (text("tool")?, arguments.get("arguments")) {
+            (None, None) => None,
+            (None, Some(_)) => return Err("arguments go with tool: pass the tool to run".into()),
+            (Some(TOOL), _) => return Err(format!("tool may not be {TOOL} itself")),
+            (Some(tool), None | Some(Value::Null)) => Some((tool.to_string(), Map::new())),
+            (Some(tool), Some(Value::Object(arguments))) => {
+                Some((tool.to_string(), arguments.clone()))
+            }
+            (Some(_), Some(_)) => return Err("arguments must be an object".into()),
+        };
+        match (&cursor, &call) {
+            (Some(_), Some(_)) => {
+                return Err("pass either cursor or tool and arguments, not both".into());
+            }
+            (None, None) => {
+                return Err("pass cursor (the next_after of a page of the result to search), or the call itself as tool and arguments".into());
+            }
+            _ => {}
+        }
         let query = match (text("pattern")?, text("path")?) {
             (Some(_), Some(_)) => {
                 return Err("pass either pattern or path, not both".into());
@@ -123,10 +143,18 @@ impl Request {
         let after = text("after")?.map(String::from);
         Ok(Request {
             cursor,
+            call,
             query,
             context,
             after,
         })
+    }
+
+    /// The call to run and search (tool and arguments), when the search names no cursor.
+    pub fn by_call(&self) -> Option<(&str, &Map<String, Value>)> {
+        self.call
+            .as_ref()
+            .map(|(tool, arguments)| (tool.as_str(), arguments))
     }
 
     /// The digest this search's own cursors are minted for.
@@ -234,7 +262,31 @@ struct Found {
 /// Searches the cached result a request's cursor names, in `scope`, and writes the answer (the
 /// `result` of the response): matches, or a tool error that says what to do.
 pub fn answer(budget: &Budget, scope: u64, request: &Request) -> String {
-    match run(budget, scope, request) {
+    written(run(budget, scope, request))
+}
+
+/// What a search by call answers beside its matches: the chain's cursor (where the tool's
+/// pages can follow it) and the whole result's reference.
+#[derive(Debug, Default)]
+pub struct Extras {
+    pub cursor: Option<String>,
+    pub reference: Option<String>,
+}
+
+/// Searches `cached`, the whole result of the chain `chain` (a search by call), and writes the
+/// answer with `extras`.
+pub fn answer_cached(
+    budget: &Budget,
+    cached: &Cached,
+    chain: &SelectionDigest,
+    request: &Request,
+    extras: &Extras,
+) -> String {
+    written(searched(budget, cached, chain, request, extras))
+}
+
+fn written(answer: Result<String, String>) -> String {
+    match answer {
         Ok(result) => result,
         Err(text) => {
             json!({"content": [{"type": "text", "text": text}], "isError": true}).to_string()
@@ -243,7 +295,8 @@ pub fn answer(budget: &Budget, scope: u64, request: &Request) -> String {
 }
 
 fn run(budget: &Budget, scope: u64, request: &Request) -> Result<String, String> {
-    let chain = chain_of(budget, &request.cursor).map_err(|err| match err {
+    let cursor = request.cursor.as_deref().unwrap_or_default();
+    let chain = chain_of(budget, cursor).map_err(|err| match err {
         CursorError::OtherKey => "cursor was issued by another mcp-budget instance, or before this proxy's cursor key changed; page the result again and search with a next_after of the new pages".to_string(),
         _ => "cursor is not a next_after this proxy issued (it is malformed or was altered): pass the next_after of a page of the result to search".to_string(),
     })?;
@@ -254,8 +307,18 @@ fn run(budget: &Budget, scope: u64, request: &Request) -> Result<String, String>
             budget.cache().limit()
         ));
     };
-    let found = search(budget, &cached, request)?;
-    let digest = request.digest(&chain);
+    searched(budget, &cached, &chain, request, &Extras::default())
+}
+
+fn searched(
+    budget: &Budget,
+    cached: &Cached,
+    chain: &SelectionDigest,
+    request: &Request,
+    extras: &Extras,
+) -> Result<String, String> {
+    let found = search(budget, cached, request)?;
+    let digest = request.digest(chain);
     let start = match &request.after {
         None => 0,
         Some(after) => {
@@ -269,7 +332,7 @@ fn run(budget: &Budget, scope: u64, request: &Request) -> Result<String, String>
             position.offset
         }
     };
-    page(budget, &found, start, &digest)
+    page(budget, &found, start, &digest, extras)
 }
 
 /// Writes the page of `found` from unit `start`, under the search tool's budget.
@@ -278,6 +341,7 @@ fn page(
     found: &Found,
     start: usize,
     digest: &SelectionDigest,
+    extras: &Extras,
 ) -> Result<String, String> {
     let max = budget.page_max(TOOL);
     // The answer is in the text block and in structuredContent: each holds half.
@@ -301,7 +365,7 @@ fn page(
                 budget.limits().byte_budget(max)
             ));
         }
-        let result = write(budget, found, start, end, digest);
+        let result = write(budget, found, start, end, digest, extras);
         if budget.over(TOOL, result.as_bytes()).is_none() {
             return Ok(result);
         }
@@ -322,6 +386,7 @@ fn write(
     start: usize,
     end: usize,
     digest: &SelectionDigest,
+    extras: &Extras,
 ) -> String {
     let next = (end < found.units.len()).then(|| {
         budget.key().mint(
@@ -376,6 +441,19 @@ fn write(
     if let Some(next) = &next {
         body.push_str(",\"next_after\":");
         body.push_str(&Value::from(next.as_str()).to_string());
+    }
+    if let Some(cursor) = &extras.cursor {
+        notice.push_str(&format!(
+            " The tool's whole result is kept: page it with after:\"{cursor}\", or search it again with this cursor."
+        ));
+        body.push_str(",\"cursor\":");
+        body.push_str(&Value::from(cursor.as_str()).to_string());
+    }
+    if let Some(reference) = &extras.reference {
+        notice.push(' ');
+        notice.push_str(&crate::budget::reference::sentence(reference));
+        body.push_str(",\"result_ref\":");
+        body.push_str(&Value::from(reference.as_str()).to_string());
     }
     body.push_str(",\"notice\":");
     body.push_str(&Value::from(notice).to_string());

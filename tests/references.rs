@@ -422,3 +422,123 @@ async fn a_tasks_paged_result_names_the_whole_result() {
     let got = &sunk["structuredContent"]["content"];
     assert_eq!(got["string_sha256"], sha256(whole.as_bytes()), "{got}");
 }
+
+#[tokio::test]
+async fn a_recording_keeps_what_went_upstream_and_the_report_counts_what_a_reference_kept_out() {
+    let dir = std::env::temp_dir().join(format!("refs-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recording = dir.join("copy.jsonl");
+    let quirky = example("quirky_server");
+    let peer = Peer::spawn(
+        common::proxy_bin(),
+        &[
+            "record",
+            "--out",
+            recording.to_str().unwrap(),
+            "--policy",
+            "none",
+            "--client",
+            "claude-code",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+    );
+    let mut client = Client::over(peer).await;
+    let page = client
+        .call("big", json!({"bytes": 300_000, "line": 97}))
+        .await;
+    let reference = reference_of(&page);
+    let sunk = client.call("sink", json!({"content": reference})).await;
+    assert_ne!(sunk["isError"], true, "{sunk}");
+    client.peer.close_stdin();
+    client.peer.wait().await;
+    // The client's own line, and the call as it went upstream.
+    let text = std::fs::read_to_string(&recording).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("\"c2s\"") && l.contains("\"sink\""))
+        .unwrap();
+    let entry: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(entry["msg"]["params"]["arguments"]["content"], reference);
+    let forwarded = entry["forwarded"]["params"]["arguments"]["content"]
+        .as_str()
+        .unwrap();
+    assert_eq!(forwarded.len(), 300_000 / 97 * 97);
+    let json = common::run_ok(["report".as_ref(), "--json".as_ref(), recording.as_os_str()]);
+    let report: Value = serde_json::from_str(&json).unwrap();
+    let kept = report["reference_bytes"].as_u64().unwrap();
+    assert!(kept > 290_000, "{kept}");
+    assert_eq!(report["reference_calls"], 1);
+    let table = common::run_ok(["report".as_ref(), recording.as_os_str()]);
+    assert!(table.contains("result references kept"), "{table}");
+}
+
+#[tokio::test]
+async fn a_search_by_call_runs_the_tool_once_and_answers_only_the_matches() {
+    let mut client = Client::proxy(&["--policy", "none", "--client", "claude-code"]).await;
+    let arguments = json!({"rows": 20_000});
+    let whole = direct("rows", arguments.clone()).await;
+    assert!(whole.to_string().len() > 3_000_000);
+    let search = json!({"tool": "rows", "arguments": arguments, "path": "$[?(@.n < 12)].label"});
+    let (answer, bytes) = client.call_sized("mcp_budget_search", search.clone()).await;
+    assert_ne!(answer["isError"], true, "{answer}");
+    let found = &answer["structuredContent"];
+    let labels: Vec<&Value> = found["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["value"])
+        .collect();
+    let expected: Vec<&Value> = whole["structuredContent"].as_array().unwrap()[..12]
+        .iter()
+        .map(|row| &row["label"])
+        .collect();
+    assert_eq!(labels, expected);
+    assert!(bytes < 4096, "the client received {bytes} bytes");
+    assert_eq!(client.runs("rows").await, 1);
+    // Again, with a pattern: the kept result answers, the tool does not run.
+    let again =
+        json!({"tool": "rows", "arguments": {"rows": 20_000}, "pattern": "row 01999[0-9] "});
+    let answer = client.call("mcp_budget_search", again).await;
+    assert_eq!(
+        answer["structuredContent"]["total_matches"], 10,
+        "{answer:.2000}"
+    );
+    assert_eq!(client.runs("rows").await, 1);
+    // The answer names the chain's cursor (the tool's pages follow from the kept result) and
+    // the whole result's reference.
+    let cursor = found["cursor"].as_str().unwrap();
+    let page = client
+        .call("rows", json!({"rows": 20_000, "after": cursor}))
+        .await;
+    assert_ne!(page["isError"], true, "{page:.500}");
+    assert_eq!(client.runs("rows").await, 1);
+    let reference = found["result_ref"].as_str().unwrap();
+    let sunk = client
+        .call("sink", json!({"item": format!("{reference}#/3")}))
+        .await;
+    let text = text_of(&whole);
+    let items: Vec<&serde_json::value::RawValue> = serde_json::from_str(&text).unwrap();
+    let got = &sunk["structuredContent"]["item"];
+    assert_eq!(
+        got["raw_sha256"],
+        sha256(items[3].get().as_bytes()),
+        "{got}"
+    );
+}
+
+#[tokio::test]
+async fn a_search_by_call_keeps_the_policys_rules() {
+    let policy = std::env::temp_dir().join(format!("refs-search-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[tools]\ndeny = [\"rows\"]\n").unwrap();
+    let mut client = Client::proxy(&["--policy", policy.to_str().unwrap()]).await;
+    let search = json!({"tool": "rows", "arguments": {"rows": 100}, "pattern": "row"});
+    let answer = client.call("mcp_budget_search", search).await;
+    assert_eq!(answer["isError"], true, "{answer}");
+    let text = answer["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("policy hides it"), "{text}");
+    assert_eq!(client.runs("rows").await, 0);
+    let both = json!({"tool": "big", "cursor": "x", "pattern": "x"});
+    let answer = client.call("mcp_budget_search", both).await;
+    assert_eq!(answer["isError"], true, "{answer}");
+}

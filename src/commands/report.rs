@@ -28,6 +28,7 @@ use crate::budget::Budget;
 use crate::budget::cap::read_bytes;
 use crate::budget::continuation::META_CONTINUATION;
 use crate::budget::cursor::CursorKey;
+use crate::budget::reference;
 use crate::client::{Profile, Reads};
 use crate::intercept::Interceptor;
 use crate::policy::Policy;
@@ -67,6 +68,9 @@ pub struct Call {
     /// What the proxy does to it: "unchanged", "page of 25 (total 68, more pages)", "refused: …"
     pub outcome: String,
     pub has_rule: bool,
+    /// The bytes result references put into the call in place of themselves: what the
+    /// client did not have to send (or read) to pass those results on.
+    pub reference_bytes: usize,
 }
 
 /// The whole report.
@@ -98,6 +102,9 @@ pub struct Report {
     /// Where the recording was cut mid-line, if it was.
     pub cut_at_line: Option<usize>,
     pub missed_messages: u64,
+    /// Bytes result references kept out of the client's context, and in how many calls.
+    pub reference_bytes: usize,
+    pub reference_calls: usize,
 }
 
 /// Which policy a session runs under, and why.
@@ -726,7 +733,14 @@ pub fn build(
                     continue;
                 };
                 progress(done, total);
-                walks[index] = Some(player.follow(&entry.session, raw.get().as_bytes(), &message));
+                // A call that passed result references is played as it went upstream (the
+                // references open only for the proxy that recorded).
+                let played_as = match &entry.changed {
+                    Some(sent) if reference::mentioned(raw.get().as_bytes()) => sent,
+                    _ => raw,
+                };
+                let bytes = played_as.get().as_bytes();
+                walks[index] = Some(player.follow(&entry.session, bytes, &message));
                 played.push(index);
                 done += 1;
             }
@@ -784,6 +798,11 @@ pub fn build(
             .session
             .page_len(&tool, &walk.first["result"]["structuredContent"]);
         let outcome = outcome(response, &walk, page_len);
+        let sent = exchange.request.to_string();
+        let reference_bytes = match reference::mentioned(sent.as_bytes()) {
+            true => (exchange.upstream_request.to_string().len()).saturating_sub(sent.len()),
+            false => 0,
+        };
         if walk.refused.is_some() {
             capped.insert(tool.clone());
         }
@@ -802,9 +821,12 @@ pub fn build(
             refused: walk.refused.is_some(),
             outcome,
             has_rule,
+            reference_bytes,
         });
     }
     progress(total, total);
+    let reference_bytes = calls.iter().map(|c| c.reference_bytes).sum();
+    let reference_calls = calls.iter().filter(|c| c.reference_bytes > 0).count();
     Report {
         policy: setup.policy.name.clone(),
         policy_reason: setup.policy.why.clone(),
@@ -824,6 +846,8 @@ pub fn build(
         tools_without_rule: without_rule.into_iter().collect(),
         cut_at_line: recording.cut_at,
         missed_messages: recording.missed,
+        reference_bytes,
+        reference_calls,
     }
 }
 
@@ -923,6 +947,12 @@ pub fn table(report: &Report) -> String {
     out.push_str(
         "pages: how many the client gets, following each page's continuation; max read: the bytes its model reads of the largest\n",
     );
+    if report.reference_calls > 0 {
+        out.push_str(&format!(
+            "result references kept {} bytes out of the client's context ({} calls passed a result on without reading it)\n",
+            report.reference_bytes, report.reference_calls
+        ));
+    }
     if let Some(line) = report.cut_at_line {
         out.push_str(&format!(
             "note: the recording was cut off at line {line}; the report covers what came before\n"

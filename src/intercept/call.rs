@@ -82,7 +82,7 @@ impl Interceptor {
     /// [`Self::call_request`], with where the call's parts are when the envelope reader found
     /// them (then the call is not read again). `replaced`: its result references were replaced
     /// (else a call that holds one is refused: it never goes upstream with it).
-    fn call_request_at(
+    pub(super) fn call_request_at(
         &self,
         id: &Id,
         message: &[u8],
@@ -101,6 +101,7 @@ impl Interceptor {
                     modern: false,
                     unsettled: None,
                     task_origin: None,
+                    search: None,
                 },
             }
         };
@@ -162,7 +163,8 @@ impl Interceptor {
             });
         }
         if name == crate::search::TOOL && self.offers_search(&budget) {
-            return self.search_call(id, parts.as_ref().and_then(|p| p.arguments), budget);
+            let arguments = parts.as_ref().and_then(|p| p.arguments);
+            return self.search_call(id, message, arguments, budget);
         }
         if budget.policy().hides(&name) {
             tracing::info!(tool = %name, "call to a tool the policy hides refused");
@@ -282,6 +284,7 @@ impl Interceptor {
                 modern: false,
                 unsettled: None,
                 task_origin: None,
+                search: None,
             },
         };
         let Ok(mut request) = serde_json::from_slice::<Value>(message) else {
@@ -319,6 +322,7 @@ impl Interceptor {
                         modern: false,
                         unsettled: None,
                         task_origin: None,
+                        search: None,
                     },
                 };
             }
@@ -430,6 +434,7 @@ impl Interceptor {
                 modern: false,
                 unsettled: None,
                 task_origin: None,
+                search: None,
             },
         }
     }
@@ -453,7 +458,13 @@ impl Interceptor {
 
     /// A call to the search tool: its arguments are read here, the search runs on the
     /// heavy-work pool.
-    fn search_call(&self, id: &Id, arguments: Option<&str>, budget: Arc<Budget>) -> CallDecision {
+    fn search_call(
+        &self,
+        id: &Id,
+        message: &[u8],
+        arguments: Option<&str>,
+        budget: Arc<Budget>,
+    ) -> CallDecision {
         let arguments = match arguments.map(serde_json::from_str::<Map<String, Value>>) {
             None => Map::new(),
             Some(Ok(arguments)) => arguments,
@@ -468,6 +479,9 @@ impl Interceptor {
             Ok(request) => request,
             Err(text) => return CallDecision::Answer(crate::wire::jsonrpc::tool_error(id, &text)),
         };
+        if request.by_call().is_some() {
+            return self.search_by_call(id, message, request, budget);
+        }
         let scope = self.scope;
         let id = id.clone();
         CallDecision::Defer(Deferred::new(move || {
@@ -486,6 +500,9 @@ impl Interceptor {
         result: Option<std::ops::Range<usize>>,
     ) -> Option<Vec<u8>> {
         let raw = result_of(message, result)?;
+        if let Some(search) = context.search.take() {
+            return self.search_response(&context, &search, message, raw);
+        }
         // The server made the call a task: its result comes later (`tasks/result`, or a
         // completed `tasks/get`), and is budgeted then, as this call's answer.
         if let Some(origin) = context.task_origin.take()

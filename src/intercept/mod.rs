@@ -29,6 +29,7 @@ mod list;
 mod paging;
 mod parts;
 mod references;
+mod searching;
 mod tasks;
 
 use self::parts::*;

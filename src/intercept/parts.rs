@@ -20,6 +20,16 @@ pub struct CallContext {
     /// for one, or the client declared the tasks extension): the task's result is budgeted as
     /// this call's answer.
     pub(super) task_origin: Option<Box<Unsettled>>,
+    /// The call runs for `mcp_budget_search` (a search by call): its whole result is kept as
+    /// a chain's, and the answer is the search's.
+    pub(super) search: Option<Box<SearchByCall>>,
+}
+
+/// A search by call: the search, and the chain the tool's whole result is kept as.
+#[derive(Debug)]
+pub(super) struct SearchByCall {
+    pub(super) request: crate::search::Request,
+    pub(super) digest: SelectionDigest,
 }
 
 /// A `tools/call` as it arrived, while the server had not named itself (or while its answer may
@@ -62,6 +72,11 @@ impl CallContext {
     /// The tool called.
     pub fn tool(&self) -> &str {
         &self.plan.tool
+    }
+
+    /// Whether the call runs for a search (its body names another tool than the client's).
+    pub fn searches(&self) -> bool {
+        self.search.is_some()
     }
 }
 

@@ -313,6 +313,7 @@ impl Interceptor {
                     modern: false,
                     unsettled: None,
                     task_origin: None,
+                    search: None,
                 },
             };
         // The final result is written as the server wrote it: a task carries its own

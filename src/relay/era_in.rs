@@ -230,10 +230,14 @@ impl Relay {
             Some(meta) => Some((
                 &*meta.version,
                 method,
-                // A task named by its token: the server's id (Mcp-Name is the body's).
-                match &opened.task {
-                    Some((task, _)) => Some(task.clone()),
-                    None => meta.named.clone(),
+                // A task named by its token: the server's id; a search by call: the tool it
+                // runs (Mcp-Name is the body's).
+                match (&opened.task, pending) {
+                    (Some((task, _)), _) => Some(task.clone()),
+                    (None, Pending::ToolsCall(call)) if call.searches() => {
+                        Some(call.tool().to_string())
+                    }
+                    (None, _) => meta.named.clone(),
                 },
             )),
             None if by_discover => Some((crate::protocol::MODERN, "server/discover", None)),
