@@ -60,7 +60,9 @@ fn tools() -> Value {
          "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}},
         {"name": "read_rows", "description": "Rows of a table, read-only (the same rows as rows).",
          "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}, "file": {"type": "string"}}},
-         "annotations": {"readOnlyHint": true}}
+         "annotations": {"readOnlyHint": true}},
+        {"name": "sink", "description": "The length and SHA-256 of arguments.content.",
+         "inputSchema": {"type": "object", "properties": {"content": {"type": "string"}}}}
     ], "ttlMs": 60000, "cacheScope": "public"})
 }
 
@@ -84,6 +86,18 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
             Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": rows}))
         }
         "meta" => Ok(json!({"content": [{"type": "text", "text": params["_meta"].to_string()}]})),
+        "sink" => {
+            use sha2::Digest;
+            let content = arguments["content"].as_str().unwrap_or_default();
+            let sha: String = sha2::Sha256::digest(content.as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let got = json!({"bytes": content.len(), "sha256": sha});
+            Ok(
+                json!({"content": [{"type": "text", "text": got.to_string()}], "structuredContent": got}),
+            )
+        }
         "research" => {
             Ok(json!({"content": [{"type": "text", "text": "researched, without a task"}]}))
         }

@@ -301,6 +301,7 @@ pub async fn client_frame(
     let mut job = None;
     if let Frame::Line(line) | Frame::Read { line, .. } = &frame {
         prefetch(relay, line).await;
+        prefetch_references(relay, line).await;
         job = relay
             .interceptor()
             .references_job(line, relay.max_message_bytes());
@@ -309,20 +310,57 @@ pub async fn client_frame(
         Some(job) => replace_references(job, frame).await,
         None => (frame, None),
     };
-    let routed = relay.from_client_with(frame, references);
+    let (references, room) = match references {
+        Some((references, room)) => (Some(references), room),
+        None => (None, None),
+    };
+    let mut routed = relay.from_client_with(frame, references);
+    // What a call grew by holds its room until it is written upstream.
+    if let (Some(out), Some(room)) = (routed.to_server.as_mut(), room) {
+        out.held = crate::upstream::Held(Some(std::sync::Arc::new(room)));
+    }
     // (A rule chain automatic paging took over is cut on the way in.)
     flush(relay).await;
     routed
 }
 
+/// The whole results a line's references name, where this replica's memory does not hold
+/// them and the shared cache does: read before the references are replaced.
+async fn prefetch_references(relay: &Relay, line: &[u8]) {
+    let Some(remote) = crate::remote::get() else {
+        return;
+    };
+    // At most a message's worth of results is read for one line.
+    let mut budget = relay.max_message_bytes();
+    for key in relay.interceptor().reference_lookups(line) {
+        match remote.fetch(&key).await {
+            Ok(Some(value)) if value.len() <= budget => {
+                budget -= value.len();
+                relay.interceptor().fetched_whole(key, &value);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                if let Some(metrics) = crate::metrics::get() {
+                    metrics.remote_misses.inc();
+                }
+            }
+            // Logged and counted by `fetch`: the reference is a cache miss.
+            Err(_) => {}
+        }
+    }
+}
+
 /// A client line's result references replaced, on the heavy-work pool: the line to route, and
-/// what became of them.
+/// what became of them (with the room the line grew into).
 async fn replace_references(
     job: crate::intercept::ReferenceJob,
     frame: crate::wire::framing::Frame,
 ) -> (
     crate::wire::framing::Frame,
-    Option<crate::intercept::Substituted>,
+    Option<(
+        crate::intercept::Substituted,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    )>,
 ) {
     use crate::intercept::Substituted;
     use crate::wire::framing::Frame;
@@ -343,17 +381,24 @@ async fn replace_references(
     match outcome {
         None => (as_it_came(line), None),
         Some(Ok(replaced)) => {
-            let kept_out = replaced.len().saturating_sub(line.len());
+            let kept_out = replaced.line.len().saturating_sub(line.len());
             if let Some(metrics) = crate::metrics::get() {
                 metrics.reference_bytes.inc_by(kept_out as u64);
             }
             let original = line;
             let references = Substituted::Replaced { original, kept_out };
-            (Frame::Line(replaced), Some(references))
+            let frame = Frame::Read {
+                line: replaced.line,
+                parsed: replaced.parsed,
+            };
+            (frame, Some((references, replaced.room)))
         }
         Some(Err(refused)) => {
             tracing::warn!(%refused, "a call's result reference refused");
-            (as_it_came(line), Some(Substituted::Refused(refused)))
+            (
+                as_it_came(line),
+                Some((Substituted::Refused(refused), None)),
+            )
         }
     }
 }

@@ -32,7 +32,12 @@ impl Client {
     /// Sends `message` (a request with id `id`, or a batch) and returns the answer with that id,
     /// with the size of the line it came on.
     async fn exchange(&mut self, message: &Value, id: u64) -> (Value, usize) {
-        self.peer.send(&message.to_string()).await;
+        self.exchange_line(&message.to_string(), id).await
+    }
+
+    /// [`Client::exchange`] of a line written as it is.
+    async fn exchange_line(&mut self, line: &str, id: u64) -> (Value, usize) {
+        self.peer.send(line).await;
         loop {
             let line = self.peer.recv().await;
             let answer: Value = serde_json::from_str(&line).unwrap();
@@ -541,4 +546,34 @@ async fn a_search_by_call_keeps_the_policys_rules() {
     let both = json!({"tool": "big", "cursor": "x", "pattern": "x"});
     let answer = client.call("mcp_budget_search", both).await;
     assert_eq!(answer["isError"], true, "{answer}");
+}
+
+#[tokio::test]
+async fn a_reference_spelled_with_an_escape_is_one_reference_to_every_reader() {
+    let mut client = Client::proxy(&["--policy", "none", "--client", "claude-code"]).await;
+    let arguments = json!({"bytes": 120_000, "line": 60});
+    let page = client.call("big", arguments.clone()).await;
+    let reference = reference_of(&page);
+    let escaped = format!(r#"\u006d{}"#, &reference[1..]);
+    // Written by hand: the escape is in the line the proxy reads.
+    client.next_id += 1;
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"sink","arguments":{{"content":"{escaped}"}}}}}}"#,
+        client.next_id
+    );
+    let (answer, _) = client.exchange_line(&line, client.next_id).await;
+    let whole = text_of(&direct("big", arguments).await);
+    let got = &answer["result"]["structuredContent"]["content"];
+    assert_eq!(
+        got["string_sha256"],
+        sha256(whole.as_bytes()),
+        "{answer:.500}"
+    );
+    // In a batch, the escaped spelling is refused as the plain one is.
+    let batch = format!(
+        r#"[{{"jsonrpc":"2.0","id":950,"method":"tools/call","params":{{"name":"sink","arguments":{{"content":"{escaped}"}}}}}},{{"jsonrpc":"2.0","id":951,"method":"ping"}}]"#
+    );
+    let (refused, _) = client.exchange_line(&batch, 950).await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(client.runs("sink").await, 1);
 }

@@ -884,3 +884,40 @@ fn a_password_on_the_command_line_is_refused_and_not_echoed() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("redis://host:port/db"));
 }
+
+#[tokio::test]
+async fn a_result_reference_opens_at_any_replica_for_its_principal_alone() {
+    let Some(redis) = Redis::start("refs") else {
+        return;
+    };
+    let set = replicas(&redis, 2, "refs", &[]).await;
+    let http = http_client();
+    let arguments = json!({"rows": ROWS, "file": set.runs.to_str().unwrap()});
+    let page = rows(&http, &set.urls[0], Some("a-secret"), 1, arguments).await;
+    let text = page.to_string();
+    let at = text
+        .find("result_ref:\\\"")
+        .unwrap_or_else(|| panic!("{text:.1000}"));
+    let rest = &text[at + "result_ref:\\\"".len()..];
+    let reference = rest[..rest.find("\\\"").unwrap()].to_string();
+    let arguments = json!({"content": reference});
+    let sink = |url: String, token: &'static str, id: u64| {
+        let (http, arguments) = (http.clone(), arguments.clone());
+        async move { call(&http, &url, Some(token), id, "sink", arguments).await }
+    };
+    let here = sink(set.urls[0].clone(), "a-secret", 2).await;
+    let there = sink(set.urls[1].clone(), "a-secret", 3).await;
+    assert_ne!(here["result"]["isError"], true, "{here}");
+    let bytes = here["result"]["structuredContent"]["bytes"].as_u64();
+    assert!(bytes.unwrap_or(0) > 500_000, "{here:.800}");
+    // The other replica never held the result: it read it from the shared cache.
+    assert_eq!(
+        here["result"]["structuredContent"], there["result"]["structuredContent"],
+        "{there:.500}"
+    );
+    assert_eq!(runs(&set.runs), 1, "the tool ran once");
+    let other = sink(set.urls[1].clone(), "b-secret", 4).await;
+    assert_eq!(other["result"]["isError"], true, "{other}");
+    let text = other["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("belongs to another client"), "{text}");
+}

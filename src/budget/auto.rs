@@ -252,6 +252,11 @@ impl Prepared {
         self
     }
 
+    /// The reference every page cut from this result names.
+    pub fn reference(&self) -> Option<&str> {
+        self.reference.as_deref()
+    }
+
     /// The result, as the server wrote it.
     pub fn whole(&self) -> &str {
         &self.result

@@ -83,6 +83,18 @@ pub enum RefError {
     )]
     NotJson(String),
     #[error(
+        "result_ref {shown} names a result that {why}, which an argument cannot hold whole: pass a part of its JSON (add #/json/pointer) or the content itself. The call was not sent."
+    )]
+    Unusable { shown: String, why: String },
+    #[error(
+        "A result_ref in argument {0}, which travels as an HTTP header too (x-mcp-header), is not replaced: pass the value itself. The call was not sent."
+    )]
+    InHeader(String),
+    #[error(
+        "With its result references replaced, this call holds JSON that readers read differently ({0}): pass a part of the result (add #/json/pointer) or the content itself. The call was not sent."
+    )]
+    Unreadable(String),
+    #[error(
         "result_ref {0} names a result with no text and no JSON (images or other content only), which cannot be passed as an argument. The call was not sent."
     )]
     Empty(String),
@@ -90,6 +102,10 @@ pub enum RefError {
         "With its result references replaced, this call would be {bytes} bytes, over the proxy's message limit of {max} bytes (--max-message-bytes): pass a part (add #/json/pointer) or raise --max-message-bytes. The call was not sent."
     )]
     TooLarge { bytes: usize, max: usize },
+    #[error(
+        "The proxy is putting as many results into calls as it holds at once ({0} bytes): retry in a moment. The call was not sent."
+    )]
+    Busy(usize),
     #[error(
         "A result_ref is nested deeper than {MAX_DEPTH} levels in the arguments, where references are not replaced: move it nearer the top. The call was not sent."
     )]
@@ -107,7 +123,7 @@ pub enum RefError {
     )]
     SourceHidden(String),
     #[error(
-        "Result references are replaced only in a tools/call sent on its own, not inside a JSON-RPC batch: send this call by itself. It was not sent."
+        "This call holds a result_ref the proxy did not replace: references are replaced only in a tools/call sent on its own (not inside a JSON-RPC batch), in the arguments of a tool the proxy forwards to. Send the call by itself. It was not sent."
     )]
     InBatch,
 }
@@ -156,9 +172,22 @@ pub struct Found {
     pub argument: Option<String>,
 }
 
-/// Whether `text` may hold a reference (cheap: a byte search).
+/// Whether `text` may hold a reference (cheap: byte searches). A reference spelled with an
+/// escape (`\u006dcpb-ref.`) is one too: only the prefix's letters are looked for escaped.
 pub fn mentioned(text: &[u8]) -> bool {
-    crate::holds!(text, b"mcpb-ref.")
+    if crate::holds!(text, b"mcpb-ref.") {
+        return true;
+    }
+    if !crate::holds!(text, b"\\u00") {
+        return false;
+    }
+    const ESCAPED: [&[u8]; 12] = [
+        b"\\u006d", b"\\u006D", b"\\u0063", b"\\u0070", b"\\u0062", b"\\u002d", b"\\u002D",
+        b"\\u0072", b"\\u0065", b"\\u0066", b"\\u002e", b"\\u002E",
+    ];
+    ESCAPED
+        .iter()
+        .any(|e| memchr::memmem::find(text, e).is_some())
 }
 
 /// The string values of `args` (a JSON object's text) whose whole value is a reference, in
@@ -261,151 +290,310 @@ fn reference_in(literal: &str) -> Option<String> {
     sealed.then_some(value)
 }
 
-/// The JSON text a reference to the result `raw` (a tool result's JSON, as the server wrote
-/// it) is replaced by: with a pointer, that part of the result's JSON document, its own bytes;
-/// without one, the JSON document when the result is JSON and the argument takes more than a
-/// string (`text`: it takes a string), else its text (every text block, joined as its pages
-/// join them) as one JSON string, the server's own escapes kept.
-pub fn content(raw: &str, reference: &str, named: &Named, text: bool) -> Result<String, RefError> {
-    let members = raw::members(raw).unwrap_or_default();
-    let member = |name: &str| {
-        members
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, r)| &raw[r.clone()])
-    };
-    let mut inners: Vec<&str> = Vec::new();
-    if let Some(content) = member("content") {
-        for block in raw::elements(content).unwrap_or_default() {
+/// A cached result as the references to it read it: its text blocks and its JSON document,
+/// each read once however many references name it.
+pub struct Source<'a> {
+    raw: &'a str,
+    /// The inside of each text block's string literal, in order; `Err`: what the result
+    /// holds that an argument cannot (a block of another kind, an error).
+    texts: Result<Vec<&'a str>, &'static str>,
+    structured: Option<&'a str>,
+    /// The text's JSON document, decoded (made when a reference first needs it).
+    decoded: std::cell::OnceCell<Option<String>>,
+}
+
+impl<'a> Source<'a> {
+    /// `raw`: a tool result's JSON, as the server wrote it. `Err`: it reads two ways (a key
+    /// named twice, which the pager and a client would read otherwise).
+    pub fn read(raw: &'a str) -> Result<Source<'a>, &'static str> {
+        if reads_two_ways(raw) {
+            return Err("names a key twice (a reader could take either), or nests past 128 levels");
+        }
+        let members = raw::members(raw).unwrap_or_default();
+        let member = |name: &str| {
+            let found = members.iter().find(|(k, _)| k == name);
+            found.map(|(_, r)| raw::trim_json(&raw[r.clone()]))
+        };
+        let mut texts = Ok(Vec::new());
+        if member("isError") == Some("true") {
+            texts = Err("is an error");
+        }
+        for block in raw::elements(member("content").unwrap_or("[]")).unwrap_or_default() {
+            let (Ok(list), Some(content)) = (&mut texts, member("content")) else {
+                break;
+            };
             let block = &content[block];
             let fields = raw::members(block).unwrap_or_default();
             let field = |name: &str| {
-                fields
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, r)| raw::trim_json(&block[r.clone()]))
+                let found = fields.iter().find(|(k, _)| k == name);
+                found.map(|(_, r)| raw::trim_json(&block[r.clone()]))
             };
-            if field("type") == Some("\"text\"")
-                && let Some(literal) = field("text").filter(|l| l.starts_with('"'))
-            {
-                inners.push(&literal[1..literal.len() - 1]);
+            match (field("type"), field("text")) {
+                (Some("\"text\""), Some(literal)) if literal.starts_with('"') => {
+                    list.push(&literal[1..literal.len() - 1]);
+                }
+                _ => texts = Err("holds a block that is not text (an image, a resource)"),
             }
         }
+        let structured = member("structuredContent").filter(|s| s.starts_with(['{', '[']));
+        Ok(Source {
+            raw,
+            texts,
+            structured,
+            decoded: std::cell::OnceCell::new(),
+        })
     }
-    let structured = member("structuredContent")
-        .map(raw::trim_json)
-        .filter(|s| s.starts_with('{') || s.starts_with('['));
-    // The text's JSON document, when the text is one (decoded once: the server's document).
-    let decoded = || -> Option<String> {
-        let literal = format!("\"{}\"", inners.concat());
-        let text: String = serde_json::from_str(&literal).ok()?;
-        let doc = raw::trim_json(&text);
-        let json = (doc.starts_with('{') || doc.starts_with('['))
-            && serde_json::from_str::<serde::de::IgnoredAny>(doc).is_ok();
-        json.then(|| doc.to_string())
-    };
-    match &named.pointer {
-        Some(pointer) => {
-            let doc = match decoded() {
-                Some(doc) => doc,
-                None => structured
-                    .map(str::to_string)
-                    .ok_or_else(|| RefError::NotJson(shown(reference)))?,
-            };
-            let part = pointed(&doc, pointer).map_err(|why| RefError::Pointer {
+
+    /// The JSON document: the text's, when the text is one JSON document (decoded: the
+    /// server's document bytes), else `structuredContent`.
+    fn document(&self) -> Option<&str> {
+        self.text_document().or(self.structured)
+    }
+
+    /// The text's JSON document, when the text is one.
+    fn text_document(&self) -> Option<&str> {
+        let decoded = self.decoded.get_or_init(|| {
+            let texts = self.texts.as_ref().ok()?;
+            let literal = format!("\"{}\"", texts.concat());
+            let text: String = serde_json::from_str(&literal).ok()?;
+            let doc = raw::trim_json(&text);
+            let json = doc.starts_with(['{', '['])
+                && serde_json::from_str::<serde::de::IgnoredAny>(doc).is_ok()
+                && !reads_two_ways(doc);
+            json.then(|| doc.to_string())
+        });
+        decoded.as_deref()
+    }
+
+    /// What a reference to this result (`reference`, as the client wrote it, naming
+    /// `named`) is replaced by: with a pointer, that part of the JSON document; without one,
+    /// the JSON document when the result is JSON and the argument takes more than a string
+    /// (`text`: it takes a string), else its text — every text block, joined as its pages join
+    /// them — as one JSON string with the server's own escapes.
+    pub fn content(
+        &self,
+        reference: &str,
+        named: &Named,
+        text: bool,
+    ) -> Result<Content<'_>, RefError> {
+        let refused = |why: &str| RefError::Unusable {
+            shown: shown(reference),
+            why: why.into(),
+        };
+        if let Some(pointer) = &named.pointer {
+            let doc = self
+                .document()
+                .ok_or_else(|| RefError::NotJson(shown(reference)))?;
+            let part = pointed(doc, pointer).map_err(|why| RefError::Pointer {
                 shown: shown(reference),
                 why,
             })?;
-            Ok(doc[part].to_string())
+            return Ok(Content::Json(&doc[part]));
         }
-        None if inners.is_empty() => match structured {
-            Some(doc) if !text => Ok(doc.to_string()),
-            _ => Err(RefError::Empty(shown(reference))),
-        },
-        None => {
-            if !text && let Some(doc) = decoded() {
-                return Ok(doc);
+        let texts = self.texts.as_ref().map_err(|why| refused(why))?;
+        if texts.is_empty() {
+            return match self.structured {
+                Some(doc) if !text => Ok(Content::Json(doc)),
+                _ => Err(RefError::Empty(shown(reference))),
+            };
+        }
+        if !text && let Some(doc) = self.text_document() {
+            return Ok(Content::Json(doc));
+        }
+        Ok(Content::Text(texts.clone()))
+    }
+
+    /// The result as the server wrote it.
+    pub fn raw(&self) -> &str {
+        self.raw
+    }
+}
+
+/// What replaces a reference, as slices of the result (never copied until it is spliced).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content<'a> {
+    /// JSON text, as it is.
+    Json(&'a str),
+    /// The insides of string literals, joined into one string.
+    Text(Vec<&'a str>),
+}
+
+impl Content<'_> {
+    /// Its length in the call.
+    pub fn len(&self) -> usize {
+        match self {
+            Content::Json(json) => json.len(),
+            Content::Text(inners) => inners.iter().map(|i| i.len()).sum::<usize>() + 2,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Content::Json(json) => out.extend_from_slice(json.as_bytes()),
+            Content::Text(inners) => {
+                out.push(b'"');
+                for inner in inners {
+                    out.extend_from_slice(inner.as_bytes());
+                }
+                out.push(b'"');
             }
-            let mut out = String::with_capacity(inners.iter().map(|i| i.len()).sum::<usize>() + 2);
-            out.push('"');
-            for inner in inners {
-                out.push_str(inner);
-            }
-            out.push('"');
-            Ok(out)
         }
     }
 }
 
-/// Where `pointer` (RFC 6901) points in `doc`, or what it misses.
+/// Whether `doc` names a key twice in any of its objects, or cannot be read whole (nested past
+/// 128 levels): one pass.
+fn reads_two_ways(doc: &str) -> bool {
+    struct Twice;
+    impl<'de> serde::de::Visitor<'de> for Twice {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut twice = false;
+            while let Some(crate::wire::message::Key(key)) = map.next_key()? {
+                twice |= !seen.insert(key);
+                twice |= map.next_value::<Nested>()?.0;
+            }
+            Ok(twice)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            let mut twice = false;
+            while let Some(Nested(inner)) = seq.next_element()? {
+                twice |= inner;
+            }
+            Ok(twice)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_unit<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+    }
+    struct Nested(bool);
+    impl<'de> serde::Deserialize<'de> for Nested {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Nested, D::Error> {
+            d.deserialize_any(Twice).map(Nested)
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(doc);
+    !matches!(
+        serde::Deserializer::deserialize_any(&mut reader, Twice),
+        Ok(false)
+    )
+}
+
+/// Where `pointer` (RFC 6901) points in `doc`, or what it misses: one pass down the document
+/// (siblings skipped, never read twice), at most [`MAX_DEPTH`] steps.
 pub fn pointed(doc: &str, pointer: &str) -> Result<Range<usize>, String> {
-    let mut place = {
-        let start = raw::skip_ws(doc, 0);
-        start..raw::value_end(doc, start).unwrap_or(doc.len())
-    };
+    let start = raw::skip_ws(doc, 0);
+    let whole = start..raw::value_end(doc, start).unwrap_or(doc.len());
     if pointer.is_empty() {
-        return Ok(place);
+        return Ok(whole);
     }
     let Some(path) = pointer.strip_prefix('/') else {
         return Err(format!("{pointer:?} does not start with /"));
     };
+    if path.split('/').count() > MAX_DEPTH {
+        return Err(format!("the pointer has more than {MAX_DEPTH} steps"));
+    }
+    let bytes = doc.as_bytes();
+    let mut at = start;
     let mut walked = String::new();
     for token in path.split('/') {
         let token = token.replace("~1", "/").replace("~0", "~");
-        let here = &doc[place.clone()];
-        let shift = place.start;
         let what = if walked.is_empty() {
-            "the document"
+            "the document".to_string()
         } else {
-            walked.as_str()
+            walked.clone()
         };
-        place = match here.as_bytes().first() {
-            Some(b'{') => {
-                let members = raw::members(here).unwrap_or_default();
-                let mut named = members.iter().filter(|(k, _)| *k == token);
-                match (named.next(), named.next()) {
-                    (Some((_, r)), None) => {
-                        let r = raw::span(here, raw::trim_json(&here[r.clone()]));
-                        r.start + shift..r.end + shift
-                    }
-                    (Some(_), Some(_)) => {
-                        return Err(format!("{what} names {token:?} twice (it reads two ways)"));
-                    }
-                    _ => return Err(format!("{what} is an object without {token:?}")),
-                }
-            }
-            Some(b'[') => {
-                let elements = raw::elements(here).unwrap_or_default();
-                let index = (token == "0" || !token.starts_with('0'))
-                    .then(|| token.parse::<usize>().ok())
-                    .flatten();
-                match index.and_then(|i| elements.get(i)) {
-                    Some(r) => r.start + shift..r.end + shift,
-                    None => {
-                        return Err(format!(
-                            "{what} is an array of {} items, without item {token:?}",
-                            elements.len()
-                        ));
-                    }
-                }
-            }
+        let object = match bytes.get(at) {
+            Some(b'{') => true,
+            Some(b'[') => false,
             _ => return Err(format!("{what} is not an object or an array")),
+        };
+        let index = (!object)
+            .then(|| (token == "0" || !token.starts_with('0')).then(|| token.parse::<usize>().ok()))
+            .flatten()
+            .flatten();
+        if !object && index.is_none() {
+            return Err(format!("{what} is an array, and {token:?} is no index"));
+        }
+        let mut n = 0;
+        let mut next = raw::skip_ws(doc, at + 1);
+        let found = loop {
+            if matches!(bytes.get(next), Some(b'}' | b']') | None) {
+                break None;
+            }
+            let value = if object {
+                let key_end = raw::value_end(doc, next).ok_or("the document is not JSON")?;
+                let key: String = serde_json::from_str(&doc[next..key_end])
+                    .map_err(|_| "the document is not JSON")?;
+                let colon = raw::skip_ws(doc, key_end);
+                let value = raw::skip_ws(doc, colon + 1);
+                if key == token {
+                    break Some(value);
+                }
+                value
+            } else {
+                if Some(n) == index {
+                    break Some(next);
+                }
+                next
+            };
+            let end = raw::value_end(doc, value).ok_or("the document is not JSON")?;
+            n += 1;
+            let after = raw::skip_ws(doc, end);
+            next = match bytes.get(after) {
+                Some(b',') => raw::skip_ws(doc, after + 1),
+                _ => after,
+            };
+        };
+        at = match found {
+            Some(value) => value,
+            None if object => return Err(format!("{what} is an object without {token:?}")),
+            None => {
+                return Err(format!(
+                    "{what} is an array of {n} items, without item {token}"
+                ));
+            }
         };
         walked.push('/');
         walked.push_str(&token);
     }
-    Ok(place)
+    let end = raw::value_end(doc, at).ok_or("the document is not JSON")?;
+    Ok(at..end)
 }
 
 /// `line` with each found reference (`found`, in order, their ranges in the arguments that
-/// start at `base` in `line`) replaced by its content.
-pub fn splice(line: &[u8], base: usize, found: &[Found], contents: &[String]) -> Vec<u8> {
-    let grown: usize = contents.iter().map(String::len).sum();
-    let mut out = Vec::with_capacity(line.len() + grown);
+/// start at `base` in `line`) replaced by its content: one allocation, of the final size.
+pub fn splice(line: &[u8], base: usize, found: &[Found], contents: &[Content<'_>]) -> Vec<u8> {
+    let size = line.len() + contents.iter().map(Content::len).sum::<usize>()
+        - found.iter().map(|f| f.range.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
     let mut from = 0;
     for (f, content) in found.iter().zip(contents) {
         out.extend_from_slice(&line[from..base + f.range.start]);
-        out.extend_from_slice(content.as_bytes());
+        content.write(&mut out);
         from = base + f.range.end;
     }
     out.extend_from_slice(&line[from..]);
@@ -484,6 +672,13 @@ mod tests {
         );
     }
 
+    fn written(content: Content<'_>) -> String {
+        let mut out = Vec::new();
+        content.write(&mut out);
+        assert_eq!(out.len(), content.len());
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn text_is_passed_with_the_servers_own_escapes_and_json_by_its_bytes() {
         let named = |pointer: Option<&str>| Named {
@@ -492,34 +687,81 @@ mod tests {
             pointer: pointer.map(String::from),
         };
         let raw = r#"{"content":[{"type":"text","text":"caf\u00e9\t\"q\" \\ "},{"type":"text","text":"two"}]}"#;
-        let text = content(raw, "r", &named(None), true).unwrap();
+        let source = Source::read(raw).unwrap();
+        let text = written(source.content("r", &named(None), true).unwrap());
         assert_eq!(text, r#""caf\u00e9\t\"q\" \\ two""#);
         let value: String = serde_json::from_str(&text).unwrap();
         assert_eq!(value, "café\t\"q\" \\ two");
         assert!(matches!(
-            content(raw, "r", &named(Some("/0")), true),
+            source.content("r", &named(Some("/0")), true),
             Err(RefError::NotJson(_))
         ));
         let json = r#"{"content":[{"type":"text","text":"{\"items\":[1, {\"n\": 2.50}, 3]}"}]}"#;
-        assert_eq!(
-            content(json, "r", &named(Some("/items/1")), false).unwrap(),
-            r#"{"n": 2.50}"#
-        );
-        assert_eq!(
-            content(json, "r", &named(None), false).unwrap(),
-            r#"{"items":[1, {"n": 2.50}, 3]}"#
-        );
-        let miss = content(json, "r", &named(Some("/items/9")), false).unwrap_err();
+        let source = Source::read(json).unwrap();
+        let item = source
+            .content("r", &named(Some("/items/1")), false)
+            .unwrap();
+        assert_eq!(written(item), r#"{"n": 2.50}"#);
+        let whole = source.content("r", &named(None), false).unwrap();
+        assert_eq!(written(whole), r#"{"items":[1, {"n": 2.50}, 3]}"#);
+        let miss = source
+            .content("r", &named(Some("/items/9")), false)
+            .unwrap_err();
         assert!(miss.to_string().contains("array of 3 items"), "{miss}");
         let structured = r#"{"content":[],"structuredContent":{"a":{"b":[true]}}}"#;
+        let source = Source::read(structured).unwrap();
         assert_eq!(
-            content(structured, "r", &named(Some("/a/b/0")), false).unwrap(),
+            written(source.content("r", &named(Some("/a/b/0")), false).unwrap()),
             "true"
         );
-        assert!(content(structured, "r", &named(Some("/a/c")), false).is_err());
+        assert!(source.content("r", &named(Some("/a/c")), false).is_err());
         assert_eq!(pointed(r#"{"a/b":{"~":7}}"#, "/a~1b/~0").unwrap(), 12..13);
         assert!(pointed("[1,2]", "/01").is_err());
-        assert!(pointed(r#"{"a":1,"a":2}"#, "/a").is_err());
+        assert_eq!(
+            pointed(r#" [ 1 , [2, {"x" : "y"} ] ]"#, "/1/1/x").unwrap(),
+            18..21
+        );
+        let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+        assert!(pointed(&deep, &"/0".repeat(40)).is_err());
+    }
+
+    #[test]
+    fn what_an_argument_cannot_hold_or_what_reads_two_ways_is_refused() {
+        let named = Named {
+            digest: [0; 16],
+            fingerprint: 1,
+            pointer: None,
+        };
+        let twice =
+            r#"{"content":[{"type":"text","text":"a"}],"content":[{"type":"text","text":"b"}]}"#;
+        assert!(Source::read(twice).is_err());
+        let inner = r#"{"content":[{"type":"text","text":"a","text":"b"}]}"#;
+        assert!(Source::read(inner).is_err());
+        let image = r#"{"content":[{"type":"text","text":"a"},{"type":"image","data":"AA=="}]}"#;
+        let refused = Source::read(image)
+            .unwrap()
+            .content("r", &named, true)
+            .unwrap_err();
+        assert!(refused.to_string().contains("not text"), "{refused}");
+        let error = r#"{"content":[{"type":"text","text":"boom"}],"isError":true}"#;
+        let refused = Source::read(error)
+            .unwrap()
+            .content("r", &named, true)
+            .unwrap_err();
+        assert!(refused.to_string().contains("is an error"), "{refused}");
+        // A JSON text that names a key twice is passed as text, never as its JSON.
+        let json = r#"{"content":[{"type":"text","text":"{\"a\":1,\"a\":2}"}]}"#;
+        let source = Source::read(json).unwrap();
+        let content = source.content("r", &named, false).unwrap();
+        assert!(matches!(content, Content::Text(_)));
+    }
+
+    #[test]
+    fn an_escaped_spelling_is_mentioned_too() {
+        assert!(mentioned(br#"{"a":"mcpb-ref.x"}"#));
+        assert!(mentioned(br#"{"a":"\u006dcpb-ref.x"}"#));
+        assert!(mentioned(br#"{"a":"mcpb\u002Dref.x"}"#));
+        assert!(!mentioned(br#"{"a":"caf\u00e9"}"#));
     }
 
     #[test]
@@ -540,7 +782,12 @@ mod tests {
                 argument: None,
             },
         ];
-        let out = splice(line, base, &found, &["\"one\"".into(), "{\"x\":2}".into()]);
+        let out = splice(
+            line,
+            base,
+            &found,
+            &[Content::Text(vec!["one"]), Content::Json("{\"x\":2}")],
+        );
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"params":{"arguments":{"a":"one","b":[{"x":2}]}}}"#

@@ -141,16 +141,29 @@ impl Interceptor {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    declared: names.clone(),
                     strings: properties
                         .map(|p| {
-                            let string =
-                                |schema: &Value| schema.get("type") == Some(&json!("string"));
-                            let strings = p.iter().filter(|(_, schema)| string(schema));
+                            let strings = p.iter().filter(|(_, schema)| takes_string(schema));
                             strings.map(|(argument, _)| argument.clone()).collect()
                         })
                         .unwrap_or_default(),
                 },
             );
         }
+    }
+}
+
+/// Whether an argument's schema takes a string: its type is one, or a union that holds one.
+fn takes_string(schema: &Value) -> bool {
+    let string = json!("string");
+    match schema.get("type") {
+        Some(Value::Array(types)) => types.contains(&string),
+        Some(kind) => *kind == string,
+        None => ["anyOf", "oneOf"].iter().any(|k| {
+            schema[*k]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|s| s.get("type") == Some(&string)))
+        }),
     }
 }

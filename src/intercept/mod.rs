@@ -34,7 +34,7 @@ mod tasks;
 
 use self::parts::*;
 pub use self::parts::{CallContext, CallDecision, Deferred, Outcome};
-pub use self::references::{ReferenceJob, Substituted};
+pub use self::references::{ReferenceJob, Replaced, Substituted};
 use self::tasks::*;
 pub use self::tasks::{TaskNamed, Withheld};
 
@@ -68,6 +68,9 @@ pub struct Interceptor {
     /// Pages read from the shared cache for calls on their way in, by their key (opened;
     /// bounded: [`MAX_FETCHED`]).
     fetched: Mutex<std::collections::VecDeque<(String, Vec<u8>)>>,
+    /// Whole results read from the shared cache for the references of a call on its way in,
+    /// by their key (opened; bounded: [`references::MAX_WHOLES`]).
+    wholes: Mutex<std::collections::VecDeque<(String, Arc<str>)>>,
     /// Chains cut for the shared cache, to write before their first page goes out.
     outbox: Mutex<Vec<crate::remote::Write>>,
     /// Held while chains are written: an answer whose chain another answer took to write
@@ -138,6 +141,8 @@ struct ToolInfo {
     /// Its top-level arguments the input schema declares strings: a result reference passed
     /// as one is replaced by the result's text, never its JSON.
     strings: Vec<String>,
+    /// Its top-level arguments the input schema declares at all.
+    declared: Vec<String>,
 }
 
 /// What the servers of this process said of themselves, by origin (bounded: a gateway reaches
@@ -240,6 +245,7 @@ impl Interceptor {
             tasks: Mutex::new(TaskTable::default()),
             principal: "stdio".to_string(),
             fetched: Mutex::new(std::collections::VecDeque::new()),
+            wholes: Mutex::new(std::collections::VecDeque::new()),
             outbox: Mutex::new(Vec::new()),
             flushing: tokio::sync::Mutex::new(()),
         };

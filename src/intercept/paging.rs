@@ -86,6 +86,12 @@ impl Interceptor {
             next = more.then(|| budget.next_plan(&plan, &page)).flatten();
             pages.push((key, page));
         }
+        // The whole result, for its reference at any replica (where the chain and it fit the
+        // cache's limit together: else the chain is written alone).
+        if entry.reference().is_some() && bytes + entry.raw().len() <= limit {
+            let key = self.whole_key(budget, digest, entry.fingerprint());
+            pages.push((key, entry.raw().as_bytes().to_vec()));
+        }
         self.sealed_chain(budget, &plan.tool, pages)
     }
 
@@ -222,6 +228,13 @@ impl Interceptor {
             pages.push((self.remote_key(budget, digest, at), result.into_bytes()));
             // A pager that did not move on would loop: the chain ends there.
             next = following.filter(|n| *n != at);
+        }
+        // The whole result, for its reference at any replica (where the chain and it fit the
+        // cache's limit together: else the chain is written alone).
+        if prepared.reference().is_some() && bytes + prepared.result_len() <= budget.cache().limit()
+        {
+            let key = self.whole_key(budget, digest, prepared.fingerprint());
+            pages.push((key, prepared.whole().as_bytes().to_vec()));
         }
         self.sealed_chain(budget, tool, pages)
     }

@@ -193,7 +193,10 @@ async fn handle_post(
     }
     if let Some(mut message) = routed.to_server {
         // The body's room goes with its bytes until they are written upstream.
-        message.held = crate::upstream::Held(room.take().map(std::sync::Arc::new));
+        // (A call whose references were replaced holds room of its own already.)
+        if let Some(room) = room.take() {
+            message.held = crate::upstream::Held(Some(std::sync::Arc::new(room)));
+        }
         if session.to_server.send(message).await.is_err() {
             // The upstream is gone; its end answers the waiting requests through `route`.
             tracing::warn!(session = %session.id, "upstream no longer takes messages");
