@@ -10,7 +10,7 @@ use crate::wire::framing::Frame;
 use crate::wire::jsonrpc::{self, INVALID_REQUEST, PARSE_ERROR};
 use crate::wire::message::{self, Id, Kind, Parsed};
 
-use super::era_in::Request;
+use super::era_state::Request;
 use super::flights::{InFlight, Pending};
 
 use super::*;

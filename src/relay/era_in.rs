@@ -6,21 +6,12 @@
 use crate::era::bridge::{self, Era, LegacyClient};
 use crate::upstream::Outgoing;
 use crate::wire::jsonrpc;
-use crate::wire::message::{Id, Modern};
+use crate::wire::message::Id;
 
-use super::bridged::EraFlight;
+use super::era_state::{EraFlight, Request};
 use super::flights::Pending;
 use super::mrtr::{MAX_KEPT_BYTES, MAX_KEPT_REQUEST, kept_bytes};
 use super::{Forward, Relay, Routed, State, bad_input};
-
-/// One client request as the routing core carries it, read once where it came in.
-pub(super) struct Request<'a> {
-    pub(super) id: &'a Id,
-    pub(super) method: &'a str,
-    pub(super) bytes: &'a [u8],
-    /// Its 2026-07-28 `_meta`, when it is a modern request: its era.
-    pub(super) meta: Option<&'a Modern>,
-}
 
 /// What the era's hooks opened of a request before it is routed.
 #[derive(Default)]

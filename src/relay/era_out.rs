@@ -11,7 +11,8 @@ use crate::upstream::Outgoing;
 use crate::wire::jsonrpc;
 use crate::wire::message::{self, Id, Kind};
 
-use super::bridged::{EraFlight, LegacySession};
+use super::bridged::LegacySession;
+use super::era_state::EraFlight;
 use super::flights::Pending;
 use super::mrtr::MAX_KEPT_BYTES;
 use super::{Delivery, Relay, State};

@@ -8,7 +8,7 @@ use crate::intercept::CallContext;
 use crate::wire::jsonrpc::{self, INVALID_REQUEST, UPSTREAM_ERROR};
 use crate::wire::message::{Id, Modern};
 
-use super::bridged::EraFlight;
+use super::era_state::EraFlight;
 use super::{Relay, State, bad_input};
 
 /// How many ids of finished requests are remembered (not reused; their late answers dropped).

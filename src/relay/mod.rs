@@ -20,8 +20,9 @@
 //! `era_in.rs` (a client request's era: refusals, task tokens, headers, what the bridge keeps
 //! of it), `era_out.rs` (a server message's era: the handshakes, a legacy server's logs and
 //! requests), `era_ends.rs` (timeouts and restarts of what the era holds), `bridged.rs` (the
-//! bridge's state and the legacy session it opens), `mrtr.rs` (MRTR rounds) and `listens.rs`
-//! (listens the proxy serves or holds).
+//! bridge's state and the legacy session it opens), `mrtr.rs` (MRTR rounds), `listens.rs`
+//! (listens the proxy serves or holds) and `era_state.rs` (the request context, and what the
+//! era keeps of a request in flight).
 
 mod batch;
 mod bridged;
@@ -30,6 +31,7 @@ mod ends;
 mod era_ends;
 mod era_in;
 mod era_out;
+mod era_state;
 mod flights;
 mod listens;
 mod mrtr;

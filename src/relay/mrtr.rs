@@ -8,7 +8,7 @@ use crate::upstream::Outgoing;
 use crate::wire::jsonrpc::{self, MISSING_CAPABILITY, UPSTREAM_ERROR};
 use crate::wire::message::{Id, Kind};
 
-use super::bridged::EraFlight;
+use super::era_state::EraFlight;
 use super::flights::{InFlight, Pending};
 use super::{Delivery, Forward, Relay, Routed, State, bad_input};
 

@@ -8,7 +8,7 @@ use crate::wire::framing::Frame;
 use crate::wire::jsonrpc::{self, UPSTREAM_ERROR};
 use crate::wire::message::{self, Id, Kind, Parsed};
 
-use super::bridged::EraFlight;
+use super::era_state::EraFlight;
 use super::flights::{InFlight, Pending};
 use super::{Delivery, Relay};
 
