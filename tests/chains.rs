@@ -148,10 +148,15 @@ fn without_reference(line: &str) -> String {
     for empty in [r#",\"notices\":[\"\"]"#, r#","notices":[""]"#] {
         line = line.replace(empty, "");
     }
-    let member = r#","mcp_budget":{"result_ref":""#;
-    while let Some(at) = line.find(member) {
-        let end = at + member.len() + line[at + member.len()..].find("\"}").unwrap() + 2;
-        line.replace_range(at..end, "");
+    for (member, close) in [
+        (r#","mcp_budget":{"result_ref":""#, r#""}"#),
+        (r#",\"mcp_budget\":{\"result_ref\":\""#, r#"\"}"#),
+    ] {
+        while let Some(at) = line.find(member) {
+            let rest = &line[at + member.len()..];
+            let end = at + member.len() + rest.find(close).unwrap() + close.len();
+            line.replace_range(at..end, "");
+        }
     }
     line
 }

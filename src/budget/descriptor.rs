@@ -393,6 +393,7 @@ pub fn rewrite_output_schema(schema: &mut Value, items: &Items) {
         properties.insert("total_count".into(), json!({"type": "integer", "description": "How many items the server returned before any narrowing."}));
         properties.insert("next_after".into(), json!({"type": "string", "description": "Pass as after to get the next page; absent on the last page."}));
         properties.insert("notices".into(), json!({"type": "array", "items": {"type": "string"}, "description": "Which defaults narrowed this result, and how to undo them."}));
+        properties.insert("mcp_budget".into(), json!({"type": "object"}));
         if items.columns.is_some() {
             properties.insert(
                 "format".into(),

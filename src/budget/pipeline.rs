@@ -159,9 +159,11 @@ pub fn run_fitted(
         });
     }
     // A page cut from the result names it, for a call that passes it on.
-    if let Some(reference) = args.reference.as_deref()
-        && (next.is_some() || skipped > 0)
-    {
+    let result_ref = args
+        .reference
+        .clone()
+        .filter(|_| next.is_some() || skipped > 0);
+    if let Some(reference) = &result_ref {
         notices.push(super::reference::sentence(reference));
     }
     let continuation = Continuation {
@@ -170,6 +172,7 @@ pub fn run_fitted(
         skipped,
         next_after: next.map(|position| key.mint(&position, &args.digest)),
         notices,
+        result_ref,
     };
     // 6: render, in the place the items came from.
     let rendered = match source {

@@ -29,9 +29,12 @@ pub struct Continuation {
     pub skipped: usize,
     pub next_after: Option<String>,
     pub notices: Vec<String>,
+    /// The whole result's reference, on a page cut from it.
+    pub result_ref: Option<String>,
 }
 
-/// Adds the continuation fields to an envelope object.
+/// Adds the continuation fields to an envelope object (the reference in a `mcp_budget`
+/// object of the proxy's own, which the rule's output schema declares).
 pub fn decorate(envelope: &mut Map<String, Value>, continuation: &Continuation) {
     envelope.insert("total_count".into(), json!(continuation.total_count));
     if let Some(next) = &continuation.next_after {
@@ -39,6 +42,11 @@ pub fn decorate(envelope: &mut Map<String, Value>, continuation: &Continuation) 
     }
     if !continuation.notices.is_empty() {
         envelope.insert("notices".into(), json!(continuation.notices));
+    }
+    if let Some(reference) = &continuation.result_ref
+        && !envelope.contains_key("mcp_budget")
+    {
+        envelope.insert("mcp_budget".into(), json!({"result_ref": reference}));
     }
 }
 
@@ -152,6 +160,7 @@ mod tests {
             skipped: 25,
             next_after: Some("CUR".into()),
             notices: vec!["N1".into()],
+            result_ref: None,
         };
         assert_eq!(
             table_continuation(&c, 25, "fleet_show", "streams"),
