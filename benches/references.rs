@@ -7,13 +7,13 @@
 //! Run with `cargo bench --bench references`. The server is this binary in server mode.
 //! `MCP_BUDGET_BIN` measures another build of the proxy; `REFERENCES_BYTES` the text's size.
 
+mod support;
 #[path = "support/text.rs"]
 mod text;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use text::Peer;
@@ -66,14 +66,14 @@ fn main() {
     let mut written = Vec::new();
     for round in 0..ROUNDS {
         let mut run = |arguments: &Value| {
-            let before = text_cpu(pid);
+            let before = support::cpu(pid);
             for _ in 0..CALLS {
                 peer.request(
                     "tools/call",
                     json!({"name": "write", "arguments": arguments}),
                 );
             }
-            (text_cpu(pid) - before).as_secs_f64() * 1e6 / CALLS as f64
+            (support::cpu(pid) - before).as_secs_f64() * 1e6 / CALLS as f64
         };
         // Alternated, and the order swapped every round.
         let (r, w) = if round % 2 == 0 {
@@ -103,23 +103,6 @@ fn main() {
     println!(
         "by reference ÷ inline: {min:.2} / {median:.2} / {max:.2}× (min / median / max; target ≤ 1.5×)"
     );
-}
-
-/// The CPU time the proxy's threads have used.
-fn text_cpu(pid: u32) -> Duration {
-    let mut total = 0u64;
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
-                total += stat
-                    .split_whitespace()
-                    .next()
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    Duration::from_nanos(total)
 }
 
 /// Server mode: `read` answers the text; `write` answers how long its `content` is and a

@@ -386,7 +386,7 @@ async fn replace_references(
                 metrics.reference_bytes.inc_by(kept_out as u64);
             }
             let original = line;
-            let references = Substituted::Replaced { original, kept_out };
+            let references = Substituted::Replaced { original };
             let frame = Frame::Read {
                 line: replaced.line,
                 parsed: replaced.parsed,

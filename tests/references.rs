@@ -114,10 +114,7 @@ async fn direct(tool: &str, arguments: Value) -> Value {
 
 /// A refused call: its error text; and the server never ran `sink`.
 async fn refused(client: &mut Client, arguments: Value) -> String {
-    let result = client.call("sink", arguments).await;
-    assert_eq!(result["isError"], true, "{result}");
-    assert_eq!(client.runs("sink").await, 0, "the server saw the call");
-    result["content"][0]["text"].as_str().unwrap().to_string()
+    refused_after_runs(client, arguments, 0).await
 }
 
 #[tokio::test]
@@ -576,4 +573,90 @@ async fn a_reference_spelled_with_an_escape_is_one_reference_to_every_reader() {
     let (refused, _) = client.exchange_line(&batch, 950).await;
     assert_eq!(refused["result"]["isError"], true, "{refused}");
     assert_eq!(client.runs("sink").await, 1);
+}
+
+/// A 2026-07-28 `tools/call` at `url`; its `Mcp-Name` is the body's.
+async fn modern_call(
+    http: &reqwest::Client,
+    url: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+) -> Value {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let params = json!({"name": tool, "arguments": arguments, "_meta": meta});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let text = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    last_message(&text)
+}
+
+#[tokio::test]
+async fn a_modern_search_by_call_names_the_tool_it_runs_to_an_http_upstream() {
+    // The upstream is another proxy over HTTP, which checks Mcp-Name against the body: the
+    // search's call goes there as the call of `rows`, and must be named so.
+    let quirky = example("quirky_server");
+    let (_inner, inner_url) = common::listen(
+        &[
+            "--policy",
+            "none",
+            "--server-era",
+            "modern",
+            "--",
+            quirky.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    let outer = [
+        "--policy",
+        "none",
+        "--server-era",
+        "modern",
+        "--upstream",
+        &inner_url,
+    ];
+    let (_outer, url) = common::listen(&outer, &[]).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let search =
+        json!({"tool": "rows", "arguments": {"rows": 2_000}, "pattern": "row 00000[0-4] "});
+    let answer = modern_call(&http, &url, 1, "mcp_budget_search", search).await;
+    assert_ne!(answer["result"]["isError"], true, "{answer:.800}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["total_matches"], 5,
+        "{answer:.800}"
+    );
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer:.300}");
+    // And a reference of the result passes on through both proxies.
+    let reference = answer["result"]["structuredContent"]["result_ref"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sunk = modern_call(
+        &http,
+        &url,
+        2,
+        "sink",
+        json!({"item": format!("{reference}#/4")}),
+    )
+    .await;
+    let item = sunk["result"]["structuredContent"]["item"]["raw_bytes"].as_u64();
+    assert!(item.unwrap_or(0) > 20, "{sunk:.800}");
 }

@@ -129,7 +129,7 @@ pub enum RefError {
 }
 
 /// `reference` as an error shows it (its start: a reference is long).
-fn shown(reference: &str) -> String {
+pub fn shown(reference: &str) -> String {
     match reference.char_indices().nth(24) {
         Some((at, _)) => format!("{}…", &reference[..at]),
         None => reference.to_string(),
@@ -293,7 +293,6 @@ fn reference_in(literal: &str) -> Option<String> {
 /// A cached result as the references to it read it: its text blocks and its JSON document,
 /// each read once however many references name it.
 pub struct Source<'a> {
-    raw: &'a str,
     /// The inside of each text block's string literal, in order; `Err`: what the result
     /// holds that an argument cannot (a block of another kind, an error).
     texts: Result<Vec<&'a str>, &'static str>,
@@ -337,7 +336,6 @@ impl<'a> Source<'a> {
         }
         let structured = member("structuredContent").filter(|s| s.starts_with(['{', '[']));
         Ok(Source {
-            raw,
             texts,
             structured,
             decoded: std::cell::OnceCell::new(),
@@ -402,11 +400,6 @@ impl<'a> Source<'a> {
         }
         Ok(Content::Text(texts.clone()))
     }
-
-    /// The result as the server wrote it.
-    pub fn raw(&self) -> &str {
-        self.raw
-    }
 }
 
 /// What replaces a reference, as slices of the result (never copied until it is spliced).
@@ -420,15 +413,11 @@ pub enum Content<'a> {
 
 impl Content<'_> {
     /// Its length in the call.
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         match self {
             Content::Json(json) => json.len(),
             Content::Text(inners) => inners.iter().map(|i| i.len()).sum::<usize>() + 2,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     fn write(&self, out: &mut Vec<u8>) {
@@ -587,7 +576,7 @@ pub fn pointed(doc: &str, pointer: &str) -> Result<Range<usize>, String> {
 /// `line` with each found reference (`found`, in order, their ranges in the arguments that
 /// start at `base` in `line`) replaced by its content: one allocation, of the final size.
 pub fn splice(line: &[u8], base: usize, found: &[Found], contents: &[Content<'_>]) -> Vec<u8> {
-    let size = line.len() + contents.iter().map(Content::len).sum::<usize>()
+    let size = line.len() + contents.iter().map(Content::bytes).sum::<usize>()
         - found.iter().map(|f| f.range.len()).sum::<usize>();
     let mut out = Vec::with_capacity(size);
     let mut from = 0;
@@ -675,7 +664,7 @@ mod tests {
     fn written(content: Content<'_>) -> String {
         let mut out = Vec::new();
         content.write(&mut out);
-        assert_eq!(out.len(), content.len());
+        assert_eq!(out.len(), content.bytes());
         String::from_utf8(out).unwrap()
     }
 

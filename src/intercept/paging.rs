@@ -89,7 +89,8 @@ impl Interceptor {
         // The whole result, for its reference at any replica (where the chain and it fit the
         // cache's limit together: else the chain is written alone).
         if entry.reference().is_some() && bytes + entry.raw().len() <= limit {
-            let key = self.whole_key(budget, digest, entry.fingerprint());
+            let key =
+                super::references::whole_key(budget, &self.principal, digest, entry.fingerprint());
             pages.push((key, entry.raw().as_bytes().to_vec()));
         }
         self.sealed_chain(budget, &plan.tool, pages)
@@ -233,7 +234,12 @@ impl Interceptor {
         // cache's limit together: else the chain is written alone).
         if prepared.reference().is_some() && bytes + prepared.result_len() <= budget.cache().limit()
         {
-            let key = self.whole_key(budget, digest, prepared.fingerprint());
+            let key = super::references::whole_key(
+                budget,
+                &self.principal,
+                digest,
+                prepared.fingerprint(),
+            );
             pages.push((key, prepared.whole().as_bytes().to_vec()));
         }
         self.sealed_chain(budget, tool, pages)
@@ -470,6 +476,33 @@ impl Interceptor {
         Some(splice(message, raw, &bytes))
     }
 
+    /// `result` read for the automatic pager under `plan`'s budget, its pages naming the
+    /// whole result's reference (kept under `digest`). `rerun`: a cursor said the tool may run
+    /// again (it may too when it is read-only or declared idempotent).
+    pub(super) fn prepared(
+        &self,
+        budget: &Budget,
+        plan: &CallPlan,
+        result: ByteString,
+        digest: &SelectionDigest,
+        rerun: bool,
+    ) -> Result<auto::Prepared, Unpageable> {
+        let tool = plan.tool.as_str();
+        let max = budget.page_max_in(plan);
+        let bytes = result.len();
+        let rerun = rerun || self.tool_info(tool).read_only || budget.idempotent_in(plan);
+        let prepared = auto::prepare(result, max)?;
+        let reference = self.reference_to(budget, digest, prepared.fingerprint(), bytes);
+        Ok(prepared
+            .with_argument(self.continuation(tool))
+            .with_budget(budget.limits().byte_budget(max).to_string())
+            .with_reads(budget.limits().reads)
+            .with_text_limit(budget.text_page_in(plan))
+            .with_search(budget.search_hint())
+            .with_rerun(rerun)
+            .with_reference(reference))
+    }
+
     /// An automatically paged result: `None` when it fits unchanged, else its page (or the
     /// refusal of what cannot be paged). `owned`: the same result, to keep for the chain
     /// (made only when the result is paged).
@@ -497,22 +530,8 @@ impl Interceptor {
             auto_digest(tool, &arguments)
         });
         let at = call.at.unwrap_or_default();
-        let argument = self.continuation(tool);
-        let named = budget.limits().byte_budget(max).to_string();
-        let rerun = call.rerun || self.tool_info(tool).read_only || budget.idempotent_in(plan);
         let bytes = result.len();
-        let prepared = auto::prepare(result, max).map(|p| {
-            p.with_argument(argument)
-                .with_budget(named)
-                .with_reads(budget.limits().reads)
-                .with_text_limit(budget.text_page_in(plan))
-                .with_search(budget.search_hint())
-                .with_rerun(rerun)
-        });
-        let prepared = prepared.map(|p| {
-            let reference = self.reference_to(budget, &digest, p.fingerprint(), bytes);
-            p.with_reference(reference)
-        });
+        let prepared = self.prepared(budget, plan, result, &digest, call.rerun);
         let page = match &prepared {
             Ok(prepared) => page_fitted(prepared, budget, at, max, tool, &digest),
             Err(why) => Err(why.clone()),

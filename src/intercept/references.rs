@@ -9,9 +9,8 @@ use crate::wire::message::Kind;
 /// What became of the result references in a client's call.
 #[derive(Debug)]
 pub enum Substituted {
-    /// Replaced: the client's own line (what a recording keeps as the client's), and how many
-    /// bytes the references kept out of the client's context.
-    Replaced { original: Vec<u8>, kept_out: usize },
+    /// Replaced: the client's own line (what a recording keeps as the client's).
+    Replaced { original: Vec<u8> },
     /// Refused, with what the client is told (a tool error): nothing goes upstream.
     Refused(String),
 }
@@ -67,17 +66,6 @@ impl Interceptor {
         })
     }
 
-    /// The shared cache's key of the whole result a reference names, where a chain of it
-    /// was written there.
-    pub(super) fn whole_key(
-        &self,
-        budget: &Budget,
-        digest: &SelectionDigest,
-        fingerprint: u64,
-    ) -> String {
-        whole_key(budget, &self.principal, digest, fingerprint)
-    }
-
     /// The shared cache's keys of the whole results this line's references name that this
     /// replica's memory does not hold (so the session reads them before the call is
     /// replaced). Empty without a shared cache, cheaply.
@@ -114,7 +102,7 @@ impl Interceptor {
             let held = budget.cache().get(self.scope, &n.digest);
             held.is_none_or(|c| c.fingerprint() != n.fingerprint)
         });
-        let keys = missing.map(|n| self.whole_key(&budget, &n.digest, n.fingerprint));
+        let keys = missing.map(|n| whole_key(&budget, &self.principal, &n.digest, n.fingerprint));
         let mut keys: Vec<String> = keys
             .filter(|k| !wholes.iter().any(|(w, _)| w == k))
             .collect();
@@ -300,7 +288,7 @@ impl ReferenceJob {
                         (None, Some((_, raw))) => Held::Whole(raw.clone()),
                         (None, None) => {
                             return Err(RefError::Gone {
-                                shown: f.value.chars().take(24).collect::<String>() + "…",
+                                shown: reference::shown(&f.value),
                                 ttl: cache.ttl().as_secs(),
                                 limit: cache.limit(),
                             });
@@ -332,7 +320,7 @@ impl ReferenceJob {
             let text = text && named.pointer.is_none();
             let content = sources[*index].content(&f.value, named, text)?;
             // Measured before anything is copied.
-            size = size - f.range.len() + content.len();
+            size = size - f.range.len() + content.bytes();
             if size > self.max_bytes {
                 return Err(RefError::TooLarge {
                     bytes: size,
@@ -366,7 +354,7 @@ impl ReferenceJob {
 
 /// The shared cache's key of a whole result (its fingerprint in the key: a result that changed
 /// is another entry).
-fn whole_key(
+pub(super) fn whole_key(
     budget: &Budget,
     principal: &str,
     digest: &SelectionDigest,

@@ -110,17 +110,10 @@ impl Interceptor {
         }
         let budget = &context.budget;
         let tool = context.tool();
-        let max = budget.page_max_in(&context.plan);
-        let prepared = auto::prepare(shared_part(message, raw), max).ok()?;
-        let reference =
-            self.reference_to(budget, &search.digest, prepared.fingerprint(), raw.len());
-        let prepared = prepared
-            .with_argument(self.continuation(tool))
-            .with_budget(budget.limits().byte_budget(max).to_string())
-            .with_reads(budget.limits().reads)
-            .with_search(budget.search_hint())
-            .with_rerun(self.tool_info(tool).read_only || budget.idempotent_in(&context.plan))
-            .with_reference(reference);
+        let result = shared_part(message, raw);
+        let prepared = self
+            .prepared(budget, &context.plan, result, &search.digest, false)
+            .ok()?;
         let cached = Arc::new(crate::budget::cache::Cached::Auto(prepared));
         let kept = budget
             .cache()

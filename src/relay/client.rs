@@ -204,12 +204,13 @@ impl Relay {
                         return Forward::Drop;
                     }
                 };
-                let opened = match self.era_request(&mut state, &request, &mut upstream, routed) {
+                let mut opened = match self.era_request(&mut state, &request, &mut upstream, routed)
+                {
                     Ok(opened) => opened,
                     Err(forward) => return forward,
                 };
-                let task_forward = match &opened.rewritten {
-                    Some(rewritten) => Forward::Rewritten(rewritten.clone()),
+                let task_forward = match opened.rewritten.take() {
+                    Some(rewritten) => Forward::Rewritten(rewritten),
                     None => Forward::Unchanged,
                 };
                 let routed_by_era =
