@@ -9,6 +9,7 @@ pub mod child;
 pub mod conn;
 mod exchanges;
 pub mod http;
+mod http_spec;
 pub mod replay;
 pub mod supervise;
 
