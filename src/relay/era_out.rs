@@ -213,6 +213,10 @@ impl Relay {
                         Delivery::Drop
                     }
                     _ => {
+                        if refused {
+                            // Refused (say, for want of a sign-in): the client may try again.
+                            self.state().initialized = false;
+                        }
                         self.interceptor.initialize_response(bytes);
                         unchanged()
                     }
@@ -249,6 +253,8 @@ impl Relay {
                     _ => {
                         if refused.is_some() {
                             self.learned(era);
+                            // The initialize stays refused: the client may try again.
+                            self.state().initialized = false;
                         }
                         match refused {
                             Some(refused) => Delivery::Rewritten(refused),
