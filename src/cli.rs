@@ -198,6 +198,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "HEADER", requires = "upstream")]
     pub upstream_header: Vec<String>,
 
+    #[command(flatten)]
+    pub sign_in: SignInArgs,
+
     /// With --listen: require `Authorization: Bearer <token>`, the token read from this
     /// environment variable. Repeatable: each variable holds one accepted token, and a session
     /// stays bound to the token that opened it.
@@ -292,6 +295,30 @@ pub struct RunArgs {
     pub server: Vec<String>,
 }
 
+/// How the proxy signs in to an upstream that requires OAuth (with --upstream, and `login`).
+#[derive(Debug, Args, Clone, Default)]
+pub struct SignInArgs {
+    /// The client id registered for mcp-budget with the upstream's authorization server (else
+    /// a client metadata document URL where the server takes one, else dynamic registration).
+    #[arg(long, value_name = "ID")]
+    pub upstream_client_id: Option<String>,
+
+    /// The environment variable that holds the secret of --upstream-client-id (the secret
+    /// itself never goes on the command line).
+    #[arg(long, value_name = "VAR", requires = "upstream_client_id")]
+    pub upstream_client_secret_env: Option<String>,
+
+    /// A Client ID Metadata Document URL (https) to sign in with, as the client id, where the
+    /// authorization server supports those.
+    #[arg(long, value_name = "URL")]
+    pub upstream_client_metadata_url: Option<String>,
+
+    /// How long a request waits while the sign-in is completed in the browser; after that it
+    /// gets an error naming `mcp-budget login <URL>` (the sign-in itself waits on).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub upstream_sign_in_wait_secs: f64,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the built-in policies and the servers each one is written for.
@@ -346,6 +373,10 @@ pub enum Command {
         mut_arg("upstream", |a| a.hide(true)),
         mut_arg("upstream_header", |a| a.hide(true)),
         mut_arg("upstream_read_timeout_secs", |a| a.hide(true)),
+        mut_arg("upstream_client_id", |a| a.hide(true)),
+        mut_arg("upstream_client_secret_env", |a| a.hide(true)),
+        mut_arg("upstream_client_metadata_url", |a| a.hide(true)),
+        mut_arg("upstream_sign_in_wait_secs", |a| a.hide(true)),
         mut_arg("restart", |a| a.hide(true)),
         mut_arg("server", |a| a.hide(true)),
         mut_arg("policy", |a| a.help(
@@ -373,6 +404,19 @@ pub enum Command {
     /// Take mcp-budget out of a client's configuration: every entry `wrap` changed is put back
     /// exactly as it was.
     Unwrap(WrapArgs),
+    /// Sign in to an upstream that requires OAuth, now (a browser opens; the URL is printed
+    /// too). The proxy then uses the kept sign-in for `--upstream URL` without asking.
+    Login {
+        /// The upstream's URL, as given to --upstream.
+        url: String,
+        #[command(flatten)]
+        sign_in: SignInArgs,
+    },
+    /// Forget the sign-in kept for an upstream (its tokens and client).
+    Logout {
+        /// The upstream's URL, as given to --upstream.
+        url: String,
+    },
     /// Propose a starting policy (commented TOML) from a recording.
     Suggest {
         /// The recording (from `mcp-budget record`).

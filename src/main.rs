@@ -284,6 +284,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let replayer = Arc::new(Replayer::new(&recording));
             proxy(run, Some(UpstreamSpec::Replay(replayer)), None).await
         }
+        Some(Command::Login { url, sign_in }) => login(&url, &sign_in).await,
+        Some(Command::Logout { url }) => logout(&url),
         Some(Command::Wrap(args)) => wrap(mcp_budget::wrap::Mode::Wrap, args),
         Some(Command::Unwrap(args)) => wrap(mcp_budget::wrap::Mode::Unwrap, args),
         Some(Command::Suggest { file, min_bytes }) => {
@@ -433,6 +435,109 @@ fn cursor_key(policy: &Policy, file: Option<&std::path::Path>) -> anyhow::Result
     }
 }
 
+/// The upstream's URL for `login` and `logout`: http(s), as given to --upstream.
+fn upstream_url(url: &str) -> anyhow::Result<url::Url> {
+    url::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .with_context(|| format!("{url:?} is not an http(s) URL; e.g. https://example.com/mcp"))
+}
+
+/// The sign-in for an HTTP upstream, from its flags (nothing is sent until the upstream asks).
+#[cfg(feature = "oauth")]
+fn sign_in(
+    url: &url::Url,
+    args: &mcp_budget::cli::SignInArgs,
+) -> anyhow::Result<std::sync::Arc<mcp_budget::upstream::oauth::SignIn>> {
+    use mcp_budget::upstream::oauth::{Options, Secret, SignIn, store};
+    let client_secret = match &args.upstream_client_secret_env {
+        Some(var) => match std::env::var(var) {
+            Ok(secret) if !secret.is_empty() => Some(Secret(secret)),
+            _ => anyhow::bail!(
+                "--upstream-client-secret-env {var}: the environment variable {var} is not set (or is empty); export it with the client's secret"
+            ),
+        },
+        None => None,
+    };
+    if let Some(document) = &args.upstream_client_metadata_url {
+        let usable = url::Url::parse(document)
+            .ok()
+            .is_some_and(|u| u.scheme() == "https" && u.path() != "/" && !u.path().is_empty());
+        anyhow::ensure!(
+            usable,
+            "--upstream-client-metadata-url {document:?} must be an https URL with a path (the client metadata document), e.g. https://example.com/mcp-budget/client.json"
+        );
+    }
+    Ok(SignIn::new(
+        url.clone(),
+        Options {
+            client_id: args.upstream_client_id.clone(),
+            client_secret,
+            client_metadata_url: args.upstream_client_metadata_url.clone(),
+            state_dir: store::state_dir()?,
+            wait: seconds(
+                "--upstream-sign-in-wait-secs",
+                args.upstream_sign_in_wait_secs,
+            )?,
+        },
+    ))
+}
+
+#[cfg(not(feature = "oauth"))]
+fn no_sign_in(args: &mcp_budget::cli::SignInArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.upstream_client_id.is_none() && args.upstream_client_metadata_url.is_none(),
+        "this build cannot sign in to an upstream: build with the oauth feature (on by default)"
+    );
+    Ok(())
+}
+
+/// `mcp-budget login URL`: signs in now, in the browser, and keeps the sign-in.
+async fn login(url: &str, args: &mcp_budget::cli::SignInArgs) -> anyhow::Result<ExitCode> {
+    let url = upstream_url(url)?;
+    #[cfg(feature = "oauth")]
+    {
+        let sign_in = sign_in(&url, args)?;
+        eprintln!(
+            "mcp-budget: signing in to {url}; a browser opens (else open the URL logged below)"
+        );
+        sign_in.login().await?;
+        eprintln!(
+            "mcp-budget: signed in to {url}; kept in {}",
+            sign_in.store().path().display()
+        );
+        Ok(ExitCode::SUCCESS)
+    }
+    #[cfg(not(feature = "oauth"))]
+    {
+        let _ = args;
+        anyhow::bail!(
+            "this build cannot sign in to {url}: build with the oauth feature (on by default)"
+        )
+    }
+}
+
+/// `mcp-budget logout URL`: forgets the sign-in kept for an upstream.
+fn logout(url: &str) -> anyhow::Result<ExitCode> {
+    let url = upstream_url(url)?;
+    #[cfg(feature = "oauth")]
+    {
+        use mcp_budget::upstream::oauth::store::{FileStore, state_dir};
+        let store = FileStore::new(&state_dir()?, &url);
+        if store.remove()? {
+            eprintln!(
+                "mcp-budget: forgot the sign-in to {url} ({})",
+                store.path().display()
+            );
+        } else {
+            eprintln!("mcp-budget: no sign-in to {url} was kept");
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+    #[cfg(not(feature = "oauth"))]
+    anyhow::bail!("this build keeps no sign-in for {url}: it has no oauth feature")
+}
+
 /// Runs the proxy: `upstream` overrides the server of `run` (replay); `record` writes a recording.
 async fn proxy(
     run: RunArgs,
@@ -467,6 +572,12 @@ async fn proxy(
         input_timeout: seconds("--input-timeout-secs", run.input_timeout_secs)?,
         bridge: true,
     };
+    anyhow::ensure!(
+        run.upstream.is_some()
+            || (run.sign_in.upstream_client_id.is_none()
+                && run.sign_in.upstream_client_metadata_url.is_none()),
+        "--upstream-client-id and --upstream-client-metadata-url sign in to an HTTP upstream: give it with --upstream URL"
+    );
     let spec = match (upstream, &run.upstream, run.server.is_empty()) {
         (Some(spec), _, _) => spec,
         (None, Some(url), _) => {
@@ -483,9 +594,15 @@ async fn proxy(
                 .iter()
                 .map(|h| http::parse_header(h))
                 .collect::<Result<Vec<_>, _>>()?;
+            #[cfg(feature = "oauth")]
+            let sign_in = Some(sign_in(&url, &run.sign_in)?);
+            #[cfg(not(feature = "oauth"))]
+            no_sign_in(&run.sign_in)?;
             UpstreamSpec::Http(http::HttpSpec {
                 url,
                 headers,
+                #[cfg(feature = "oauth")]
+                sign_in,
                 read_timeout: seconds(
                     "--upstream-read-timeout-secs",
                     run.upstream_read_timeout_secs,

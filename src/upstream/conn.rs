@@ -80,6 +80,9 @@ pub enum ConnError {
     Http(#[from] hyper::Error),
     #[error("invalid request: {0}")]
     Request(#[from] hyper::http::Error),
+    /// The upstream asks to sign in and the request could not be (the reason names the fix).
+    #[error("{0}")]
+    SignIn(String),
 }
 
 /// The client could not be set up for this URL.

@@ -46,6 +46,9 @@ struct SessionState {
 
 struct Shared {
     client: conn::Client,
+    /// The upstream's sign-in, when it requires one (`None`: no token is ever sent).
+    #[cfg(feature = "oauth")]
+    sign_in: Option<Arc<super::oauth::SignIn>>,
     url: Url,
     headers: HeaderMap,
     state: std::sync::Mutex<SessionState>,
@@ -170,7 +173,10 @@ impl Shared {
 
     /// Answers `ids` with the error of a server that could not be reached.
     async fn unreachable(&self, ids: &[Id], err: &ConnError) {
-        let why = format!("could not reach the upstream server at {}: {err}", self.url);
+        let why = match err {
+            ConnError::SignIn(why) => why.clone(),
+            err => format!("could not reach the upstream server at {}: {err}", self.url),
+        };
         tracing::warn!(%why);
         self.fail(ids, &why).await;
     }
@@ -181,6 +187,21 @@ impl Shared {
             self.emit(jsonrpc::error_response(Some(id), UPSTREAM_ERROR, why, None))
                 .await;
         }
+    }
+
+    /// Sends one request to the upstream: with its token and signed in on demand when the
+    /// upstream requires it ([`super::oauth`]).
+    async fn send(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: bytes::Bytes,
+    ) -> Result<ClientResponse, ConnError> {
+        #[cfg(feature = "oauth")]
+        if let Some(sign_in) = &self.sign_in {
+            return sign_in.send(&self.client, method, headers, body).await;
+        }
+        self.client.send(method, headers, body).await
     }
 
     /// The headers of every request: the static ones, the session's id and version.
@@ -248,7 +269,7 @@ impl Shared {
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        self.client.send(Method::POST, headers, body).await
+        self.send(Method::POST, headers, body).await
     }
 
     async fn post(
@@ -262,7 +283,7 @@ impl Shared {
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        self.client.send(Method::POST, headers, body).await
+        self.send(Method::POST, headers, body).await
     }
 }
 
@@ -282,6 +303,8 @@ pub fn start(spec: HttpSpec, max_message_bytes: usize) -> Result<Upstream, HttpE
     Ok(Upstream::spawn(move |link: Link| {
         let shared = Arc::new(Shared {
             client,
+            #[cfg(feature = "oauth")]
+            sign_in: spec.sign_in,
             url: spec.url,
             headers,
             state: std::sync::Mutex::new(SessionState::default()),
@@ -330,7 +353,7 @@ async fn run(
     .await;
     drop(tasks);
     if let Some(session) = shared.session() {
-        let delete = shared.client.send(
+        let delete = shared.send(
             Method::DELETE,
             shared.headers(Some(&session)),
             bytes::Bytes::new(),
@@ -729,7 +752,6 @@ async fn resume_stream(shared: &Shared, last_event: &str) -> Result<conn::Body, 
             .map_err(|_| "the event id is not a valid header".to_string())?,
     );
     let response = shared
-        .client
         .send(Method::GET, headers, bytes::Bytes::new())
         .await
         .map_err(|err| err.to_string())?;
@@ -884,11 +906,7 @@ fn open_get_stream(shared: &Arc<Shared>) {
             {
                 headers.insert("last-event-id", id);
             }
-            let response = match shared
-                .client
-                .send(Method::GET, headers, bytes::Bytes::new())
-                .await
-            {
+            let response = match shared.send(Method::GET, headers, bytes::Bytes::new()).await {
                 Ok(response) => response,
                 Err(err) => {
                     tracing::debug!(%err, "upstream GET stream failed");

@@ -15,6 +15,9 @@ pub struct HttpSpec {
     pub headers: Vec<(String, String)>,
     /// How long one message may take to arrive once the server began sending it.
     pub read_timeout: Duration,
+    /// The sign-in, shared by every session, when the upstream may require OAuth.
+    #[cfg(feature = "oauth")]
+    pub sign_in: Option<std::sync::Arc<super::oauth::SignIn>>,
 }
 
 /// The default for [`HttpSpec::read_timeout`].

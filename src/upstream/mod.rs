@@ -10,6 +10,8 @@ pub mod conn;
 mod exchanges;
 pub mod http;
 mod http_spec;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 pub mod replay;
 pub mod supervise;
 
