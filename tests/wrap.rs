@@ -207,6 +207,59 @@ fn a_secret_header_goes_to_env_never_to_args() {
 }
 
 #[test]
+fn an_entry_that_signs_in_through_its_client_is_signed_in_by_the_proxy() {
+    let text = std::fs::read_to_string(fixtures().join("gemini-cli/.gemini/settings.json"))
+        .expect("fixture");
+    let edited = edit(&text, Client::GeminiCli, Mode::Wrap);
+    let value: serde_json::Value = serde_json::from_str(&edited.text).expect("JSON");
+    let notion = &value["mcpServers"]["notion"];
+    let args = notion["args"].to_string();
+    assert!(!args.contains("notion-secret"), "{args}");
+    assert!(
+        args.contains(r#""--upstream-client-id","notion-client","--upstream-client-secret-env","MCP_BUDGET_CLIENT_SECRET""#),
+        "{args}"
+    );
+    assert_eq!(notion["env"]["MCP_BUDGET_CLIENT_SECRET"], "notion-secret");
+    assert!(
+        notion.get("oauth").is_none(),
+        "the client's own sign-in is taken out"
+    );
+    assert!(
+        !edited.text.contains("notion-secret\\\""),
+        "the secret is not in the marker"
+    );
+    let row = |server: &str| {
+        edited
+            .rows
+            .iter()
+            .find(|r| r.server == server)
+            .unwrap_or_else(|| panic!("no row for {server}"))
+            .outcome
+            .clone()
+    };
+    match row("discovered") {
+        Outcome::Wrapped { login, .. } => {
+            assert_eq!(login.as_deref(), Some("https://mcp.example.org/mcp"))
+        }
+        other => panic!("{other:?}"),
+    }
+    match row("httpServerWithAuth") {
+        Outcome::Wrapped { login, .. } => assert_eq!(login, None, "it sends its own token"),
+        other => panic!("{other:?}"),
+    }
+    match row("gcloud") {
+        Outcome::Left(reason) => assert!(reason.contains("google_credentials"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // A secret changed since comes back as it is then.
+    let rotated = edited
+        .text
+        .replace("\"notion-secret\"", "\"notion-rotated\"");
+    let back = edit(&rotated, Client::GeminiCli, Mode::Unwrap).text;
+    assert_eq!(back, text.replace("notion-secret", "notion-rotated"));
+}
+
+#[test]
 fn a_rotated_token_survives_unwrap() {
     let text = std::fs::read_to_string(fixtures().join("claude-code/.mcp.json")).expect("fixture");
     let wrapped = edit(&text, Client::ClaudeCode, Mode::Wrap).text;

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::client::{Client, CommandStyle};
 use super::line::{Line, options};
 use super::mask;
-use super::plan::{self, Command, Entry, MARKER, Marker, Plan, Undo};
+use super::plan::{self, Command, Entry, MARKER, Marker, Plan, SignIn, Undo};
 use super::twice::duplicates;
 use super::{Edited, Mode, Outcome, Row, Select, SyntaxError};
 
@@ -158,7 +158,51 @@ fn read_entry(value: &Value, client: Client) -> Entry {
     if entry.argv.is_none() && entry.unsupported.is_none() {
         entry.unsupported = unsupported_remote(obj, client, entry.url.is_some());
     }
+    if entry.argv.is_none() && entry.unsupported.is_none() && entry.url.is_some() {
+        match sign_in(obj) {
+            Ok(sign_in) => entry.sign_in = sign_in,
+            Err(why) => entry.unsupported = Some(why),
+        }
+    }
     entry
+}
+
+/// How a remote entry signs in through its client (`oauth`: Claude Code, Gemini CLI, opencode;
+/// `authProviderType`: Gemini CLI), when the proxy can take it over: discovery, with the
+/// entry's pre-registered client if it names one.
+fn sign_in(obj: &serde_json::Map<String, Value>) -> Result<Option<SignIn>, String> {
+    let mut sign_in = SignIn::default();
+    match obj.get("authProviderType") {
+        None => {}
+        Some(Value::String(kind)) if kind == "dynamic_discovery" => {
+            sign_in.keys.push("authProviderType".into());
+        }
+        Some(kind) => {
+            return Err(format!(
+                "it signs in with its client's {kind} provider, which mcp-budget cannot do for it (it signs in by the MCP authorization spec's discovery)"
+            ));
+        }
+    }
+    match obj.get("oauth") {
+        None => {}
+        Some(Value::Object(oauth)) => {
+            if oauth.contains_key("authorizationUrl") || oauth.contains_key("tokenUrl") {
+                return Err(
+                    "its oauth names its own authorization and token URLs; mcp-budget finds them by the MCP authorization spec's discovery and does not take them".into(),
+                );
+            }
+            let text = |key: &str| oauth.get(key).and_then(Value::as_str).map(String::from);
+            sign_in.client_id = text("clientId");
+            sign_in.client_secret = text("clientSecret");
+            if sign_in.client_secret.is_some() && sign_in.client_id.is_none() {
+                return Err("its oauth has a clientSecret but no clientId".into());
+            }
+            sign_in.keys.push("oauth".into());
+        }
+        Some(Value::Bool(_)) => sign_in.keys.push("oauth".into()),
+        Some(_) => return Err("its oauth is neither an object nor true/false".into()),
+    }
+    Ok((!sign_in.keys.is_empty()).then_some(sign_in))
 }
 
 /// Why a remote entry cannot be put behind the proxy, if it cannot.
@@ -181,11 +225,7 @@ fn unsupported_remote(
     {
         return Some(format!("its type {kind:?} is not one mcp-budget can reach"));
     }
-    if has_url
-        && (obj.contains_key("oauth")
-            || obj.contains_key("authProviderType")
-            || obj.get("auth").is_some_and(Value::is_object))
-    {
+    if has_url && obj.get("auth").is_some_and(Value::is_object) {
         return Some(
             "it signs in with OAuth through the client, which the proxy cannot do for it".into(),
         );
@@ -515,6 +555,7 @@ fn wrap_entry(
         Some(_) => Outcome::Wrapped {
             was,
             now: plan::shell_words(&argv),
+            login: plan::login_url(entry, &plan),
         },
         None => Outcome::Left("its shape changed while it was edited".into()),
     }
@@ -556,15 +597,44 @@ fn wrap_with(ops: &mut dyn Ops, entry: &Entry, plan: &Plan, client: Client) -> O
         if !ops.rename(client.url_key(), "command", command) {
             return None;
         }
+        let (sign_in_keys, secret_var) = match plan {
+            Plan::Remote {
+                sign_in: Some((keys, var)),
+                ..
+            } => (keys.as_slice(), var.as_deref()),
+            _ => (&[][..], None),
+        };
+        let header_secrets: Vec<(String, String)> = secrets
+            .iter()
+            .filter(|(var, _)| Some(var.as_str()) != secret_var)
+            .cloned()
+            .collect();
         if let Some(headers) = ops.raw("headers") {
             let at = ops.index("headers")?;
-            let template = header_template(&headers, &secrets);
+            let template = header_template(&headers, &header_secrets);
             let removal = ops.remove("headers");
             undo.push(Undo::Removed {
                 key: "headers".into(),
                 at,
                 raw: template,
-                secrets: secrets.iter().map(|(var, _)| var.clone()).collect(),
+                secrets: header_secrets.iter().map(|(var, _)| var.clone()).collect(),
+                decor: removal,
+            });
+        }
+        // The client's own sign-in goes: the proxy signs in instead.
+        for key in sign_in_keys {
+            let Some(raw) = ops.raw(key) else { continue };
+            let at = ops.index(key)?;
+            let (raw, secrets) = match secret_var {
+                Some(var) if key == "oauth" => (secret_template(&raw, var), vec![var.to_string()]),
+                _ => (raw, Vec::new()),
+            };
+            let removal = ops.remove(key);
+            undo.push(Undo::Removed {
+                key: key.clone(),
+                at,
+                raw,
+                secrets,
                 decor: removal,
             });
         }
@@ -656,6 +726,17 @@ fn header_template(raw_headers: &str, secrets: &[(String, String)]) -> String {
         for (prop, (var, _)) in obj.properties().iter().zip(secrets) {
             prop.set_value(CstInputValue::String(format!("${{{var}}}")));
         }
+    }
+    root.to_string()
+}
+
+/// An `oauth` object's source text with its `clientSecret` as the string `${var}`.
+fn secret_template(raw_oauth: &str, var: &str) -> String {
+    let Ok(root) = CstRootNode::parse(raw_oauth, &options()) else {
+        return raw_oauth.to_string();
+    };
+    if let Some(prop) = root.object_value().and_then(|obj| obj.get("clientSecret")) {
+        prop.set_value(CstInputValue::String(format!("${{{var}}}")));
     }
     root.to_string()
 }

@@ -57,8 +57,16 @@ impl Select {
 /// What happened to one server entry.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Wrapped { was: String, now: String },
-    Unwrapped { now: String },
+    /// `login`: the arguments of `mcp-budget login` (the URL, its client flags), for a remote
+    /// entry that may have to sign in.
+    Wrapped {
+        was: String,
+        now: String,
+        login: Option<String>,
+    },
+    Unwrapped {
+        now: String,
+    },
     Left(String),
 }
 
@@ -503,12 +511,24 @@ fn table(
         .unwrap_or(0);
     for row in &edited.rows {
         let what = match &row.outcome {
-            Outcome::Wrapped { was, now } => format!(
-                "{done:<12}  {was}\n{:w$}  {:12}  → {now}",
-                "",
-                "",
-                w = width + 2
-            ),
+            Outcome::Wrapped { was, now, login } => {
+                let mut what = format!(
+                    "{done:<12}  {was}\n{:w$}  {:12}  → {now}",
+                    "",
+                    "",
+                    w = width + 2
+                );
+                if let Some(args) = login {
+                    what.push_str(&format!(
+                        "\n{:w$}  {:12}  if it signs in, once: {} login {args}",
+                        "",
+                        "",
+                        plan::shell_words(&request.launcher),
+                        w = width + 2
+                    ));
+                }
+                what
+            }
             Outcome::Unwrapped { now } => format!("{done:<12}  → {now}"),
             Outcome::Left(reason) => format!("{:<12}  {reason}", "left"),
         };

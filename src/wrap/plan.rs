@@ -136,7 +136,22 @@ pub struct Entry {
     pub marker: Option<String>,
     /// Why the entry is no server `wrap` can put the proxy in front of, if it is not.
     pub unsupported: Option<String>,
+    /// How the entry signs in through its client (OAuth), which the proxy does instead.
+    pub sign_in: Option<SignIn>,
 }
+
+/// A remote entry's sign-in through its client, as the proxy takes it over.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SignIn {
+    /// The keys that configure it (taken out of the wrapped entry, put back by `unwrap`).
+    pub keys: Vec<String>,
+    /// A client registered ahead of time, and its secret (moved into the environment).
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+}
+
+/// The variable that carries a wrapped entry's OAuth client secret.
+pub const CLIENT_SECRET_VAR: &str = "MCP_BUDGET_CLIENT_SECRET";
 
 /// What `wrap` does with one entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,11 +160,13 @@ pub enum Plan {
     Stdio { argv: Vec<String> },
     /// A remote entry becomes a stdio entry running `argv` (the proxy with `--upstream`);
     /// `secrets` go into its environment; `pass` are variables of the client's environment the
-    /// proxy needs (Codex passes a stdio server only those it is told to).
+    /// proxy needs (Codex passes a stdio server only those it is told to). `sign_in`: the keys
+    /// of the client's own sign-in, taken out, and the variable its client secret went to.
     Remote {
         argv: Vec<String>,
         secrets: Vec<(String, String)>,
         pass: Vec<String>,
+        sign_in: Option<(Vec<String>, Option<String>)>,
     },
     /// Left as it is, with the reason.
     Leave(String),
@@ -209,11 +226,50 @@ pub fn plan(entry: &Entry, client: Client, launcher: &[String]) -> Plan {
         argv.extend(["--upstream-header".to_string(), format!("{name}: {value}")]);
         pass.push(var.clone());
     }
+    let sign_in = entry.sign_in.as_ref().map(|sign_in| {
+        if let Some(id) = &sign_in.client_id {
+            argv.extend(["--upstream-client-id".to_string(), id.clone()]);
+        }
+        let var = sign_in.client_secret.as_ref().map(|secret| {
+            let var = free_name(CLIENT_SECRET_VAR, &taken);
+            taken.push(var.clone());
+            argv.extend(["--upstream-client-secret-env".to_string(), var.clone()]);
+            secrets.push((var.clone(), secret.clone()));
+            var
+        });
+        (sign_in.keys.clone(), var)
+    });
     Plan::Remote {
         argv,
         secrets,
         pass,
+        sign_in,
     }
+}
+
+/// What to sign in to once (`mcp-budget login URL [its client flags]`), for a remote entry
+/// that sends no `Authorization` header of its own.
+pub fn login_url(entry: &Entry, plan: &Plan) -> Option<String> {
+    let authorized = entry
+        .headers
+        .iter()
+        .map(|(name, _)| name)
+        .chain(entry.env_headers.iter().map(|(name, _, _)| name))
+        .any(|name| name.eq_ignore_ascii_case("authorization"));
+    let url = entry.url.as_ref().filter(|_| !authorized)?;
+    let Plan::Remote { argv, .. } = plan else {
+        return None;
+    };
+    // The sign-in flags the wrapped entry runs with go with it.
+    let mut words = vec![url.clone()];
+    let mut rest = argv.iter();
+    while let Some(word) = rest.next() {
+        if word == "--upstream-client-id" || word == "--upstream-client-secret-env" {
+            words.push(word.clone());
+            words.extend(rest.next().cloned());
+        }
+    }
+    Some(shell_words(&words))
 }
 
 /// The server's own command in a wrapped command line: the words after the launcher's (the

@@ -242,6 +242,7 @@ fn wrap_entry(
             argv,
             secrets,
             pass,
+            ..
         } => (argv.clone(), secrets.clone(), pass.clone()),
     };
     let order: Vec<String> = table.like().iter().map(|(k, _)| k.to_string()).collect();
@@ -379,6 +380,7 @@ fn wrap_entry(
     Outcome::Wrapped {
         was,
         now: plan::shell_words(&argv),
+        login: plan::login_url(entry, &plan),
     }
 }
 
