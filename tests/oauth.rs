@@ -36,6 +36,8 @@ struct Faults {
     hang: bool,
     /// The MCP endpoint refuses every token.
     refuse_all: bool,
+    /// Tokens live 2 s, and the token endpoint is busy for refreshes.
+    busy_refresh: bool,
 }
 
 #[derive(Default)]
@@ -180,6 +182,12 @@ async fn start(faults: Faults) -> Arc<Server> {
                 }
                 Some("refresh_token") => {
                     s.refresh_grants.fetch_add(1, Ordering::SeqCst);
+                    if s.faults.busy_refresh {
+                        return json(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            serde_json::json!({"error": "temporarily_unavailable"}),
+                        );
+                    }
                 }
                 _ => {
                     return json(
@@ -195,7 +203,7 @@ async fn start(faults: Faults) -> Arc<Server> {
                 serde_json::json!({
                     "access_token": access,
                     "token_type": "Bearer",
-                    "expires_in": 3600,
+                    "expires_in": if s.faults.busy_refresh { 2 } else { 3600 },
                     "refresh_token": s.issue("refresh")
                 }),
             )
@@ -636,6 +644,49 @@ async fn a_sign_in_left_waiting_names_login_and_finishes_later() {
         "{answer}"
     );
     assert_eq!(server.authorizations.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_busy_token_endpoint_at_refresh_keeps_the_sign_in() {
+    let server = start(Faults {
+        busy_refresh: true,
+        ..Default::default()
+    })
+    .await;
+    let home = Home::new("busy");
+    let mut proxy = home.proxy(&format!("{}/mcp", server.base), &[]);
+    proxy.send(INITIALIZE).await;
+    let redirect = approve(&home.url(0).await).await;
+    assert_eq!(
+        http().get(&redirect).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let answer = proxy.recv_json().await;
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "signed-in",
+        "{answer}"
+    );
+    proxy.send(INITIALIZED).await;
+    // Past the token's life: the refresh is refused for now.
+    for _ in 0..100 {
+        proxy
+            .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#)
+            .await;
+        let called = proxy.recv_json().await;
+        if called.get("error").is_some() {
+            let why = error_text(&called);
+            assert!(why.contains("refreshing the sign-in"), "{called}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(server.refresh_grants.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        server.authorizations.load(Ordering::SeqCst),
+        1,
+        "no new sign-in"
+    );
+    assert_eq!(home.opened(), 1, "no browser opened again");
 }
 
 #[test]

@@ -87,6 +87,10 @@ pub enum SignInError {
         "the upstream server {url} still refused the request (HTTP {status}) after {MAX_SIGN_INS} sign-ins; check that this account may use it (`mcp-budget logout {url}`, then `mcp-budget login {url}`)"
     )]
     Exhausted { url: String, status: u16 },
+    #[error(
+        "refreshing the sign-in to {url} failed for now ({why}); retry the request (the sign-in is kept)"
+    )]
+    Refresh { url: String, why: String },
     #[error("{0}")]
     Store(#[from] store::StoreError),
 }
@@ -219,6 +223,12 @@ impl SignIn {
         match manager.get_access_token().await {
             Ok(token) => Ok((Some(token), generation)),
             Err(AuthError::AuthorizationRequired) => Ok((None, generation)),
+            // For now only (the token endpoint busy, unreachable): the sign-in stays.
+            Err(AuthError::TokenRefreshFailed(why)) => Err(SignInError::Refresh {
+                url: self.url.to_string(),
+                why,
+            }),
+            Err(AuthError::CredentialStoreError(why)) => Err(self.failed(why)),
             Err(err) => {
                 tracing::warn!(%err, "the kept token could not be used; signing in again");
                 Ok((None, generation))
