@@ -130,6 +130,9 @@ run_client "python-sdk-1.x" "$cache/venv/bin/python" "$here/client.py" --proxy "
 run_client "typescript-sdk-v2" node "$cache/v2/client.mjs" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 run_client "python-sdk-2.x" "$cache/venv2/bin/python" "$here/client2.py" --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
 run_client "typescript-sdk-1.x" node "$cache/v2/client.mjs" --sdk 1 --proxy "$proxy" --everything "$everything" --filesystem "$filesystem" --target "$cache/v2/target.mjs"
+# Last, the v2 client through a proxy that signs in to an OAuth-protected server on the SDK v2
+# (oauth/run.sh: its own install under $cache/oauth and its own server; its last line, the total).
+run_client "typescript-sdk-v2-oauth" env MCP_BUDGET_BIN="$proxy" MCP_BUDGET_INTEROP_CACHE="$cache" bash "$here/oauth/run.sh"
 
 echo
 printf '%s\n' "${summary[@]}"
