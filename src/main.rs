@@ -448,6 +448,7 @@ fn upstream_url(url: &str) -> anyhow::Result<url::Url> {
 fn sign_in(
     url: &url::Url,
     args: &mcp_budget::cli::SignInArgs,
+    interactive: bool,
 ) -> anyhow::Result<std::sync::Arc<mcp_budget::upstream::oauth::SignIn>> {
     use mcp_budget::upstream::oauth::{Options, Secret, SignIn, store};
     let client_secret = match &args.upstream_client_secret_env {
@@ -479,6 +480,7 @@ fn sign_in(
                 "--upstream-sign-in-wait-secs",
                 args.upstream_sign_in_wait_secs,
             )?,
+            interactive,
         },
     ))
 }
@@ -497,7 +499,7 @@ async fn login(url: &str, args: &mcp_budget::cli::SignInArgs) -> anyhow::Result<
     let url = upstream_url(url)?;
     #[cfg(feature = "oauth")]
     {
-        let sign_in = sign_in(&url, args)?;
+        let sign_in = sign_in(&url, args, true)?;
         eprintln!(
             "mcp-budget: signing in to {url}; a browser opens (else open the URL logged below)"
         );
@@ -595,7 +597,7 @@ async fn proxy(
                 .map(|h| http::parse_header(h))
                 .collect::<Result<Vec<_>, _>>()?;
             #[cfg(feature = "oauth")]
-            let sign_in = Some(sign_in(&url, &run.sign_in)?);
+            let sign_in = Some(sign_in(&url, &run.sign_in, run.listen.is_none())?);
             #[cfg(not(feature = "oauth"))]
             no_sign_in(&run.sign_in)?;
             UpstreamSpec::Http(http::HttpSpec {

@@ -689,6 +689,60 @@ async fn a_busy_token_endpoint_at_refresh_keeps_the_sign_in() {
     assert_eq!(home.opened(), 1, "no browser opened again");
 }
 
+#[tokio::test]
+async fn a_listening_proxy_asks_for_login_and_then_uses_it() {
+    let server = start(Faults::default()).await;
+    let upstream = format!("{}/mcp", server.base);
+    let home = Home::new("listen");
+    let state = home.dir.join("state");
+    let browser = home.dir.join("browser.sh");
+    let env = [
+        ("XDG_STATE_HOME", state.to_str().unwrap()),
+        ("BROWSER", browser.to_str().unwrap()),
+    ];
+    let (_child, url) = common::listen(&["--policy", "none", "--upstream", &upstream], &env).await;
+    let client = http();
+    let refused = common::mcp_post(&client, &url, None, INITIALIZE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        refused.contains(&format!("mcp-budget login {upstream}")),
+        "{refused}"
+    );
+    assert!(
+        !refused.contains("/authorize"),
+        "no authorization URL for a client: {refused}"
+    );
+    assert_eq!(home.opened(), 0, "no browser opened for a client's request");
+    assert_eq!(server.authorizations.load(Ordering::SeqCst), 0);
+
+    // `login` where the proxy runs: then the listening proxy uses that sign-in.
+    let mut login = Command::new(proxy_bin());
+    login
+        .args(["login", &upstream])
+        .env("XDG_STATE_HOME", &state)
+        .env("BROWSER", &browser)
+        .kill_on_drop(true);
+    let mut login = login.spawn().unwrap();
+    let redirect = approve(&home.url(0).await).await;
+    assert_eq!(
+        http().get(&redirect).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let status = tokio::time::timeout(PATIENCE, login.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    let session = common::mcp_initialize(&client, &url).await;
+    assert!(!session.is_empty());
+    assert_eq!(server.authorizations.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn sign_in_flags_without_an_upstream_are_refused() {
     let out = std::process::Command::new(proxy_bin())

@@ -72,6 +72,9 @@ pub struct Options {
     /// How long a request waits for a sign-in in the browser before it fails (the sign-in
     /// itself goes on).
     pub wait: Duration,
+    /// Whether a request may start a sign-in (a browser on this machine). A proxy that
+    /// listens for clients over HTTP does not: it uses the sign-in of `mcp-budget login`.
+    pub interactive: bool,
 }
 
 /// Why a request could not be signed in.
@@ -87,6 +90,10 @@ pub enum SignInError {
         "the upstream server {url} still refused the request (HTTP {status}) after {MAX_SIGN_INS} sign-ins; check that this account may use it (`mcp-budget logout {url}`, then `mcp-budget login {url}`)"
     )]
     Exhausted { url: String, status: u16 },
+    #[error(
+        "the upstream server {url} asks to sign in, and a proxy that listens for clients does not sign in on their behalf: run `mcp-budget login {url}` where it runs (as its user, with its state directory), then retry"
+    )]
+    NeedsLogin { url: String },
     #[error(
         "refreshing the sign-in to {url} failed for now ({why}); retry the request (the sign-in is kept)"
     )]
@@ -201,7 +208,7 @@ impl SignIn {
                 attempt = sign_ins,
                 "the upstream server asks to sign in"
             );
-            self.sign_in(challenge, generation, token.is_some())
+            self.sign_in(challenge, generation, token.as_deref())
                 .await
                 .map_err(refused)?;
         }
@@ -234,6 +241,17 @@ impl SignIn {
                 Ok((None, generation))
             }
         }
+    }
+
+    /// Whether the file holds an access token other than `used`.
+    fn kept_token_is_new(&self, used: Option<&str>) -> Result<bool, SignInError> {
+        let kept = self.store.credentials()?;
+        // The token response's fields, as the file holds them.
+        let token = kept
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c.token_response.as_ref()?).ok())
+            .and_then(|t| t.get("access_token")?.as_str().map(String::from));
+        Ok(token.is_some() && token.as_deref() != used)
     }
 
     /// A manager for the tokens kept from an earlier run, if there are any.
@@ -294,7 +312,7 @@ impl SignIn {
         self: &Arc<Self>,
         challenge: Challenge,
         generation: u64,
-        had_token: bool,
+        used: Option<&str>,
     ) -> Result<(), SignInError> {
         let (mut done, auth_url) = {
             let mut inner = self.inner.lock().await;
@@ -321,7 +339,16 @@ impl SignIn {
                 Some(pending) => (pending.done.clone(), pending.auth_url.clone()),
                 None => {
                     // A token the server no longer takes: a refresh may be enough.
-                    if had_token
+                    // Another process signed in since (`login`, a proxy beside this one).
+                    if challenge.more_scope.is_none()
+                        && self.kept_token_is_new(used)?
+                        && let Some(manager) = self.restore().await?
+                    {
+                        inner.manager = Some(Arc::new(manager));
+                        inner.generation += 1;
+                        return Ok(());
+                    }
+                    if used.is_some()
                         && challenge.more_scope.is_none()
                         && let Some(manager) = inner.manager.clone()
                         && manager.refresh_token().await.is_ok()
@@ -329,6 +356,11 @@ impl SignIn {
                         inner.generation += 1;
                         tracing::info!("refreshed the upstream token after a 401");
                         return Ok(());
+                    }
+                    if !self.options.interactive {
+                        return Err(SignInError::NeedsLogin {
+                            url: self.url.to_string(),
+                        });
                     }
                     let limit = self.options.wait.max(MIN_DISCOVERY);
                     let pending = self.begin_within(&mut inner, challenge, limit).await?;
