@@ -596,8 +596,22 @@ async fn proxy(
                 .iter()
                 .map(|h| http::parse_header(h))
                 .collect::<Result<Vec<_>, _>>()?;
+            // An upstream the user gives its own Authorization header is not signed in to.
+            let authorized = headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"));
+            anyhow::ensure!(
+                !authorized
+                    || (run.sign_in.upstream_client_id.is_none()
+                        && run.sign_in.upstream_client_metadata_url.is_none()),
+                "--upstream-header Authorization and the sign-in flags (--upstream-client-id, --upstream-client-metadata-url) both authorize the upstream: keep one"
+            );
             #[cfg(feature = "oauth")]
-            let sign_in = Some(sign_in(&url, &run.sign_in, run.listen.is_none())?);
+            let sign_in = if authorized {
+                None
+            } else {
+                Some(sign_in(&url, &run.sign_in, run.listen.is_none())?)
+            };
             #[cfg(not(feature = "oauth"))]
             no_sign_in(&run.sign_in)?;
             UpstreamSpec::Http(http::HttpSpec {

@@ -38,6 +38,10 @@ struct Faults {
     refuse_all: bool,
     /// Tokens live 2 s, and the token endpoint is busy for refreshes.
     busy_refresh: bool,
+    /// Tokens live 2 s and come with no refresh token.
+    no_refresh: bool,
+    /// No protected resource or authorization server metadata at all.
+    no_metadata: bool,
 }
 
 #[derive(Default)]
@@ -88,6 +92,9 @@ async fn start(faults: Faults) -> Arc<Server> {
     let prm = move || {
         let s = s.clone();
         async move {
+            if s.faults.no_metadata {
+                return StatusCode::NOT_FOUND.into_response();
+            }
             let resource = if s.faults.other_resource {
                 "https://evil.example/mcp".to_string()
             } else {
@@ -105,6 +112,9 @@ async fn start(faults: Faults) -> Arc<Server> {
         async move {
             if s.faults.hang {
                 std::future::pending::<()>().await;
+            }
+            if s.faults.no_metadata {
+                return StatusCode::NOT_FOUND.into_response();
             }
             let issuer = if s.faults.other_issuer {
                 "https://attacker.example".to_string()
@@ -198,15 +208,16 @@ async fn start(faults: Faults) -> Arc<Server> {
             }
             let access = s.issue("token");
             s.tokens.lock().unwrap().push(access.clone());
-            json(
-                StatusCode::OK,
-                serde_json::json!({
-                    "access_token": access,
-                    "token_type": "Bearer",
-                    "expires_in": if s.faults.busy_refresh { 2 } else { 3600 },
-                    "refresh_token": s.issue("refresh")
-                }),
-            )
+            let short = s.faults.busy_refresh || s.faults.no_refresh;
+            let mut answer = serde_json::json!({
+                "access_token": access,
+                "token_type": "Bearer",
+                "expires_in": if short { 2 } else { 3600 },
+            });
+            if !s.faults.no_refresh {
+                answer["refresh_token"] = s.issue("refresh").into();
+            }
+            json(StatusCode::OK, answer)
         }
     };
     let s = server.clone();
@@ -314,6 +325,7 @@ impl Home {
             .args(more)
             .env("XDG_STATE_HOME", self.dir.join("state"))
             .env("BROWSER", self.dir.join("browser.sh"))
+            .env("MCP_BUDGET_TEST_SECRET", "s3cret")
             .env("RUST_LOG", "info");
         Peer::from_command(command)
     }
@@ -741,6 +753,67 @@ async fn a_listening_proxy_asks_for_login_and_then_uses_it() {
     let session = common::mcp_initialize(&client, &url).await;
     assert!(!session.is_empty());
     assert_eq!(server.authorizations.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_expired_token_with_no_refresh_signs_in_again() {
+    let server = start(Faults {
+        no_refresh: true,
+        ..Default::default()
+    })
+    .await;
+    let home = Home::new("expired");
+    let mut proxy = home.proxy(&format!("{}/mcp", server.base), &[]);
+    proxy.send(INITIALIZE).await;
+    let redirect = approve(&home.url(0).await).await;
+    assert_eq!(
+        http().get(&redirect).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let answer = proxy.recv_json().await;
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "signed-in",
+        "{answer}"
+    );
+    proxy.send(INITIALIZED).await;
+    // Past its life, the token cannot be refreshed: the browser is asked again, once.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    proxy
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#)
+        .await;
+    let redirect = approve(&home.url(1).await).await;
+    assert_eq!(
+        http().get(&redirect).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let called = proxy.recv_json().await;
+    assert_eq!(
+        called["result"]["content"][0]["text"], "signed in",
+        "{called}"
+    );
+    assert_eq!(server.authorizations.load(Ordering::SeqCst), 2);
+    assert_eq!(home.opened(), 2);
+}
+
+#[tokio::test]
+async fn a_client_secret_goes_to_no_authorization_server_the_upstream_does_not_name() {
+    let (server, why, home) = refused_with(
+        Faults {
+            no_metadata: true,
+            ..Default::default()
+        },
+        "nometadata",
+        &[
+            "--upstream-client-id",
+            "pre-registered",
+            "--upstream-client-secret-env",
+            "MCP_BUDGET_TEST_SECRET",
+        ],
+    )
+    .await;
+    assert!(why.contains("refusing to send the client secret"), "{why}");
+    assert_eq!(server.code_grants.load(Ordering::SeqCst), 0);
+    assert_eq!(home.opened(), 0);
 }
 
 #[test]

@@ -197,9 +197,10 @@ impl Shared {
         headers: HeaderMap,
         body: bytes::Bytes,
     ) -> Result<ClientResponse, ConnError> {
+        // Boxed: the sign-in's future is large, and most upstreams never need it.
         #[cfg(feature = "oauth")]
         if let Some(sign_in) = &self.sign_in {
-            return sign_in.send(&self.client, method, headers, body).await;
+            return Box::pin(sign_in.send(&self.client, method, headers, body)).await;
         }
         self.client.send(method, headers, body).await
     }

@@ -262,14 +262,23 @@ pub fn login_url(entry: &Entry, plan: &Plan) -> Option<String> {
     };
     // The sign-in flags the wrapped entry runs with go with it.
     let mut words = vec![url.clone()];
+    let mut secret = None;
     let mut rest = argv.iter();
     while let Some(word) = rest.next() {
         if word == "--upstream-client-id" || word == "--upstream-client-secret-env" {
             words.push(word.clone());
-            words.extend(rest.next().cloned());
+            let value = rest.next().cloned();
+            if word == "--upstream-client-secret-env" {
+                secret.clone_from(&value);
+            }
+            words.extend(value);
         }
     }
-    Some(shell_words(&words))
+    let mut text = shell_words(&words);
+    if let Some(var) = secret {
+        text.push_str(&format!("  (with {var} set to the client's secret)"));
+    }
+    Some(text)
 }
 
 /// The server's own command in a wrapped command line: the words after the launcher's (the

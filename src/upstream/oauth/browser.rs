@@ -12,6 +12,11 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+/// Connections the listener serves at once (a browser opens a few).
+const MAX_CONNECTIONS: usize = 16;
+/// How long a connection has to send its request's head.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the authorization server sent back through the browser.
 #[derive(Debug)]
 pub enum Redirect {
@@ -39,28 +44,52 @@ impl Loopback {
         format!("http://127.0.0.1:{}/callback", self.port)
     }
 
-    /// Serves the listener until a redirect with `state` arrives; the listener closes with it.
+    /// Serves the listener until a redirect with `state` arrives; the listener and every
+    /// connection to it close with it. At most [`MAX_CONNECTIONS`] at once, each given
+    /// [`HEADER_TIMEOUT`] to send its request.
     pub async fn wait(self, state: String) -> Redirect {
         let (found, mut got) = mpsc::channel::<Redirect>(1);
         let port = self.port;
+        let mut connections = tokio::task::JoinSet::new();
         loop {
+            while connections.try_join_next().is_some() {}
             tokio::select! {
                 redirect = got.recv() => {
                     if let Some(redirect) = redirect {
+                        // The browser gets its page (connections end after one answer), then
+                        // whatever is left is closed.
+                        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+                            while connections.join_next().await.is_some() {}
+                        })
+                        .await;
                         return redirect;
                     }
                 }
                 accepted = self.listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(err) => {
+                            // Out of descriptors, say: not a busy loop.
+                            tracing::debug!(%err, "the sign-in listener could not accept");
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    if connections.len() >= MAX_CONNECTIONS {
+                        continue;
+                    }
                     let found = found.clone();
                     let state = state.clone();
                     let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                         let answer = answer(&request, port, &state, &found);
                         async move { Ok::<_, Infallible>(answer) }
                     });
-                    tokio::spawn(async move {
+                    connections.spawn(async move {
                         let io = hyper_util::rt::TokioIo::new(stream);
                         let served = hyper::server::conn::http1::Builder::new()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            .header_read_timeout(HEADER_TIMEOUT)
+                            .keep_alive(false)
                             .serve_connection(io, service)
                             .await;
                         if let Err(err) = served {

@@ -45,6 +45,8 @@ const BROWSER_LIFETIME: Duration = Duration::from_secs(600);
 const MIN_DISCOVERY: Duration = Duration::from_secs(5);
 /// How long `login` waits for discovery and registration.
 const LOGIN_DISCOVERY: Duration = Duration::from_secs(60);
+/// The longest a token refresh (or the check of a kept sign-in) may take.
+const REFRESH_LIMIT: Duration = Duration::from_secs(30);
 /// The longest one HTTP request of a sign-in may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -128,6 +130,9 @@ struct Inner {
     pending: Option<Pending>,
     /// The scopes asked for so far (a step-up asks for their union with the new ones).
     requested: Vec<String>,
+    /// The kept access token found dead (expired, its refresh refused): a sign-in kept by
+    /// another process is one with another token.
+    stale: Option<String>,
 }
 
 /// The sign-in of one upstream, shared by every session of the proxy.
@@ -137,6 +142,9 @@ pub struct SignIn {
     store: FileStore,
     carrier: Arc<Carrier>,
     inner: Mutex<Inner>,
+    /// Token reads one at a time: a token about to expire is refreshed once, not by every
+    /// request that finds it so.
+    fetching: Mutex<()>,
 }
 
 impl std::fmt::Debug for SignIn {
@@ -159,6 +167,7 @@ impl SignIn {
             }),
             options,
             inner: Mutex::new(Inner::default()),
+            fetching: Mutex::new(()),
         })
     }
 
@@ -220,42 +229,85 @@ impl SignIn {
             let mut inner = self.inner.lock().await;
             if !inner.restored {
                 inner.restored = true;
-                inner.manager = self.restore().await?.map(Arc::new);
+                if let Some((manager, granted)) = self.restore().await? {
+                    inner.manager = Some(Arc::new(manager));
+                    inner.requested = granted;
+                }
             }
             (inner.manager.clone(), inner.generation)
         };
         let Some(manager) = manager else {
             return Ok((None, generation));
         };
-        match manager.get_access_token().await {
-            Ok(token) => Ok((Some(token), generation)),
-            Err(AuthError::AuthorizationRequired) => Ok((None, generation)),
+        let fetched = {
+            let _one = self.fetching.lock().await;
+            tokio::time::timeout(REFRESH_LIMIT, manager.get_access_token()).await
+        };
+        let err = match fetched {
+            Ok(Ok(token)) => return Ok((Some(token), generation)),
+            Ok(Err(err)) => err,
+            Err(_) => {
+                return Err(SignInError::Refresh {
+                    url: self.url.to_string(),
+                    why: format!(
+                        "the token endpoint did not answer within {} s",
+                        REFRESH_LIMIT.as_secs()
+                    ),
+                });
+            }
+        };
+        match err {
             // For now only (the token endpoint busy, unreachable): the sign-in stays.
-            Err(AuthError::TokenRefreshFailed(why)) => Err(SignInError::Refresh {
+            AuthError::TokenRefreshFailed(why) if !for_good(&why) => Err(SignInError::Refresh {
                 url: self.url.to_string(),
-                why,
+                why: shortened(&why),
             }),
-            Err(AuthError::CredentialStoreError(why)) => Err(self.failed(why)),
-            Err(err) => {
-                tracing::warn!(%err, "the kept token could not be used; signing in again");
+            AuthError::CredentialStoreError(why) => Err(self.failed(why)),
+            err => {
+                // Expired with no refresh, or the refresh refused for good: sign in again.
+                tracing::info!(%err, "the kept token cannot be used any more");
+                let dead = self.kept_token();
+                let mut inner = self.inner.lock().await;
+                inner.stale = dead;
+                if inner.generation == generation {
+                    inner.manager = None;
+                }
                 Ok((None, generation))
             }
         }
     }
 
-    /// Whether the file holds an access token other than `used`.
-    fn kept_token_is_new(&self, used: Option<&str>) -> Result<bool, SignInError> {
-        let kept = self.store.credentials()?;
+    /// The access token the file holds.
+    fn kept_token(&self) -> Option<String> {
+        let kept = self.store.credentials().ok()??;
         // The token response's fields, as the file holds them.
-        let token = kept
-            .as_ref()
-            .and_then(|c| serde_json::to_value(c.token_response.as_ref()?).ok())
-            .and_then(|t| t.get("access_token")?.as_str().map(String::from));
-        Ok(token.is_some() && token.as_deref() != used)
+        let response = serde_json::to_value(kept.token_response.as_ref()?).ok()?;
+        response.get("access_token")?.as_str().map(String::from)
     }
 
-    /// A manager for the tokens kept from an earlier run, if there are any.
-    async fn restore(&self) -> Result<Option<AuthorizationManager>, SignInError> {
+    /// Whether the file holds an access token other than `known` (the one just refused, or
+    /// the one found dead).
+    fn kept_token_is_new(&self, known: Option<&str>) -> Result<bool, SignInError> {
+        self.store.credentials()?;
+        let token = self.kept_token();
+        Ok(token.is_some() && token.as_deref() != known)
+    }
+
+    /// A manager for the tokens kept from an earlier run, if there are any, with the scopes
+    /// they were granted; given up (and signed in again) when discovery does not answer.
+    async fn restore(&self) -> Result<Option<(AuthorizationManager, Vec<String>)>, SignInError> {
+        match tokio::time::timeout(REFRESH_LIMIT, self.restore_now()).await {
+            Ok(restored) => restored,
+            Err(_) => {
+                tracing::warn!(upstream = %self.url, "the kept sign-in could not be checked in time; signing in again");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn restore_now(
+        &self,
+    ) -> Result<Option<(AuthorizationManager, Vec<String>)>, SignInError> {
         let Some(kept) = self.store.credentials()? else {
             return Ok(None);
         };
@@ -263,6 +315,18 @@ impl SignIn {
             return Ok(None);
         }
         let mut manager = self.manager().await?;
+        // The kept tokens (and a client secret) go to the authorization server the upstream
+        // names now, checked as a new sign-in checks it.
+        let resolution = match manager.resolve_metadata().await {
+            Ok(resolution) => resolution,
+            Err(err) => {
+                tracing::warn!(%err, "the kept sign-in could not be checked; signing in again");
+                return Ok(None);
+            }
+        };
+        self.check_metadata(&resolution.metadata)
+            .map_err(|why| self.failed(why))?;
+        manager.set_metadata(resolution.metadata);
         match manager.initialize_from_store().await {
             Ok(true) => {}
             Ok(false) => return Ok(None),
@@ -285,7 +349,20 @@ impl SignIn {
             }
         }
         tracing::info!(upstream = %self.url, "using the kept sign-in");
-        Ok(Some(manager))
+        Ok(Some((manager, kept.granted_scopes)))
+    }
+
+    /// [`check_endpoints`], and no client secret for an upstream that names no authorization
+    /// server (rmcp's fallback endpoints on the upstream itself).
+    fn check_metadata(&self, metadata: &AuthorizationMetadata) -> Result<(), String> {
+        check_endpoints(metadata)?;
+        if self.options.client_secret.is_some() && metadata.issuer.is_none() {
+            return Err(format!(
+                "the upstream names no authorization server with an issuer; refusing to send the client secret to {}",
+                metadata.token_endpoint
+            ));
+        }
+        Ok(())
     }
 
     async fn manager(&self) -> Result<AuthorizationManager, SignInError> {
@@ -302,7 +379,7 @@ impl SignIn {
     fn failed(&self, why: impl std::fmt::Display) -> SignInError {
         SignInError::Failed {
             url: self.url.to_string(),
-            why: why.to_string(),
+            why: shortened(&why.to_string()),
         }
     }
 
@@ -329,6 +406,14 @@ impl SignIn {
                     more.join(" ")
                 )));
             }
+            // A sign-in whose task ended without a word (it cannot, short of a panic): gone.
+            if inner
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.done.borrow().is_none() && p.done.has_changed().is_err())
+            {
+                inner.pending = None;
+            }
             match &inner.pending {
                 Some(pending) if pending.overdue => {
                     return Err(SignInError::Waiting {
@@ -340,22 +425,32 @@ impl SignIn {
                 None => {
                     // A token the server no longer takes: a refresh may be enough.
                     // Another process signed in since (`login`, a proxy beside this one).
+                    let known = used.map(String::from).or_else(|| inner.stale.clone());
                     if challenge.more_scope.is_none()
-                        && self.kept_token_is_new(used)?
-                        && let Some(manager) = self.restore().await?
+                        && self.kept_token_is_new(known.as_deref())?
+                        && let Some((manager, granted)) = self.restore().await?
                     {
                         inner.manager = Some(Arc::new(manager));
+                        inner.requested = granted;
                         inner.generation += 1;
                         return Ok(());
                     }
                     if used.is_some()
                         && challenge.more_scope.is_none()
                         && let Some(manager) = inner.manager.clone()
-                        && manager.refresh_token().await.is_ok()
+                        && matches!(
+                            tokio::time::timeout(REFRESH_LIMIT, manager.refresh_token()).await,
+                            Ok(Ok(_))
+                        )
                     {
                         inner.generation += 1;
                         tracing::info!("refreshed the upstream token after a 401");
                         return Ok(());
+                    }
+                    if !carrier::allowed(&self.url) {
+                        return Err(self.failed(
+                            "refusing to sign in to an upstream over plain http (its token would cross the network in clear); reach it with https",
+                        ));
                     }
                     if !self.options.interactive {
                         return Err(SignInError::NeedsLogin {
@@ -426,7 +521,8 @@ impl SignIn {
             .resolve_metadata_from_challenge(challenge.header.as_deref())
             .await
             .map_err(|e| self.failed(e))?;
-        check_endpoints(&resolution.metadata).map_err(|why| self.failed(why))?;
+        self.check_metadata(&resolution.metadata)
+            .map_err(|why| self.failed(why))?;
         let takes_documents = resolution
             .metadata
             .additional_fields
@@ -455,6 +551,8 @@ impl SignIn {
         }
         // The client, in the spec's order: pre-registered, a metadata document URL where the
         // server takes one, else registered now (its secret kept with the tokens, for refreshes).
+        // A client registered now: its secret is kept with the tokens once they come.
+        let mut registered: Option<Option<String>> = None;
         if let Some(id) = &self.options.client_id {
             request = request.with_preregistered_client(id.clone());
             if let Some(secret) = &self.options.client_secret {
@@ -478,8 +576,7 @@ impl SignIn {
                 .register_client("mcp-budget", &redirect_uri, &names)
                 .await
                 .map_err(|e| self.failed(e))?;
-            self.store
-                .set_registered_secret(client.client_secret.clone())?;
+            registered = Some(client.client_secret.clone());
             request = request.with_preregistered_client(client.client_id);
             if let Some(secret) = client.client_secret {
                 request = request.with_client_secret(secret);
@@ -520,9 +617,18 @@ impl SignIn {
                     .unwrap_or_else(|_| Err("no answer came back from the browser in time".into()));
             let mut inner = this.inner.lock().await;
             inner.pending = None;
+            let outcome = match (outcome, registered) {
+                (Ok(manager), Some(secret)) => this
+                    .store
+                    .set_registered_secret(secret)
+                    .map(|()| manager)
+                    .map_err(|e| e.to_string()),
+                (outcome, _) => outcome,
+            };
             match outcome {
                 Ok(manager) => {
                     inner.manager = Some(Arc::new(manager));
+                    inner.stale = None;
                     inner.generation += 1;
                     tracing::info!(upstream = %this.url, "signed in to the upstream server");
                     let _ = finished.send(Some(Ok(())));
@@ -565,9 +671,9 @@ impl SignIn {
         Ok(session.auth_manager)
     }
 
-    /// Signs in now, waiting for the browser as long as it takes (`mcp-budget login`).
+    /// Signs in now, waiting for the browser up to 10 minutes (`mcp-budget login`); the
+    /// sign-in kept before is replaced only once the new one is complete.
     pub async fn login(self: &Arc<Self>) -> Result<(), SignInError> {
-        self.store.remove()?;
         let client = conn::Client::new(&self.url, REQUEST_TIMEOUT).map_err(|e| self.failed(e))?;
         // Any request the server must authorize shows its challenge: a ping.
         let mut headers = HeaderMap::new();
@@ -607,6 +713,21 @@ impl SignIn {
                 return Err(self.failed("the sign-in was dropped"));
             }
         }
+    }
+}
+
+/// Whether a refresh's failure is for good (the client or grant refused), not for now.
+fn for_good(why: &str) -> bool {
+    ["invalid_grant", "invalid_client", "unauthorized_client"]
+        .iter()
+        .any(|code| why.contains(code))
+}
+
+/// A server's words in an error, at most 400 characters.
+fn shortened(why: &str) -> String {
+    match why.char_indices().nth(400) {
+        Some((cut, _)) => format!("{}…", &why[..cut]),
+        None => why.to_string(),
     }
 }
 

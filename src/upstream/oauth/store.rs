@@ -129,13 +129,15 @@ impl FileStore {
             .map_err(failed)?;
         let text = serde_json::to_vec_pretty(saved)
             .map_err(|e| StoreError::Write(self.path.clone(), e.to_string()))?;
+        // A name of this write's own: two writes of one process never share a partial file.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut partial = self.path.clone().into_os_string();
-        partial.push(format!(".{}.partial", std::process::id()));
+        partial.push(format!(".{}.{write}.partial", std::process::id()));
         let partial = PathBuf::from(partial);
         let written = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&partial)
             .and_then(|mut file| {
@@ -170,9 +172,9 @@ impl FileStore {
         })
     }
 
-    /// Forgets the sign-in; whether there was one.
+    /// Forgets the sign-in; whether there was one. (The lock file stays: another proxy may
+    /// hold it.)
     pub fn remove(&self) -> Result<bool, StoreError> {
-        let _ = std::fs::remove_file(self.lock_path());
         match std::fs::remove_file(&self.path) {
             Ok(()) => Ok(true),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -210,17 +212,32 @@ impl CredentialStore for FileStore {
     }
 
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        // Tried without blocking, every 50 ms, for at most LOCK_WAIT: a proxy stopped while it
+        // holds the lock does not hang this one (nor a thread of the blocking pool).
         let path = self.lock_path();
-        let locked = tokio::task::spawn_blocking(move || lock(&path))
-            .await
-            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
-            .map_err(store_error)?;
-        Ok(Some(CredentialRefreshGuard::new(locked)))
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        loop {
+            if let Some(locked) = lock(&path).map_err(store_error)? {
+                return Ok(Some(CredentialRefreshGuard::new(locked)));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(AuthError::CredentialStoreError(format!(
+                    "another mcp-budget has held {} for {} s while refreshing the same sign-in",
+                    path.display(),
+                    LOCK_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 }
 
-/// An exclusive lock on `path` (made when missing), held until the value is dropped.
-fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
+/// How long a refresh waits for another proxy's refresh of the same sign-in.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An exclusive lock on `path` (made when missing), held until the value is dropped; `None`
+/// when another holds it.
+fn lock(path: &Path) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, StoreError> {
     if let Some(dir) = path.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -236,8 +253,11 @@ fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StoreError> {
         .mode(0o600)
         .open(path)
         .map_err(|e| StoreError::Write(path.to_path_buf(), e.to_string()))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, errno)| StoreError::Write(path.to_path_buf(), errno.to_string()))
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => Ok(Some(locked)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(StoreError::Write(path.to_path_buf(), errno.to_string())),
+    }
 }
 
 #[cfg(test)]
