@@ -191,18 +191,19 @@ impl Shared {
 
     /// Sends one request to the upstream: with its token and signed in on demand when the
     /// upstream requires it ([`super::oauth`]).
+    /// `headers` makes the request's headers: once, and again for a retry after a sign-in.
     async fn send(
         &self,
         method: Method,
-        headers: HeaderMap,
+        headers: impl Fn() -> HeaderMap + Sync,
         body: bytes::Bytes,
     ) -> Result<ClientResponse, ConnError> {
         // Boxed: the sign-in's future is large, and most upstreams never need it.
         #[cfg(feature = "oauth")]
         if let Some(sign_in) = &self.sign_in {
-            return Box::pin(sign_in.send(&self.client, method, headers, body)).await;
+            return Box::pin(sign_in.send(&self.client, method, &headers, body)).await;
         }
-        self.client.send(method, headers, body).await
+        self.client.send(method, headers(), body).await
     }
 
     /// The headers of every request: the static ones, the session's id and version.
@@ -236,6 +237,12 @@ impl Shared {
         body: bytes::Bytes,
         modern: &crate::era::Headers,
     ) -> Result<ClientResponse, ConnError> {
+        self.send(Method::POST, || self.modern_headers(modern), body)
+            .await
+    }
+
+    /// A modern request's headers: its version, method and name, its parameters.
+    fn modern_headers(&self, modern: &crate::era::Headers) -> HeaderMap {
         let mut headers = self.request_headers(5 + modern.params.len());
         // A value the proxy knows (`Cow::Borrowed`) is not copied.
         let known = |value: &Cow<'static, str>, encode: bool| match value {
@@ -270,7 +277,7 @@ impl Shared {
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-        self.send(Method::POST, headers, body).await
+        headers
     }
 
     async fn post(
@@ -278,12 +285,15 @@ impl Shared {
         body: bytes::Bytes,
         session: Option<&str>,
     ) -> Result<ClientResponse, ConnError> {
-        let mut headers = self.headers(session);
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(
-            ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        let headers = || {
+            let mut headers = self.headers(session);
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(
+                ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            );
+            headers
+        };
         self.send(Method::POST, headers, body).await
     }
 }
@@ -356,7 +366,7 @@ async fn run(
     if let Some(session) = shared.session() {
         let delete = shared.send(
             Method::DELETE,
-            shared.headers(Some(&session)),
+            || shared.headers(Some(&session)),
             bytes::Bytes::new(),
         );
         let delete = tokio::time::timeout(Duration::from_secs(2), delete).await;
@@ -745,13 +755,14 @@ const MAX_IDLE_RESUMES: u32 = 16;
 /// Asks for the events of a stream after `last_event` (GET with `Last-Event-ID`).
 async fn resume_stream(shared: &Shared, last_event: &str) -> Result<conn::Body, String> {
     let session = shared.session();
-    let mut headers = shared.headers(session.as_deref());
-    headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-    headers.insert(
-        "last-event-id",
-        HeaderValue::try_from(last_event)
-            .map_err(|_| "the event id is not a valid header".to_string())?,
-    );
+    let last = HeaderValue::try_from(last_event)
+        .map_err(|_| "the event id is not a valid header".to_string())?;
+    let headers = || {
+        let mut headers = shared.headers(session.as_deref());
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.insert("last-event-id", last.clone());
+        headers
+    };
     let response = shared
         .send(Method::GET, headers, bytes::Bytes::new())
         .await
@@ -899,14 +910,17 @@ fn open_get_stream(shared: &Arc<Shared>) {
             let Some(session) = shared.session() else {
                 return;
             };
-            let mut headers = shared.headers(Some(&session));
-            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-            if let Some(id) = last_event
+            let last = last_event
                 .as_deref()
-                .and_then(|id| HeaderValue::try_from(id).ok())
-            {
-                headers.insert("last-event-id", id);
-            }
+                .and_then(|id| HeaderValue::try_from(id).ok());
+            let headers = || {
+                let mut headers = shared.headers(Some(&session));
+                headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+                if let Some(id) = &last {
+                    headers.insert("last-event-id", id.clone());
+                }
+                headers
+            };
             let response = match shared.send(Method::GET, headers, bytes::Bytes::new()).await {
                 Ok(response) => response,
                 Err(err) => {

@@ -145,6 +145,18 @@ pub struct SignIn {
     /// Token reads one at a time: a token about to expire is refreshed once, not by every
     /// request that finds it so.
     fetching: Mutex<()>,
+    /// The token to send, while it is good: a request reads no file and takes no lock of the
+    /// sign-in's. Emptied by a refusal and by every new sign-in.
+    cached: std::sync::Mutex<Option<Cached>>,
+}
+
+/// The token to send (`None`: none yet), of which generation, and until when.
+#[derive(Clone)]
+struct Cached {
+    token: Option<String>,
+    generation: u64,
+    /// `None`: no expiry is known (it holds until the upstream refuses it).
+    until: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for SignIn {
@@ -168,6 +180,7 @@ impl SignIn {
             options,
             inner: Mutex::new(Inner::default()),
             fetching: Mutex::new(()),
+            cached: std::sync::Mutex::new(None),
         })
     }
 
@@ -182,13 +195,13 @@ impl SignIn {
         self: &Arc<Self>,
         client: &conn::Client,
         method: Method,
-        headers: HeaderMap,
+        headers: &(dyn Fn() -> HeaderMap + Sync),
         body: Bytes,
     ) -> Result<ClientResponse, ConnError> {
         let mut sign_ins = 0;
         loop {
             let (token, generation) = self.token().await.map_err(refused)?;
-            let mut sent = headers.clone();
+            let mut sent = headers();
             if let Some(value) = token
                 .as_deref()
                 .and_then(|t| HeaderValue::try_from(format!("Bearer {t}")).ok())
@@ -201,6 +214,7 @@ impl SignIn {
             let Some(challenge) = challenge(&response) else {
                 return Ok(response);
             };
+            self.forget_cached();
             let status = response.status.as_u16();
             drop(response);
             if sign_ins == MAX_SIGN_INS {
@@ -223,8 +237,57 @@ impl SignIn {
         }
     }
 
-    /// The token to send (refreshed when it is about to expire), and the generation it is of.
+    fn cache(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {
+        self.cached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn forget_cached(&self) {
+        *self.cache() = None;
+    }
+
+    /// The token to send (refreshed when it is about to expire), and the generation it is of:
+    /// the cached one while it is good.
     async fn token(&self) -> Result<(Option<String>, u64), SignInError> {
+        if let Some(cached) = self.cache().as_ref()
+            && cached
+                .until
+                .is_none_or(|until| std::time::Instant::now() < until)
+        {
+            return Ok((cached.token.clone(), cached.generation));
+        }
+        let (token, generation) = self.token_now().await?;
+        let until = match &token {
+            Some(_) => self.good_until(),
+            None => None,
+        };
+        *self.cache() = Some(Cached {
+            token: token.clone(),
+            generation,
+            until,
+        });
+        Ok((token, generation))
+    }
+
+    /// Until when the kept token may be sent without asking rmcp: rmcp refreshes it once
+    /// fewer than min(60 s, half its life) remain, and so is asked a second before that.
+    fn good_until(&self) -> Option<std::time::Instant> {
+        let kept = self.store.credentials().ok()??;
+        let received = kept.token_received_at?;
+        let response = serde_json::to_value(kept.token_response.as_ref()?).ok()?;
+        let life = response.get("expires_in")?.as_u64()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs();
+        let margin = 60.min(life / 2) + 1;
+        let left = (received + life).saturating_sub(now).saturating_sub(margin);
+        Some(std::time::Instant::now() + Duration::from_secs(left))
+    }
+
+    /// [`Self::token`], asked of rmcp (which reads the file, and refreshes when it is time).
+    async fn token_now(&self) -> Result<(Option<String>, u64), SignInError> {
         let (manager, generation) = {
             let mut inner = self.inner.lock().await;
             if !inner.restored {
@@ -433,6 +496,7 @@ impl SignIn {
                         inner.manager = Some(Arc::new(manager));
                         inner.requested = granted;
                         inner.generation += 1;
+                        self.forget_cached();
                         return Ok(());
                     }
                     if used.is_some()
@@ -444,6 +508,7 @@ impl SignIn {
                         )
                     {
                         inner.generation += 1;
+                        self.forget_cached();
                         tracing::info!("refreshed the upstream token after a 401");
                         return Ok(());
                     }
@@ -630,6 +695,7 @@ impl SignIn {
                     inner.manager = Some(Arc::new(manager));
                     inner.stale = None;
                     inner.generation += 1;
+                    this.forget_cached();
                     tracing::info!(upstream = %this.url, "signed in to the upstream server");
                     let _ = finished.send(Some(Ok(())));
                 }
