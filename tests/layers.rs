@@ -30,7 +30,7 @@ const FLOORS: &str = "cli
     builtin heavy keyfile metrics queue quiet regular traces wire::canonical wire::message
     commands protocol wire
     wrap::json wrap::toml
-    wrap::twice
+    wrap::twice wrap::remote
     wrap wrap::mask
     wrap::plan
     wrap::client wrap::line";

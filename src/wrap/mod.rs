@@ -25,6 +25,7 @@ mod json;
 mod line;
 pub mod mask;
 pub mod plan;
+mod remote;
 mod toml;
 mod twice;
 
