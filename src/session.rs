@@ -299,12 +299,14 @@ pub async fn client_frame(
 ) -> crate::relay::Routed {
     use crate::wire::framing::Frame;
     let mut job = None;
+    let mut looked = false;
     if let Frame::Line(line) | Frame::Read { line, .. } = &frame {
         prefetch(relay, line).await;
         prefetch_references(relay, line).await;
         job = relay
             .interceptor()
             .references_job(line, relay.max_message_bytes());
+        looked = job.is_none();
     }
     let (frame, references) = match job {
         Some(job) => replace_references(job, frame).await,
@@ -312,7 +314,11 @@ pub async fn client_frame(
     };
     let (references, room) = match references {
         Some((references, room)) => (Some(references), room),
-        None => (None, None),
+        // The line names no reference: its call is not searched again.
+        None => (
+            looked.then_some(crate::intercept::Substituted::Unmentioned),
+            None,
+        ),
     };
     let mut routed = relay.from_client_with(frame, references);
     // What a call grew by holds its room until it is written upstream.

@@ -24,7 +24,7 @@ impl Interceptor {
             Some(Substituted::Refused(text)) => {
                 CallDecision::Answer(crate::wire::jsonrpc::tool_error(id, text))
             }
-            Some(Substituted::Replaced { .. }) => {
+            Some(Substituted::Replaced { .. } | Substituted::Unmentioned) => {
                 self.call_request_at(id, message, budget, true, call, true)
             }
             None => self.call_request_at(id, message, budget, true, call, false),

@@ -13,6 +13,9 @@ pub enum Substituted {
     Replaced { original: Vec<u8> },
     /// Refused, with what the client is told (a tool error): nothing goes upstream.
     Refused(String),
+    /// Looked at: the line names no reference (its byte search found none), so no call of it
+    /// is searched again.
+    Unmentioned,
 }
 
 /// How many whole results read from the shared cache wait for their call at most.
