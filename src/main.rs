@@ -500,9 +500,7 @@ async fn login(url: &str, args: &mcp_budget::cli::SignInArgs) -> anyhow::Result<
     #[cfg(feature = "oauth")]
     {
         let sign_in = sign_in(&url, args, true)?;
-        eprintln!(
-            "mcp-budget: signing in to {url}; a browser opens (else open the URL logged below)"
-        );
+        eprintln!("mcp-budget: signing in to {url}");
         sign_in.login().await?;
         eprintln!(
             "mcp-budget: signed in to {url}; kept in {}",

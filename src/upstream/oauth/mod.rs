@@ -667,11 +667,13 @@ impl SignIn {
                     .map(|(_, v)| v.split_whitespace().map(String::from).collect())
             })
             .unwrap_or_default();
-        tracing::warn!(
-            upstream = %self.url,
-            url = %auth_url,
-            "sign in to the upstream server in the browser"
+        // Printed whatever the log level (a prompt for the user, not a log line), on stderr:
+        // stdout is the protocol's.
+        eprintln!(
+            "mcp-budget: {} asks to sign in; open this in a browser if none opens:\n{auth_url}",
+            self.url
         );
+        tracing::info!(upstream = %self.url, "sign-in opened in the browser");
         browser::open(&auth_url);
         let (finished, done) = watch::channel(None);
         let this = self.clone();
