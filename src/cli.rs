@@ -313,6 +313,12 @@ pub struct SignInArgs {
     #[arg(long, value_name = "URL")]
     pub upstream_client_metadata_url: Option<String>,
 
+    /// The port the browser is sent back to, http://127.0.0.1:PORT/callback (default: one the
+    /// system picks), for an authorization server that takes only the redirect registered for
+    /// a pre-registered client.
+    #[arg(long, value_name = "PORT")]
+    pub upstream_redirect_port: Option<u16>,
+
     /// How long a request waits while the sign-in is completed in the browser; after that it
     /// gets an error naming `mcp-budget login <URL>` (the sign-in itself waits on).
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
@@ -377,6 +383,7 @@ pub enum Command {
         mut_arg("upstream_client_secret_env", |a| a.hide(true)),
         mut_arg("upstream_client_metadata_url", |a| a.hide(true)),
         mut_arg("upstream_sign_in_wait_secs", |a| a.hide(true)),
+        mut_arg("upstream_redirect_port", |a| a.hide(true)),
         mut_arg("restart", |a| a.hide(true)),
         mut_arg("server", |a| a.hide(true)),
         mut_arg("policy", |a| a.help(

@@ -475,6 +475,7 @@ fn sign_in(
             client_id: args.upstream_client_id.clone(),
             client_secret,
             client_metadata_url: args.upstream_client_metadata_url.clone(),
+            redirect_port: args.upstream_redirect_port,
             state_dir: store::state_dir()?,
             wait: seconds(
                 "--upstream-sign-in-wait-secs",

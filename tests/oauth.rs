@@ -816,6 +816,41 @@ async fn a_client_secret_goes_to_no_authorization_server_the_upstream_does_not_n
     assert_eq!(home.opened(), 0);
 }
 
+#[tokio::test]
+async fn the_redirect_comes_back_to_the_port_given() {
+    let server = start(Faults::default()).await;
+    let home = Home::new("port");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut proxy = home.proxy(
+        &format!("{}/mcp", server.base),
+        &["--upstream-redirect-port", &port.to_string()],
+    );
+    proxy.send(INITIALIZE).await;
+    let url = url::Url::parse(&home.url(0).await).unwrap();
+    let redirect_uri = url
+        .query_pairs()
+        .find(|(k, _)| k == "redirect_uri")
+        .map(|(_, v)| v.into_owned());
+    assert_eq!(
+        redirect_uri,
+        Some(format!("http://127.0.0.1:{port}/callback"))
+    );
+    let redirect = approve(url.as_str()).await;
+    assert_eq!(
+        http().get(&redirect).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let answer = proxy.recv_json().await;
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "signed-in",
+        "{answer}"
+    );
+}
+
 #[test]
 fn sign_in_flags_without_an_upstream_are_refused() {
     let out = std::process::Command::new(proxy_bin())

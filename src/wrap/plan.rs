@@ -148,6 +148,8 @@ pub struct SignIn {
     /// A client registered ahead of time, and its secret (moved into the environment).
     pub client_id: Option<String>,
     pub client_secret: Option<String>,
+    /// The loopback port its redirect was registered with (Claude Code's `callbackPort`).
+    pub redirect_port: Option<u16>,
 }
 
 /// The variable that carries a wrapped entry's OAuth client secret.
@@ -230,6 +232,9 @@ pub fn plan(entry: &Entry, client: Client, launcher: &[String]) -> Plan {
         if let Some(id) = &sign_in.client_id {
             argv.extend(["--upstream-client-id".to_string(), id.clone()]);
         }
+        if let Some(port) = sign_in.redirect_port {
+            argv.extend(["--upstream-redirect-port".to_string(), port.to_string()]);
+        }
         let var = sign_in.client_secret.as_ref().map(|secret| {
             let var = free_name(CLIENT_SECRET_VAR, &taken);
             taken.push(var.clone());
@@ -265,7 +270,10 @@ pub fn login_url(entry: &Entry, plan: &Plan) -> Option<String> {
     let mut secret = None;
     let mut rest = argv.iter();
     while let Some(word) = rest.next() {
-        if word == "--upstream-client-id" || word == "--upstream-client-secret-env" {
+        if matches!(
+            word.as_str(),
+            "--upstream-client-id" | "--upstream-client-secret-env" | "--upstream-redirect-port"
+        ) {
             words.push(word.clone());
             let value = rest.next().cloned();
             if word == "--upstream-client-secret-env" {

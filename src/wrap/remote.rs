@@ -33,6 +33,13 @@ pub(super) fn sign_in(obj: &serde_json::Map<String, Value>) -> Result<Option<Sig
             let text = |key: &str| oauth.get(key).and_then(Value::as_str).map(String::from);
             sign_in.client_id = text("clientId");
             sign_in.client_secret = text("clientSecret");
+            sign_in.redirect_port = match oauth.get("callbackPort") {
+                None => None,
+                Some(port) => match port.as_u64().and_then(|p| u16::try_from(p).ok()) {
+                    Some(port) => Some(port),
+                    None => return Err("its oauth.callbackPort is not a port number".into()),
+                },
+            };
             if sign_in.client_secret.is_some() && sign_in.client_id.is_none() {
                 return Err("its oauth has a clientSecret but no clientId".into());
             }

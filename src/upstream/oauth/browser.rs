@@ -33,8 +33,9 @@ pub struct Loopback {
 }
 
 impl Loopback {
-    pub async fn bind() -> std::io::Result<Loopback> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    /// Listens on 127.0.0.1:`port` (0: a port the system picks).
+    pub async fn bind(port: u16) -> std::io::Result<Loopback> {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let port = listener.local_addr()?.port();
         Ok(Loopback { listener, port })
     }

@@ -69,6 +69,8 @@ pub struct Options {
     pub client_secret: Option<Secret>,
     /// A Client ID Metadata Document URL, used as the client id where the server takes one.
     pub client_metadata_url: Option<String>,
+    /// The loopback port the browser is sent back to (`None`: one the system picks).
+    pub redirect_port: Option<u16>,
     /// The state directory (`$XDG_STATE_HOME/mcp-budget`).
     pub state_dir: PathBuf,
     /// How long a request waits for a sign-in in the browser before it fails (the sign-in
@@ -595,9 +597,12 @@ impl SignIn {
             .and_then(|v| v.as_bool())
             .unwrap_or(false);
         manager.set_metadata(resolution.metadata);
-        let loopback = browser::Loopback::bind()
-            .await
-            .map_err(|e| self.failed(format!("cannot listen on 127.0.0.1 for the browser: {e}")))?;
+        let port = self.options.redirect_port.unwrap_or(0);
+        let loopback = browser::Loopback::bind(port).await.map_err(|e| {
+            self.failed(format!(
+                "cannot listen on 127.0.0.1:{port} for the browser: {e}"
+            ))
+        })?;
         let redirect_uri = loopback.redirect_uri();
         let mut request = AuthorizationRequest::new(redirect_uri.clone())
             .with_client_name("mcp-budget")
