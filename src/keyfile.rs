@@ -35,16 +35,21 @@ pub enum KeyFileError {
     Create(PathBuf, #[source] std::io::Error),
 }
 
-/// `$XDG_STATE_HOME/mcp-budget/cursor.key`, else `$HOME/.local/state/mcp-budget/cursor.key`.
-pub fn default_path() -> Result<PathBuf, KeyFileError> {
+/// The project's state directory: `$XDG_STATE_HOME/mcp-budget`, else
+/// `$HOME/.local/state/mcp-budget` (`None`: neither variable is set).
+pub fn state_dir() -> Option<PathBuf> {
     let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME")
-            .filter(|v| !v.is_empty())
-            .map(|home| PathBuf::from(home).join(".local/state"))
-            .ok_or(KeyFileError::NoHome)?,
+        None => {
+            PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".local/state")
+        }
     };
-    Ok(state.join("mcp-budget").join("cursor.key"))
+    Some(state.join("mcp-budget"))
+}
+
+/// `cursor.key` in [`state_dir`].
+pub fn default_path() -> Result<PathBuf, KeyFileError> {
+    Ok(state_dir().ok_or(KeyFileError::NoHome)?.join("cursor.key"))
 }
 
 /// The secret in `path`, made (mode 0600) when the file does not exist yet.

@@ -379,6 +379,29 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// `echo` called as id 2.
+const CALL_ECHO: &str =
+    r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
+
+/// Plays the browser through the rest of a sign-in: the authorization server's approval, then
+/// its redirect to the proxy's loopback listener, which takes it.
+async fn come_back(url: &str) {
+    let redirect = approve(url).await;
+    assert_eq!(
+        http().get(&redirect).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+}
+
+/// The next answer is the signed-in server's to initialize.
+async fn signed_in(proxy: &mut Peer) {
+    let answer = proxy.recv_json().await;
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "signed-in",
+        "{answer}"
+    );
+}
+
 /// Plays the browser: the authorization server's redirect, as it sends it back.
 async fn approve(url: &str) -> String {
     let answer = http().get(url).send().await.unwrap();
@@ -432,15 +455,9 @@ async fn signs_in_once_refuses_a_wrong_state_and_a_replayed_code_and_keeps_the_s
 
     let back = http().get(&redirect).send().await.unwrap();
     assert_eq!(back.status(), StatusCode::OK);
-    let answer = proxy.recv_json().await;
-    assert_eq!(
-        answer["result"]["serverInfo"]["name"], "signed-in",
-        "{answer}"
-    );
+    signed_in(&mut proxy).await;
     proxy.send(INITIALIZED).await;
-    proxy
-        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#)
-        .await;
+    proxy.send(CALL_ECHO).await;
     let called = proxy.recv_json().await;
     assert_eq!(
         called["result"]["content"][0]["text"], "signed in",
@@ -466,11 +483,7 @@ async fn signs_in_once_refuses_a_wrong_state_and_a_replayed_code_and_keeps_the_s
     assert!(kept.contains(&upstream), "the file names its upstream");
     let mut again = home.proxy(&upstream, &[]);
     again.send(INITIALIZE).await;
-    let answer = again.recv_json().await;
-    assert_eq!(
-        answer["result"]["serverInfo"]["name"], "signed-in",
-        "{answer}"
-    );
+    signed_in(&mut again).await;
     assert_eq!(home.opened(), 1, "the kept sign-in was used");
     let log = {
         again.close_stdin();
@@ -634,11 +647,7 @@ async fn a_sign_in_left_waiting_names_login_and_finishes_later() {
     );
     // The browser comes back later: the sign-in finishes, and the next request goes through.
     let url = home.url(0).await;
-    let redirect = approve(&url).await;
-    assert_eq!(
-        http().get(&redirect).send().await.unwrap().status(),
-        StatusCode::OK
-    );
+    come_back(&url).await;
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while home.token_files().is_empty() || server.code_grants.load(Ordering::SeqCst) == 0 {
         assert!(
@@ -650,11 +659,7 @@ async fn a_sign_in_left_waiting_names_login_and_finishes_later() {
     proxy
         .send(&INITIALIZE.replace(r#""id":1"#, r#""id":3"#))
         .await;
-    let answer = proxy.recv_json().await;
-    assert_eq!(
-        answer["result"]["serverInfo"]["name"], "signed-in",
-        "{answer}"
-    );
+    signed_in(&mut proxy).await;
     assert_eq!(server.authorizations.load(Ordering::SeqCst), 1);
 }
 
@@ -668,22 +673,12 @@ async fn a_busy_token_endpoint_at_refresh_keeps_the_sign_in() {
     let home = Home::new("busy");
     let mut proxy = home.proxy(&format!("{}/mcp", server.base), &[]);
     proxy.send(INITIALIZE).await;
-    let redirect = approve(&home.url(0).await).await;
-    assert_eq!(
-        http().get(&redirect).send().await.unwrap().status(),
-        StatusCode::OK
-    );
-    let answer = proxy.recv_json().await;
-    assert_eq!(
-        answer["result"]["serverInfo"]["name"], "signed-in",
-        "{answer}"
-    );
+    come_back(&home.url(0).await).await;
+    signed_in(&mut proxy).await;
     proxy.send(INITIALIZED).await;
     // Past the token's life: the refresh is refused for now.
     for _ in 0..100 {
-        proxy
-            .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#)
-            .await;
+        proxy.send(CALL_ECHO).await;
         let called = proxy.recv_json().await;
         if called.get("error").is_some() {
             let why = error_text(&called);
@@ -740,11 +735,7 @@ async fn a_listening_proxy_asks_for_login_and_then_uses_it() {
         .env("BROWSER", &browser)
         .kill_on_drop(true);
     let mut login = login.spawn().unwrap();
-    let redirect = approve(&home.url(0).await).await;
-    assert_eq!(
-        http().get(&redirect).send().await.unwrap().status(),
-        StatusCode::OK
-    );
+    come_back(&home.url(0).await).await;
     let status = tokio::time::timeout(PATIENCE, login.wait())
         .await
         .unwrap()
@@ -765,27 +756,13 @@ async fn an_expired_token_with_no_refresh_signs_in_again() {
     let home = Home::new("expired");
     let mut proxy = home.proxy(&format!("{}/mcp", server.base), &[]);
     proxy.send(INITIALIZE).await;
-    let redirect = approve(&home.url(0).await).await;
-    assert_eq!(
-        http().get(&redirect).send().await.unwrap().status(),
-        StatusCode::OK
-    );
-    let answer = proxy.recv_json().await;
-    assert_eq!(
-        answer["result"]["serverInfo"]["name"], "signed-in",
-        "{answer}"
-    );
+    come_back(&home.url(0).await).await;
+    signed_in(&mut proxy).await;
     proxy.send(INITIALIZED).await;
     // Past its life, the token cannot be refreshed: the browser is asked again, once.
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    proxy
-        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#)
-        .await;
-    let redirect = approve(&home.url(1).await).await;
-    assert_eq!(
-        http().get(&redirect).send().await.unwrap().status(),
-        StatusCode::OK
-    );
+    proxy.send(CALL_ECHO).await;
+    come_back(&home.url(1).await).await;
     let called = proxy.recv_json().await;
     assert_eq!(
         called["result"]["content"][0]["text"], "signed in",
@@ -839,16 +816,8 @@ async fn the_redirect_comes_back_to_the_port_given() {
         redirect_uri,
         Some(format!("http://127.0.0.1:{port}/callback"))
     );
-    let redirect = approve(url.as_str()).await;
-    assert_eq!(
-        http().get(&redirect).send().await.unwrap().status(),
-        StatusCode::OK
-    );
-    let answer = proxy.recv_json().await;
-    assert_eq!(
-        answer["result"]["serverInfo"]["name"], "signed-in",
-        "{answer}"
-    );
+    come_back(url.as_str()).await;
+    signed_in(&mut proxy).await;
 }
 
 #[test]

@@ -45,8 +45,6 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${MCP_BUDGET_CONFORMANCE_CACHE:-$HOME/.cache/mcp-budget-conformance}"
-suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
-node22="node@22"  # the suite needs Node >= 22; the client runs on any node >= 20
 eras="${AUTH_ERAS:-2026-07-28 2025-11-25}"
 subset="${AUTH_SCENARIOS:-}"
 extensions="${AUTH_EXTENSIONS:-0}"
@@ -77,29 +75,12 @@ case "$server_era" in auto | match | modern | legacy) ;; *) fail "AUTH_SERVER_ER
 # The suite splits --command at spaces.
 [[ "$cache" != *" "* ]] || fail "the cache folder's path has a space ($cache): set MCP_BUDGET_CONFORMANCE_CACHE"
 
-mkdir -p "$cache"
-stamp="$cache/installed-$(cat "$here/package-lock.json" <(echo "$suite $node22") | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  echo "auth conformance: installing $suite, $node22 and the SDK (package-lock.json) into $cache"
-  rm -rf "$cache/suite" "$cache/target"
-  mkdir -p "$cache/suite" "$cache/target"
-  (cd "$cache/suite" && npm install --silent --no-audit --no-fund --no-save "$suite" "$node22") \
-    || fail "cannot install $suite and $node22 from the npm registry (is it reachable?)"
-  cp "$here/package.json" "$here/package-lock.json" "$cache/target/"
-  (cd "$cache/target" && npm ci --silent --no-audit --no-fund) \
-    || fail "cannot install the SDK (npm ci in $cache/target)"
-  touch "$stamp"
-fi
+source "$here/install.sh"
+install_suite "auth conformance"
 # ES modules resolve packages next to the file: the client runs from the cache folder.
 cp "$here/auth-client.mjs" "$here/auth-browser.mjs" "$cache/target/"
 chmod +x "$cache/target/auth-browser.mjs"
 client="$cache/target/auth-client.mjs"
-suite_node="$cache/suite/node_modules/.bin/node"
-suite_bin="$cache/suite/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-[ -x "$suite_node" ] || fail "Node 22 is missing from $cache/suite (delete $stamp to reinstall)"
-[ -f "$suite_bin" ] || fail "the suite is missing from $cache/suite (delete $stamp to reinstall)"
-[ -d "$cache/target/node_modules/@modelcontextprotocol/client" ] \
-  || fail "the client SDK is missing from $cache/target (delete $stamp to reinstall)"
 client_node="$(command -v node)"
 [[ "$client_node" != *" "* ]] || fail "node's path has a space ($client_node)"
 

@@ -34,8 +34,6 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${MCP_BUDGET_CONFORMANCE_CACHE:-$HOME/.cache/mcp-budget-conformance}"
-suite="@modelcontextprotocol/conformance@0.2.0-alpha.12"
-node22="node@22"  # the suite needs Node >= 22; the target runs on any node >= 20
 eras="${CONFORMANCE_ERAS:-2026-07-28 2025-11-25}"
 modes="${CONFORMANCE_MODES-stdio http bridge shared}"
 timeout_ms="${CONFORMANCE_TIMEOUT_MS:-10000}"
@@ -52,26 +50,11 @@ for mode in $modes; do
 done
 [[ "$timeout_ms" =~ ^[0-9]+$ ]] || fail "CONFORMANCE_TIMEOUT_MS must be a number of milliseconds"
 
-mkdir -p "$cache"
-stamp="$cache/installed-$(cat "$here/package-lock.json" <(echo "$suite $node22") | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  echo "conformance: installing $suite, $node22 and the target's SDK into $cache"
-  rm -rf "$cache/suite" "$cache/target"
-  mkdir -p "$cache/suite" "$cache/target"
-  (cd "$cache/suite" && npm install --silent --no-audit --no-fund --no-save "$suite" "$node22") \
-    || fail "cannot install $suite and $node22 from the npm registry (is it reachable?)"
-  cp "$here/package.json" "$here/package-lock.json" "$cache/target/"
-  (cd "$cache/target" && npm ci --silent --no-audit --no-fund) \
-    || fail "cannot install the target's dependencies (npm ci in $cache/target)"
-  touch "$stamp"
-fi
+source "$here/install.sh"
+install_suite "conformance"
 # ES modules resolve packages next to the file: the target runs from the cache folder.
 cp "$here/target.mjs" "$cache/target/target.mjs"
 target="$cache/target/target.mjs"
-suite_node="$cache/suite/node_modules/.bin/node"
-suite_bin="$cache/suite/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-[ -x "$suite_node" ] || fail "Node 22 is missing from $cache/suite (delete $stamp to reinstall)"
-[ -f "$suite_bin" ] || fail "the suite is missing from $cache/suite (delete $stamp to reinstall)"
 
 proxy="${MCP_BUDGET_BIN:-$root/target/debug/mcp-budget}"
 if [ -n "$modes" ] && [ ! -x "$proxy" ]; then

@@ -152,6 +152,12 @@ pub struct SignIn {
     cached: std::sync::Mutex<Option<Cached>>,
 }
 
+/// The access token the sign-in file holds, and until when it is good to send.
+struct Kept {
+    token: String,
+    until: Option<std::time::Instant>,
+}
+
 /// The token to send (`None`: none yet), of which generation, and until when.
 #[derive(Clone)]
 struct Cached {
@@ -261,7 +267,7 @@ impl SignIn {
         }
         let (token, generation) = self.token_now().await?;
         let until = match &token {
-            Some(_) => self.good_until(),
+            Some(_) => self.kept().ok().flatten().and_then(|kept| kept.until),
             None => None,
         };
         *self.cache() = Some(Cached {
@@ -270,22 +276,6 @@ impl SignIn {
             until,
         });
         Ok((token, generation))
-    }
-
-    /// Until when the kept token may be sent without asking rmcp: rmcp refreshes it once
-    /// fewer than min(60 s, half its life) remain, and so is asked a second before that.
-    fn good_until(&self) -> Option<std::time::Instant> {
-        let kept = self.store.credentials().ok()??;
-        let received = kept.token_received_at?;
-        let response = serde_json::to_value(kept.token_response.as_ref()?).ok()?;
-        let life = response.get("expires_in")?.as_u64()?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_secs();
-        let margin = 60.min(life / 2) + 1;
-        let left = (received + life).saturating_sub(now).saturating_sub(margin);
-        Some(std::time::Instant::now() + Duration::from_secs(left))
     }
 
     /// [`Self::token`], asked of rmcp (which reads the file, and refreshes when it is time).
@@ -331,7 +321,7 @@ impl SignIn {
             err => {
                 // Expired with no refresh, or the refresh refused for good: sign in again.
                 tracing::info!(%err, "the kept token cannot be used any more");
-                let dead = self.kept_token();
+                let dead = self.kept().ok().flatten().map(|kept| kept.token);
                 let mut inner = self.inner.lock().await;
                 inner.stale = dead;
                 if inner.generation == generation {
@@ -342,20 +332,48 @@ impl SignIn {
         }
     }
 
-    /// The access token the file holds.
-    fn kept_token(&self) -> Option<String> {
-        let kept = self.store.credentials().ok()??;
+    /// The access token the file holds, and until when it may be sent without asking rmcp:
+    /// rmcp refreshes it once fewer than min(60 s, half its life) remain, and so is asked a
+    /// second before that (`None`: no expiry known).
+    fn kept(&self) -> Result<Option<Kept>, SignInError> {
+        let Some(kept) = self.store.credentials()? else {
+            return Ok(None);
+        };
         // The token response's fields, as the file holds them.
-        let response = serde_json::to_value(kept.token_response.as_ref()?).ok()?;
-        response.get("access_token")?.as_str().map(String::from)
+        let Some(response) = kept
+            .token_response
+            .as_ref()
+            .and_then(|r| serde_json::to_value(r).ok())
+        else {
+            return Ok(None);
+        };
+        let Some(token) = response.get("access_token").and_then(|t| t.as_str()) else {
+            return Ok(None);
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let until = response
+            .get("expires_in")
+            .and_then(|life| life.as_u64())
+            .zip(kept.token_received_at)
+            .map(|(life, received)| {
+                let margin = 60.min(life / 2) + 1;
+                let left = (received + life).saturating_sub(now).saturating_sub(margin);
+                std::time::Instant::now() + Duration::from_secs(left)
+            });
+        Ok(Some(Kept {
+            token: token.to_string(),
+            until,
+        }))
     }
 
     /// Whether the file holds an access token other than `known` (the one just refused, or
     /// the one found dead).
     fn kept_token_is_new(&self, known: Option<&str>) -> Result<bool, SignInError> {
-        self.store.credentials()?;
-        let token = self.kept_token();
-        Ok(token.is_some() && token.as_deref() != known)
+        Ok(self
+            .kept()?
+            .is_some_and(|kept| Some(kept.token.as_str()) != known))
     }
 
     /// A manager for the tokens kept from an earlier run, if there are any, with the scopes
@@ -607,9 +625,6 @@ impl SignIn {
         let mut request = AuthorizationRequest::new(redirect_uri.clone())
             .with_client_name("mcp-budget")
             .with_initial_scope_selection();
-        if let Some(header) = &challenge.header {
-            request = request.with_challenge(header.clone());
-        }
         if let Some(more) = &challenge.more_scope {
             let mut scopes = inner.requested.clone();
             for scope in more {

@@ -31,16 +31,9 @@ pub enum StoreError {
     Write(PathBuf, String),
 }
 
-/// `$XDG_STATE_HOME/mcp-budget`, else `$HOME/.local/state/mcp-budget`.
+/// Where sign-ins are kept: [`crate::keyfile::state_dir`].
 pub fn state_dir() -> Result<PathBuf, StoreError> {
-    let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME")
-            .filter(|v| !v.is_empty())
-            .map(|home| PathBuf::from(home).join(".local/state"))
-            .ok_or(StoreError::NoHome)?,
-    };
-    Ok(state.join("mcp-budget"))
+    crate::keyfile::state_dir().ok_or(StoreError::NoHome)
 }
 
 /// What the file holds.
